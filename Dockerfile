@@ -1,0 +1,37 @@
+# gpuplan images. `docker build .` builds the API (the last stage);
+# `docker build --target agent .` builds the GPU agent, which adds torch.
+# Every dependency ships as a wheel, so no stage needs a compiler.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY service ./service
+RUN python -m venv /opt/gpuplan && /opt/gpuplan/bin/pip install --no-cache-dir .
+
+FROM build AS build-agent
+# PyPI's default torch wheel for linux x86_64 is the CUDA build the agent needs on GPU nodes.
+RUN /opt/gpuplan/bin/pip install --no-cache-dir ".[torch]"
+
+FROM ${PYTHON_IMAGE} AS runtime
+ENV PATH=/opt/gpuplan/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# A fixed numeric uid lets Kubernetes enforce runAsNonRoot without reading /etc/passwd.
+RUN groupadd --system --gid 10001 gpuplan \
+    && useradd --system --no-log-init --no-create-home --uid 10001 --gid 10001 gpuplan
+WORKDIR /tmp
+
+FROM runtime AS agent
+COPY --from=build-agent /opt/gpuplan /opt/gpuplan
+USER 10001:10001
+EXPOSE 9400
+CMD ["gpuplan", "agent"]
+
+FROM runtime AS api
+COPY --from=build /opt/gpuplan /opt/gpuplan
+USER 10001:10001
+ENV GPUPLAN_HOST=0.0.0.0 GPUPLAN_PORT=8000
+EXPOSE 8000
+CMD ["gpuplan", "serve"]

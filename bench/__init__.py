@@ -1,0 +1,1 @@
+"""Reproducible benchmarks; see bench/README.md. Loopback only, bounded in time."""

@@ -1,0 +1,67 @@
+"""The application factory: routes, error handlers, limits, metrics and lifespan."""
+
+import logging
+import os
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from litestar import Litestar
+from litestar.handlers import HTTPRouteHandler
+from prometheus_client import CollectorRegistry
+
+from gpuplan.api.metrics import HttpMetrics
+from gpuplan.api.problems import EXCEPTION_HANDLERS
+from gpuplan.api.routes import docs, health, meta
+from gpuplan.api.runtime import Runtime, runtime_of
+from gpuplan.fleet.connection import connect
+from gpuplan.settings import Settings, load_settings
+
+ROUTES: tuple[HTTPRouteHandler, ...] = (
+    health.healthz,
+    health.readyz,
+    meta.version,
+    meta.metrics,
+    docs.openapi_json,
+    docs.openapi_yaml,
+    docs.scalar,
+    docs.swagger,
+)
+
+
+def create_app(settings: Settings | None = None) -> Litestar:
+    """Build the API. Without ``settings`` they are read from the environment."""
+    return assemble(settings or load_settings(os.environ), ROUTES)
+
+
+@asynccontextmanager
+async def _redis_lifespan(app: Litestar) -> AsyncGenerator[None, None]:
+    """Open the Redis client on the app's own event loop, and close it there."""
+    state = runtime_of(app)
+    if state.settings.redis_url is not None:
+        state.redis = connect(state.settings.redis_url, state.settings.redis_timeout_seconds)
+    try:
+        yield
+    finally:
+        if state.redis is not None:
+            await state.redis.aclose()
+            state.redis = None
+
+
+def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar:
+    """An app serving ``routes`` with the service's errors, limits and metrics."""
+    logging.getLogger("gpuplan").setLevel(settings.log_level.upper())
+    metrics = HttpMetrics(CollectorRegistry(auto_describe=True))
+    app = Litestar(
+        route_handlers=list(routes),
+        exception_handlers=dict[Any, Any](EXCEPTION_HANDLERS),
+        request_max_body_size=settings.max_body_bytes,
+        lifespan=[_redis_lifespan],
+        openapi_config=None,  # the document comes from gpuplan.api.openapi
+        logging_config=None,  # the server configures logging (gpuplan.server)
+        debug=False,
+    )
+    app.state.runtime = Runtime(settings, metrics)
+    # Count at the outermost layer, where 404s and 405s are still visible.
+    app.asgi_handler = metrics.wrap(app.asgi_handler)
+    return app

@@ -1,0 +1,226 @@
+"""The OpenAPI 3.1 document, generated from the routes and their msgspec Structs.
+
+The component schemas are msgspec's own JSON Schema of the types the routes decode
+with, so the document says exactly what the decoder enforces (closed objects, bounds,
+enums) and cannot drift from it. Field descriptions come from the attribute
+docstrings of the Structs, the operations' summaries from the route docstrings.
+``api/openapi.yaml`` is this document, committed; a test regenerates and compares it.
+"""
+
+import ast
+import inspect
+import textwrap
+from functools import cache
+from http import HTTPStatus
+from typing import Any, get_args, get_origin
+
+import msgspec
+import yaml
+from litestar import Litestar, Response
+from litestar.handlers import HTTPRouteHandler
+from litestar.routes import HTTPRoute
+
+from gpuplan import __version__
+from gpuplan.api.problems import PROBLEM_MEDIA_TYPE, Problem
+
+REF = "#/components/schemas/{name}"
+
+DESCRIPTION = (
+    "Answers the hardware questions of ML teams: how much GPU memory a job needs, which "
+    "GPUs and how many should run it, at what time, cost and energy, and how to partition "
+    "MIG-capable GPUs. Every error is an RFC 9457 `application/problem+json` body."
+)
+
+
+def build_openapi(app: Litestar) -> dict[str, Any]:
+    """The OpenAPI document of ``app``'s routes declared with ``operation``."""
+    operations = [
+        (route, handler, method)
+        for route in app.routes
+        if isinstance(route, HTTPRoute)
+        for handler in route.route_handlers
+        if handler.include_in_schema and "returns" in handler.opt
+        for method in sorted(handler.http_methods)
+    ]
+    types: list[Any] = [Problem]
+    for _, handler, _ in operations:
+        for key in ("body", "query"):
+            if handler.opt[key] is not None:
+                types.append(handler.opt[key])
+        payload = _payload(handler.opt["returns"])
+        if _is_struct(payload):
+            types.append(payload)
+    unique = list(dict.fromkeys(types))
+    _, components = msgspec.json.schema_components(unique, ref_template=REF)
+    for name, schema in components.items():
+        _describe_fields(schema, _struct_by_name(unique, name))
+
+    paths: dict[str, dict[str, Any]] = {}
+    for route, handler, method in operations:
+        paths.setdefault(route.path_format, {})[method.lower()] = _operation(
+            route, handler, components
+        )
+    for _, handler, _ in operations:  # query Structs are parameters, not components
+        query = handler.opt["query"]
+        if query is not None:
+            components.pop(query.__name__, None)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "gpuplan",
+            "version": __version__,
+            "description": DESCRIPTION,
+            "license": {"name": "Apache-2.0", "identifier": "Apache-2.0"},
+        },
+        "servers": [{"url": "/"}],
+        "paths": dict(sorted(paths.items())),
+        "components": {"schemas": dict(sorted(components.items()))},
+    }
+
+
+def to_yaml(document: dict[str, Any]) -> str:
+    return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _operation(
+    route: HTTPRoute, handler: HTTPRouteHandler, components: dict[str, Any]
+) -> dict[str, Any]:
+    opt = handler.opt
+    summary, _, description = inspect.cleandoc(handler.fn.__doc__ or "").partition("\n")
+    op: dict[str, Any] = {"operationId": handler.handler_name, "summary": summary.strip()}
+    if description.strip():
+        op["description"] = description.strip()
+    if opt["tags"]:
+        op["tags"] = list(opt["tags"])
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": _scalar(param.type)}
+        for name, param in route.path_parameters.items()
+    ]
+    if opt["query"] is not None:
+        parameters.extend(_query_parameters(components[opt["query"].__name__]))
+    if parameters:
+        op["parameters"] = parameters
+    if opt["body"] is not None:
+        op["requestBody"] = {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": REF.format(name=opt["body"].__name__)}}
+            },
+        }
+    status = str(handler.status_code)
+    payload = _payload(opt["returns"])
+    media_type = getattr(handler.media_type, "value", handler.media_type).split(";")[0]
+    if _is_struct(payload):
+        content = {media_type: {"schema": {"$ref": REF.format(name=payload.__name__)}}}
+    else:
+        content = {media_type: {"schema": {"type": "string"}}}
+    responses: dict[str, Any] = {
+        status: {"description": HTTPStatus(handler.status_code).phrase, "content": content}
+    }
+    for code in opt["problems"]:
+        responses[str(code)] = {
+            "description": HTTPStatus(code).phrase,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": REF.format(name="Problem")}}},
+        }
+    op["responses"] = responses
+    return op
+
+
+def _query_parameters(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    required = set(schema.get("required", ()))
+    params = []
+    for name, field_schema in schema.get("properties", {}).items():
+        param: dict[str, Any] = {"name": name, "in": "query", "required": name in required}
+        prop = dict(field_schema)
+        if "description" in prop:
+            param["description"] = prop.pop("description")
+        param["schema"] = prop
+        if prop.get("type") == "array":
+            param["style"] = "form"
+            param["explode"] = True
+        params.append(param)
+    return params
+
+
+def _scalar(type_: type) -> dict[str, Any]:
+    return {int: {"type": "integer"}, float: {"type": "number"}}.get(type_, {"type": "string"})
+
+
+def _payload(returns: Any) -> Any:
+    """The body type of a route's return annotation (``Response[X]`` is ``X``)."""
+    if get_origin(returns) is Response:
+        return get_args(returns)[0]
+    return returns
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _struct_by_name(types: list[Any], name: str) -> type | None:
+    """Find the Struct a component was generated from, among ``types`` and their fields."""
+    for struct in _all_structs(tuple(types)):
+        if struct.__name__ == name:
+            return struct
+    return None
+
+
+@cache
+def _all_structs(roots: tuple[Any, ...]) -> tuple[type, ...]:
+    found: dict[type, None] = {}
+
+    def visit(node: Any) -> None:
+        if isinstance(node, msgspec.inspect.StructType):
+            if node.cls in found:
+                return
+            found[node.cls] = None
+            for field in node.fields:
+                visit(field.type)
+            return
+        for attr in ("item_type", "key_type", "value_type"):
+            if hasattr(node, attr):
+                visit(getattr(node, attr))
+        for attr in ("types", "item_types"):
+            for sub in getattr(node, attr, ()):
+                visit(sub)
+
+    for info in msgspec.inspect.multi_type_info(list(roots)):
+        visit(info)
+    return tuple(found)
+
+
+def _describe_fields(schema: dict[str, Any], struct: type | None) -> None:
+    """Copy attribute docstrings of ``struct`` into its schema's properties."""
+    if struct is None or "properties" not in schema:
+        return
+    docs = field_docstrings(struct)
+    for field in msgspec.structs.fields(struct):
+        doc = docs.get(field.name)
+        prop = schema["properties"].get(field.encode_name)
+        if doc and prop is not None and "description" not in prop:
+            prop["description"] = doc
+
+
+@cache
+def field_docstrings(cls: type) -> dict[str, str]:
+    """Attribute docstrings (a string literal after a field) of ``cls`` and its bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or not issubclass(klass, msgspec.Struct) or klass is msgspec.Struct:
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        body = ast.parse(source).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for node, after in zip(body.body, body.body[1:], strict=False):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = inspect.cleandoc(after.value.value)
+    return docs

@@ -1,0 +1,98 @@
+"""The one way a route is declared: :func:`operation`.
+
+A route names its input and output types once, here, and three things follow from
+that declaration: the request is decoded strictly into those types
+(:mod:`gpuplan.api.decode`), the response is serialised from the declared return
+type, and the OpenAPI document (:mod:`gpuplan.api.openapi`) is generated from the
+same types. Declaring a type twice, once for validation and once for the docs, is
+how specs drift; here there is nothing to drift.
+"""
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Literal, TypeVar, get_type_hints
+
+from litestar import Request
+from litestar.enums import MediaType
+from litestar.handlers import HTTPRouteHandler, route
+
+from gpuplan.api.decode import decode_query, read_json
+
+R = TypeVar("R")
+
+Method = Literal["GET", "POST", "PUT", "DELETE"]
+
+BODY_PROBLEMS = (400, 413, 415, 422)
+QUERY_PROBLEMS = (422,)
+
+
+def operation(
+    method: Method,
+    path: str,
+    *,
+    body: type | None = None,
+    query: type | None = None,
+    problems: Iterable[int] = (),
+    tags: Iterable[str] = (),
+    status_code: int = 200,
+    media_type: str = MediaType.JSON,
+    include_in_schema: bool = True,
+    name: str | None = None,
+) -> Callable[[Callable[..., Awaitable[Any]]], HTTPRouteHandler]:
+    """Declare a route.
+
+    The decorated coroutine is called as ``fn(request, **path_params, body=…, query=…)``
+    with ``body`` and ``query`` decoded into the declared types (only those declared).
+    Its first docstring line becomes the operation's summary, the rest its description.
+    ``problems`` lists the 4xx/5xx statuses it can answer beyond those its inputs imply.
+    ``name`` (default: the function's name) is the route's name for reverse lookups.
+    """
+    codes = set(problems)
+    if body is not None:
+        codes.update(BODY_PROBLEMS)
+    if query is not None:
+        codes.update(QUERY_PROBLEMS)
+
+    def decorate(fn: Callable[..., Awaitable[Any]]) -> HTTPRouteHandler:
+        returns = get_type_hints(fn)["return"]
+
+        async def handler(request: Request[Any, Any, Any]) -> Any:
+            kwargs: dict[str, Any] = dict(request.path_params)
+            if body is not None:
+                kwargs["body"] = await read_json(request, body)
+            if query is not None:
+                kwargs["query"] = decode_query(request, query)
+            return await fn(request, **kwargs)
+
+        # Litestar reads the signature and hints of the handler it is given: show it
+        # a handler of one parameter with the declared return type, named as ``fn``.
+        handler.__annotations__ = {"request": Request, "return": returns}
+        handler.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(
+                    "request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request
+                )
+            ],
+            return_annotation=returns,
+        )
+        handler.__name__ = fn.__name__
+        handler.__qualname__ = fn.__qualname__
+        handler.__doc__ = fn.__doc__
+        handler.__module__ = fn.__module__
+        return route(
+            path,
+            http_method=[method],
+            name=name or fn.__name__,
+            status_code=status_code,
+            media_type=media_type,
+            include_in_schema=include_in_schema,
+            opt={
+                "body": body,
+                "query": query,
+                "returns": returns,
+                "problems": tuple(sorted(codes | {500})),
+                "tags": tuple(tags),
+            },
+        )(handler)
+
+    return decorate

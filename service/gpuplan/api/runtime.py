@@ -1,0 +1,31 @@
+"""What one running app holds: its settings, metrics, Redis client and spec.
+
+A plain class on ``app.state`` rather than typed dependencies: Litestar validates
+dependency values through msgspec and would hand each request a converted copy.
+"""
+
+from typing import Any, cast
+
+from litestar import Litestar, Request
+from redis.asyncio import Redis
+
+from gpuplan.api.metrics import HttpMetrics
+from gpuplan.settings import Settings
+
+
+class Runtime:
+    """The state of one app, created by :func:`gpuplan.api.create_app`."""
+
+    def __init__(self, settings: Settings, metrics: HttpMetrics) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.redis: Redis | None = None  # opened and closed by the app's lifespan
+        self.openapi: dict[str, Any] | None = None  # built on first use
+
+
+def runtime_of(app: Litestar) -> Runtime:
+    return cast(Runtime, app.state.runtime)
+
+
+def runtime(request: Request[Any, Any, Any]) -> Runtime:
+    return runtime_of(request.app)

@@ -1,0 +1,179 @@
+"""Service settings: environment variables over an optional config file.
+
+Every setting has one name, the field name below. In the environment it is spelt
+``GPUPLAN_<NAME>`` (``GPUPLAN_MAX_BODY_BYTES``); in a config file (TOML, YAML or JSON,
+named by ``GPUPLAN_CONFIG`` or ``gpuplan serve --config``) it is the bare field name.
+The environment wins over the file, so a container can override one value of a
+mounted file. Anything invalid or unknown stops start-up with a message naming the
+setting and where it came from: a service that starts with a typo in its Redis URL
+silently runs without its fleet view, which is worse than one that refuses to start.
+"""
+
+import difflib
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+import yaml
+
+from gpuplan.core.record import Record
+
+ENV_PREFIX = "GPUPLAN_"
+CONFIG_ENV = "GPUPLAN_CONFIG"
+
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]
+
+MiB = 1024 * 1024
+
+
+class Settings(Record):
+    """Validated settings of one API process."""
+
+    host: Annotated[str, msgspec.Meta(min_length=1, max_length=255)] = "127.0.0.1"
+    """Address to listen on; the container image sets ``0.0.0.0``."""
+
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)] = 8000
+    """TCP port to listen on."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    """Server worker processes. One per pod is the Kubernetes norm; scale with replicas."""
+
+    redis_url: Annotated[str, msgspec.Meta(max_length=2048)] | None = None
+    """``redis://``, ``rediss://`` or ``unix://`` URL of the fleet store; unset runs without it."""
+
+    redis_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 0.5
+    """Connect and command timeout for Redis, so a dead Redis cannot stall a request."""
+
+    max_body_bytes: Annotated[int, msgspec.Meta(ge=1024, le=256 * MiB)] = 1 * MiB
+    """Largest request body accepted; larger bodies answer 413."""
+
+    log_level: LogLevel = "info"
+    """Threshold of the service's logs."""
+
+
+class SettingsError(ValueError):
+    """A setting is invalid or unknown; the message names it and its source."""
+
+
+_FIELDS: tuple[str, ...] = Settings.__struct_fields__
+_ENV_NAMES = {ENV_PREFIX + name.upper(): name for name in _FIELDS}
+
+# Variables with our prefix that are not settings of the API and must not be
+# reported as unknown: the config file selector, the agent's own settings, and the
+# service links Kubernetes injects for a Service named ``gpuplan``.
+_IGNORED_ENV = re.compile(r"^GPUPLAN_(CONFIG|AGENT_\w*|SERVICE_\w+|PORT_\d+_(TCP|UDP|SCTP)\w*)$")
+_SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://")
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def load_settings(environ: Mapping[str, str], config_path: str | Path | None = None) -> Settings:
+    """Build settings from ``environ`` over the config file, if any.
+
+    ``config_path`` wins over ``GPUPLAN_CONFIG``. Raises :class:`SettingsError`.
+    """
+    path: str | Path | None = config_path
+    if path is None:
+        path = environ.get(CONFIG_ENV) or None
+    values: dict[str, Any] = {}
+    origin: dict[str, str] = {}
+    if path is not None:
+        for name, value in _read_config_file(Path(path)).items():
+            values[name] = value
+            origin[name] = f"`{name}` in {path}"
+    for env_name, value in environ.items():
+        if not env_name.startswith(ENV_PREFIX) or _IGNORED_ENV.match(env_name):
+            continue
+        field = _ENV_NAMES.get(env_name)
+        if field is None:
+            raise SettingsError(f"unknown setting {env_name}{_suggest(env_name, _ENV_NAMES)}")
+        values[field] = _from_env(field, value)
+        origin[field] = env_name
+    try:
+        settings = msgspec.convert(values, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(_explain(exc, values, origin)) from None
+    _check(settings, origin)
+    return settings
+
+
+def _from_env(name: str, value: str) -> Any:
+    """Turn an environment string into the value the field expects."""
+    if name == "redis_url":
+        return value or None  # an empty variable means "no Redis", as in Helm values
+    if name == "log_level":
+        return value.lower()
+    return value
+
+
+def _read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc}") from None
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        elif suffix in (".yaml", ".yml"):
+            data = yaml.safe_load(text)
+        elif suffix == ".json":
+            data = json.loads(text)
+        else:
+            raise SettingsError(
+                f"config file {path}: unknown format {suffix!r}; use .toml, .yaml, .yml or .json"
+            )
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise SettingsError(
+            f"config file {path} is not valid {suffix[1:].upper()}: {exc}"
+        ) from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"config file {path} must hold a mapping of settings")
+    for key in data:
+        if key not in _FIELDS:
+            raise SettingsError(f"unknown setting `{key}` in {path}{_suggest(str(key), _FIELDS)}")
+    return data
+
+
+def _explain(
+    exc: msgspec.ValidationError, values: Mapping[str, Any], origin: Mapping[str, str]
+) -> str:
+    """Name the setting behind a msgspec error such as ``Expected `int` >= 1 - at `$.port```."""
+    message, _, where = str(exc).partition(" - at `$.")
+    name = where.rstrip("`").split(".")[0].split("[")[0]
+    got = values.get(name)
+    shown = _redact(got) if name == "redis_url" and isinstance(got, str) else got
+    text = f"invalid setting {origin.get(name, name)}: {message}, got {shown!r}"
+    if name == "port" and _SERVICE_LINK.match(str(values.get(name))):
+        # Kubernetes injects GPUPLAN_PORT=tcp://… into pods when a Service is named gpuplan.
+        text += (
+            "; this looks like a Kubernetes service link: set enableServiceLinks: false "
+            "on the pod, or set GPUPLAN_PORT explicitly"
+        )
+    return text
+
+
+def _check(settings: Settings, origin: Mapping[str, str]) -> None:
+    """Rules a type cannot express."""
+    url = settings.redis_url
+    if url is not None and not url.startswith(_REDIS_SCHEMES):
+        source = origin.get("redis_url", "redis_url")
+        raise SettingsError(
+            f"invalid setting {source}: expected a URL starting with "
+            f"{', '.join(_REDIS_SCHEMES)}, got {_redact(url)!r}"
+        )
+
+
+def _redact(url: str) -> str:
+    """Hide a password in a URL before it reaches a log or a terminal."""
+    return re.sub(r"//([^:/@]*):[^@/]*@", r"//\1:***@", url)
+
+
+def _suggest(name: str, choices: Any) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

@@ -1,0 +1,45 @@
+"""The gpuplan command: help everywhere, version, openapi, refused settings."""
+
+import json
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpuplan import __version__
+from gpuplan.cli import main
+
+
+@pytest.mark.parametrize(
+    "args", [["--help"], ["serve", "--help"], ["openapi", "--help"], ["version", "--help"]]
+)
+def test_help_everywhere(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+
+
+def test_version() -> None:
+    assert CliRunner().invoke(main, ["version"]).output.strip() == __version__
+    assert __version__ in CliRunner().invoke(main, ["--version"]).output
+
+
+def test_openapi_yaml_and_json(tmp_path: object) -> None:
+    runner = CliRunner()
+    as_yaml = yaml.safe_load(runner.invoke(main, ["openapi"]).output)
+    as_json = json.loads(runner.invoke(main, ["openapi", "--format", "json"]).output)
+    assert as_yaml == as_json
+    assert as_yaml["openapi"] == "3.1.0"
+
+
+def test_serve_refuses_an_invalid_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUPLAN_MAX_BODY_BYTES", "tiny")
+    result = CliRunner().invoke(main, ["serve"])
+    assert result.exit_code == 2
+    assert "GPUPLAN_MAX_BODY_BYTES" in result.output
+
+
+def test_serve_refuses_a_bad_port_option() -> None:
+    result = CliRunner().invoke(main, ["serve", "--port", "0"])
+    assert result.exit_code == 2
+    assert "GPUPLAN_PORT" in result.output

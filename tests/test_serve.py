@@ -1,0 +1,77 @@
+"""The real server in a subprocess: it answers, and SIGTERM stops it promptly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port
+
+
+@contextmanager
+def serving(*args: str) -> Iterator[str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPLAN_", "PROMETHEUS_"))}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gpuplan", "serve", "--port", str(port), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/healthz", timeout=1):
+                    break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    output = process.stdout.read().decode() if process.stdout else ""
+                    raise AssertionError(f"server did not come up:\n{output}") from None
+                time.sleep(0.1)
+        yield base
+        process.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = process.wait(timeout=10)
+        assert time.monotonic() - started < 5, "server took over 5 s to stop after SIGTERM"
+        assert code == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.status, response.read()
+
+
+def test_serve_answers_and_stops_on_sigterm() -> None:
+    with serving() as base:
+        status, body = _get(f"{base}/healthz")
+        assert status == 200
+        assert body == b'{"status":"ok"}'
+
+
+def test_two_workers_report_one_set_of_metrics() -> None:
+    with serving("--workers", "2") as base:
+        for _ in range(20):
+            _get(f"{base}/v1/version")
+        _, text = _get(f"{base}/metrics")
+    total = 0.0
+    for family in text_string_to_metric_families(text.decode()):
+        for sample in family.samples:
+            if (
+                sample.name == "gpuplan_http_requests_total"
+                and sample.labels["route"] == "/v1/version"
+            ):
+                total += sample.value
+    # Whichever worker answered /metrics, it reports the requests of both.
+    assert total == 20
