@@ -43,3 +43,17 @@ def test_serve_refuses_a_bad_port_option() -> None:
     result = CliRunner().invoke(main, ["serve", "--port", "0"])
     assert result.exit_code == 2
     assert "GPUPLAN_PORT" in result.output
+
+
+def test_serve_refuses_a_bad_catalog_file(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "gpus.toml"
+    path.write_text('[[gpu]]\nid = "h100-sxm5-80gb"\ntdp_watts = "hot"\n')
+    monkeypatch.setenv("GPUPLAN_CATALOG_FILE", str(path))
+    result = CliRunner().invoke(main, ["serve"])
+    assert result.exit_code == 2
+    assert "h100-sxm5-80gb" in result.output
+    assert "tdp_watts" in result.output

@@ -49,9 +49,13 @@ def serve(host: str | None, port: int | None, workers: int | None, config: Path 
         )
         if value is not None
     }
+    from gpuplan.catalog_file import load_catalog
+    from gpuplan.core.catalog import CatalogError
+
     try:
         settings = load_settings({**os.environ, **overrides})
-    except SettingsError as exc:
+        load_catalog(settings.catalog_file)  # refuse a bad catalog file before forking workers
+    except (SettingsError, CatalogError) as exc:
         raise click.UsageError(str(exc)) from None
     os.environ.update(overrides)
 

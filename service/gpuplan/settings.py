@@ -10,17 +10,15 @@ silently runs without its fleet view, which is worse than one that refuses to st
 """
 
 import difflib
-import json
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
-import yaml
 
 from gpuplan.core.record import Record
+from gpuplan.documents import DocumentError, read_document
 
 ENV_PREFIX = "GPUPLAN_"
 CONFIG_ENV = "GPUPLAN_CONFIG"
@@ -53,6 +51,9 @@ class Settings(Record):
 
     log_level: LogLevel = "info"
     """Threshold of the service's logs."""
+
+    catalog_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    """A catalog file (TOML, YAML or JSON) that adds SKUs or overrides fields."""
 
 
 class SettingsError(ValueError):
@@ -102,8 +103,8 @@ def load_settings(environ: Mapping[str, str], config_path: str | Path | None = N
 
 def _from_env(name: str, value: str) -> Any:
     """Turn an environment string into the value the field expects."""
-    if name == "redis_url":
-        return value or None  # an empty variable means "no Redis", as in Helm values
+    if name in ("redis_url", "catalog_file"):
+        return value or None  # an empty variable means "none", as in Helm values
     if name == "log_level":
         return value.lower()
     return value
@@ -111,25 +112,9 @@ def _from_env(name: str, value: str) -> Any:
 
 def _read_config_file(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"cannot read config file {path}: {exc}") from None
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".toml":
-            data: Any = tomllib.loads(text)
-        elif suffix in (".yaml", ".yml"):
-            data = yaml.safe_load(text)
-        elif suffix == ".json":
-            data = json.loads(text)
-        else:
-            raise SettingsError(
-                f"config file {path}: unknown format {suffix!r}; use .toml, .yaml, .yml or .json"
-            )
-    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise SettingsError(
-            f"config file {path} is not valid {suffix[1:].upper()}: {exc}"
-        ) from None
+        data = read_document(path)
+    except DocumentError as exc:
+        raise SettingsError(f"config file {exc}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

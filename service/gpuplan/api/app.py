@@ -12,8 +12,9 @@ from prometheus_client import CollectorRegistry
 
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
-from gpuplan.api.routes import docs, health, meta
+from gpuplan.api.routes import docs, gpus, health, meta
 from gpuplan.api.runtime import Runtime, runtime_of
+from gpuplan.catalog_file import load_catalog
 from gpuplan.fleet.connection import connect
 from gpuplan.settings import Settings, load_settings
 
@@ -21,6 +22,8 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     health.healthz,
     health.readyz,
     meta.version,
+    gpus.list_gpus,
+    gpus.get_gpu,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,
@@ -49,7 +52,10 @@ async def _redis_lifespan(app: Litestar) -> AsyncGenerator[None, None]:
 
 
 def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar:
-    """An app serving ``routes`` with the service's errors, limits and metrics."""
+    """An app serving ``routes`` with the service's errors, limits and metrics.
+
+    Raises :class:`~gpuplan.core.catalog.CatalogError` for an invalid catalog file.
+    """
     logging.getLogger("gpuplan").setLevel(settings.log_level.upper())
     metrics = HttpMetrics(CollectorRegistry(auto_describe=True))
     app = Litestar(
@@ -61,7 +67,7 @@ def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar
         logging_config=None,  # the server configures logging (gpuplan.server)
         debug=False,
     )
-    app.state.runtime = Runtime(settings, metrics)
+    app.state.runtime = Runtime(settings, metrics, load_catalog(settings.catalog_file))
     # Count at the outermost layer, where 404s and 405s are still visible.
     app.asgi_handler = metrics.wrap(app.asgi_handler)
     return app

@@ -23,6 +23,7 @@ from litestar.exceptions import (
 from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
 from gpuplan.api.runtime import runtime
+from gpuplan.core.catalog import UnknownGpu
 from gpuplan.core.record import Record
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -64,6 +65,9 @@ class Problem(Record, kw_only=True):
 
     errors: list[FieldError] | msgspec.UnsetType = msgspec.UNSET
     """The offending fields of a validation problem."""
+
+    suggestions: list[str] | msgspec.UnsetType = msgspec.UNSET
+    """For an unknown name: the closest known ones."""
 
 
 class InvalidInput(Exception):
@@ -129,6 +133,19 @@ def on_unsupported_media_type(
     )
 
 
+def on_unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Response[Problem]:
+    closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+    return problem_response(
+        Problem(
+            type=TYPE_PREFIX + "unknown-gpu",
+            title=_title(404),
+            status=404,
+            detail=f"no GPU in the catalog is named {exc.query!r}{closest}",
+            suggestions=exc.suggestions,
+        )
+    )
+
+
 def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
     """Litestar's own errors: routing misses, wrong methods, oversized bodies."""
     status = exc.status_code
@@ -185,6 +202,7 @@ def on_server_error(request: Request[Any, Any, Any], exc: Exception) -> Response
 EXCEPTION_HANDLERS = {
     InvalidInput: on_invalid_input,
     UnsupportedMediaType: on_unsupported_media_type,
+    UnknownGpu: on_unknown_gpu,
     HTTPException: on_http_exception,
     Exception: on_server_error,
 }

@@ -10,15 +10,17 @@ from litestar import Litestar, Request
 from redis.asyncio import Redis
 
 from gpuplan.api.metrics import HttpMetrics
+from gpuplan.core.catalog import Catalog
 from gpuplan.settings import Settings
 
 
 class Runtime:
     """The state of one app, created by :func:`gpuplan.api.create_app`."""
 
-    def __init__(self, settings: Settings, metrics: HttpMetrics) -> None:
+    def __init__(self, settings: Settings, metrics: HttpMetrics, catalog: Catalog) -> None:
         self.settings = settings
         self.metrics = metrics
+        self.catalog = catalog
         self.redis: Redis | None = None  # opened and closed by the app's lifespan
         self.openapi: dict[str, Any] | None = None  # built on first use
 

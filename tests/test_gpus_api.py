@@ -1,0 +1,191 @@
+"""GET /v1/gpus and /v1/gpus/{id_or_alias}, and catalog files merged at start-up."""
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from litestar.testing import TestClient
+
+from gpuplan.api import Settings, create_app
+from gpuplan.catalog_file import load_catalog
+from gpuplan.core.catalog import CatalogError
+
+GiB = 2**30
+
+
+def _ids(body: dict[str, Any]) -> list[str]:
+    return [g["id"] for g in body["gpus"]]
+
+
+def test_list_all(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = client.get("/v1/gpus").json()
+    assert body["count"] == len(body["gpus"]) >= 30
+    assert _ids(body) == sorted(_ids(body))
+
+
+def test_filters_combine(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = client.get(
+        f"/v1/gpus?vendor=nvidia&min_memory_bytes={80 * GiB}&mig=true&precision=fp8"
+    ).json()
+    assert set(_ids(body)) == {"h100-pcie-80gb", "h100-sxm5-80gb", "h100-nvl-94gb", "h200-sxm-141gb",
+                               "h200-nvl-141gb", "b200-180gb", "gb200-186gb"}  # fmt: skip
+    for gpu in body["gpus"]:
+        assert gpu["vendor"] == "nvidia"
+        assert gpu["mig"]["supported"]
+        assert "fp8" in gpu["peak_flops"]
+
+
+def test_repeated_vendor_and_mig_false(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = client.get("/v1/gpus?vendor=amd&vendor=intel&mig=false").json()
+    assert body["gpus"]
+    assert all(g["vendor"] in ("amd", "intel") and not g["mig"]["supported"] for g in body["gpus"])
+
+
+def test_sort_by_nested_numeric_field(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = client.get("/v1/gpus?sort=peak_flops.bf16&order=desc").json()
+    values = [g["peak_flops"].get("bf16") for g in body["gpus"]]
+    present = [v for v in values if v is not None]
+    assert present == sorted(present, reverse=True)
+    # SKUs without bf16 (T4, V100) come last, whatever the order.
+    assert values[len(present) :] == [None] * (len(values) - len(present))
+    assert body["gpus"][-1]["id"] in {"t4-16gb", "v100-sxm2-16gb", "v100-sxm2-32gb"}
+
+
+def test_sort_by_price_puts_unpriced_last(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = client.get("/v1/gpus?sort=price.cloud_on_demand.usd_per_gpu_hour").json()
+    prices = [
+        (g["price"].get("cloud_on_demand") or {}).get("usd_per_gpu_hour") for g in body["gpus"]
+    ]
+    known = [p for p in prices if p is not None]
+    assert known == sorted(known)
+    assert prices[: len(known)] == known
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [("sort=colour", "$.sort"), ("vendor=ibm", "$.vendor[0]"), ("min_memory_bytes=-1", "$.min_memory_bytes"),
+     ("precision=fp128", "$.precision[0]"), ("mig=maybe", "$.mig"), ("color=red", "$.color")],
+)  # fmt: skip
+def test_bad_filters_are_422(client: TestClient, query: str, field: str) -> None:  # type: ignore[type-arg]
+    response = client.get(f"/v1/gpus?{query}")
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == field
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h100-sxm5-80gb",
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA-H100-80GB-HBM3",
+        "0x2330",
+        "10de:2330",
+        "H100 SXM",
+    ],
+)
+def test_get_by_any_name(client: TestClient, name: str) -> None:  # type: ignore[type-arg]
+    response = client.get(f"/v1/gpus/{quote(name)}")
+    assert response.status_code == 200, response.text
+    gpu = response.json()
+    assert gpu["id"] == "h100-sxm5-80gb"
+    assert gpu["memory_bytes"] == 80 * GiB
+    assert gpu["peak_flops"]["bf16"] == 989.5e12
+    assert gpu["interconnect"]["gpu_link"]["per_direction_bytes_per_s"] == 450e9
+    assert gpu["sources"]["peak_flops"][0]["title"]
+
+
+def test_unknown_gpu_is_404_with_suggestions(client: TestClient) -> None:  # type: ignore[type-arg]
+    response = client.get("/v1/gpus/h100")
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith("application/problem+json")
+    problem = response.json()
+    assert problem["type"] == "urn:gpuplan:problem:unknown-gpu"
+    assert "h100-sxm5-80gb" in problem["suggestions"]
+    assert "h100-sxm5-80gb" in problem["detail"]
+
+
+OVERRIDE = """
+[sources.our-contract]
+title = "Our 2026 reserved-capacity contract"
+kind = "primary"
+
+[[gpu]]
+id = "h100-sxm5-80gb"
+[gpu.price.cloud_on_demand]
+usd_per_gpu_hour = 1.85
+as_of = 2026-11-01
+source = "our-contract: reserved H100 SXM"
+
+[[gpu]]
+id = "internal-x1"
+vendor = "nvidia"
+name = "Internal X1 accelerator"
+architecture = "Hopper (GH100)"
+aliases = ["X1"]
+memory_bytes = 51_539_607_552
+usable_memory_bytes = 50_000_000_000
+memory_type = "HBM3"
+memory_bandwidth_bytes_per_s = 2_000_000_000_000
+peak_flops = { bf16 = 400e12, fp32 = 50e12 }
+tdp_watts = 500
+form_factor = "pcie"
+launch_year = 2026
+interconnect = { pcie = { generation = 5, lanes = 16 } }
+mig = { supported = false, max_instances = 0 }
+[gpu.sources]
+memory_bytes = "our-contract"
+usable_memory_bytes = "our-contract"
+memory_type = "our-contract"
+memory_bandwidth_bytes_per_s = "our-contract"
+peak_flops = "our-contract"
+tdp_watts = "our-contract"
+interconnect = "our-contract"
+mig = "our-contract"
+launch_year = "our-contract"
+"""
+
+
+def test_catalog_file_overrides_and_adds(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.toml"
+    path.write_text(OVERRIDE)
+    with TestClient(app=create_app(Settings(catalog_file=str(path)))) as client:
+        h100 = client.get("/v1/gpus/h100-sxm5-80gb").json()
+        assert h100["price"]["cloud_on_demand"]["usd_per_gpu_hour"] == 1.85
+        assert h100["peak_flops"]["bf16"] == 989.5e12  # untouched fields stay
+        x1 = client.get("/v1/gpus/x1").json()
+        assert x1["id"] == "internal-x1"
+        assert x1["interconnect"]["pcie"]["per_direction_bytes_per_s"] == 63_015_384_615
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[[gpu]]\nid = "h100-sxm5-80gb"\ntdp_watts = -5\n', r"entry `h100-sxm5-80gb`: \$\.tdp_watts"),
+        ('[[gpu]]\nid = "h100-sxm5-80gb"\n[gpu.price.cloud_on_demand]\nusd_per_gpu_hour = 2.0\nsource = "x"\n',
+         r"entry `h100-sxm5-80gb`: \$\.price\.cloud_on_demand: Object missing required field `as_of`"),
+        ('[[gpu]]\nid = "new-one"\nvendor = "nvidia"\n', r"entry `new-one`: .*missing required field"),
+        ('[[gpu]]\nid = "h100-sxm5-80gb"\nusable_memory_bytes = 999_999_999_999\n', "usable_memory_bytes exceeds"),
+        ('[[gpu]]\nid = "h100-sxm5-80gb"\naliases = ["A100 80GB"]\n', "names both"),
+        ('[[gpu]]\nid = "h100-sxm5-80gb"\n[gpu.sources]\ntdp_watts = "nope"\n', r"unknown source id"),
+        ("[[gpu]]\nname = 3\n", "needs a string `id`"),
+        ("colour = 1\n", "unknown top-level key"),
+    ],
+)  # fmt: skip
+def test_catalog_file_errors_name_file_entry_and_field(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "overrides.toml"
+    path.write_text(text)
+    with pytest.raises(CatalogError, match=message) as info:
+        load_catalog(str(path))
+    assert str(path) in str(info.value)
+
+
+def test_unreadable_catalog_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(CatalogError, match="cannot read"):
+        load_catalog(str(tmp_path / "missing.yaml"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gpu: [\n")
+    with pytest.raises(CatalogError, match="not valid YAML"):
+        load_catalog(str(bad))
