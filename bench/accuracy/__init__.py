@@ -1,0 +1,1 @@
+"""Accuracy of the memory estimator against real PyTorch steps (see docs/accuracy.md)."""

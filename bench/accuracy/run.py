@@ -1,0 +1,133 @@
+"""Run accuracy cases: a real CPU step per case against the estimator (runtime cpu).
+
+    python -m bench.accuracy.run [--fast] [--only NAME]
+
+Writes bench/results/accuracy.json and prints the table docs/accuracy.md quotes.
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.accuracy.cases import FAST, GRID, Case
+from bench.accuracy.measure import Measured, measure_inference, measure_training
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Workload
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "amp_bf16": torch.float32}
+
+
+def request_for(case: Case) -> EstimateRequest:
+    return EstimateRequest(
+        model=ModelSpec(hf_config=case.config),
+        workload=Workload(
+            mode=case.mode,  # type: ignore[arg-type]
+            batch_size=case.batch,
+            sequence_length=case.seq,
+            precision=case.precision,  # type: ignore[arg-type]
+            optimizer=case.optimizer,  # type: ignore[arg-type]
+            attention=case.attention,  # type: ignore[arg-type]
+            gradient_checkpointing=case.checkpointing,  # type: ignore[arg-type]
+            gradient_accumulation_steps=case.accumulation,
+            max_new_tokens=case.new_tokens,
+        ),
+        runtime="cpu",
+    )
+
+
+def run_case(case: Case) -> Measured:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    config = dict(case.config)
+    model_type = config.pop("model_type")
+    hf = AutoConfig.for_model(model_type, **config)
+    cls = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
+
+    def build() -> Any:
+        torch.manual_seed(0)
+        model = cls.from_config(
+            hf, attn_implementation=case.attention, dtype=DTYPES[case.precision]
+        )
+        if case.checkpointing == "full":
+            model.gradient_checkpointing_enable()
+        return model
+
+    def batch() -> dict[str, Any]:
+        ids = torch.randint(
+            0, hf.vocab_size, (case.batch, case.seq), generator=torch.Generator().manual_seed(1)
+        )
+        return {"input_ids": ids} if case.mode == "inference" else {"input_ids": ids, "labels": ids}
+
+    if case.mode == "inference":
+        return measure_inference(build, batch, case.new_tokens)
+    optimizers = {
+        "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-4),
+        "adam": lambda m: torch.optim.Adam(m.parameters(), lr=1e-4),
+        "sgd": lambda m: torch.optim.SGD(m.parameters(), lr=1e-4),
+    }
+    autocast = torch.bfloat16 if case.precision == "amp_bf16" else None
+    return measure_training(
+        build, batch, optimizers[case.optimizer], accumulation=case.accumulation, autocast=autocast
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fast", action="store_true")
+    parser.add_argument("--only")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    cases = FAST if args.fast else GRID
+    if args.only:
+        cases = [c for c in cases if args.only in c.name]
+    rows = []
+    catalog = builtin_catalog()
+    for case in cases:
+        started = time.perf_counter()
+        measured = run_case(case)
+        seconds = time.perf_counter() - started
+        result = estimate(request_for(case), catalog)
+        error = (result.peak_bytes - measured.peak_bytes) / measured.peak_bytes
+        rows.append(
+            {
+                "case": case.name,
+                "measured_bytes": measured.peak_bytes,
+                "estimated_bytes": result.peak_bytes,
+                "error": error,
+                "phase": result.peak_phase,
+                "measured_phases": measured.phases,
+                "parameters": measured.parameters,
+                "estimated_parameters": result.parameters,
+                "seconds": round(seconds, 1),
+            }
+        )
+        print(
+            f"{case.name:32s} measured {measured.peak_bytes / 2**20:9.2f} MiB  estimated {result.peak_bytes / 2**20:9.2f} MiB  error {error:+7.2%}  ({result.peak_phase}; {seconds:.0f} s)",
+            flush=True,
+        )
+    errors = [abs(r["error"]) for r in rows]
+    summary = {
+        "cases": len(rows),
+        "median_abs_error": statistics.median(errors),
+        "max_abs_error": max(errors),
+        "within_10pct": sum(e <= 0.10 for e in errors),
+    }
+    print(json.dumps(summary))
+    RESULTS.mkdir(exist_ok=True)
+    name = "accuracy_fast.json" if args.fast else "accuracy.json"
+    if not args.only:
+        (RESULTS / name).write_text(
+            json.dumps({"torch": torch.__version__, "summary": summary, "rows": rows}, indent=2)
+            + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

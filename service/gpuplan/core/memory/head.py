@@ -1,0 +1,64 @@
+"""The parts of a step outside the layers: embeddings, the final norm, logits and loss."""
+
+from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.dims import Dims
+from gpuplan.core.memory.numerics import Numerics
+from gpuplan.core.record import Record
+
+FP32 = 4
+
+
+class HeadCost(Record, kw_only=True):
+    embedding_saved: float
+    """Token ids and whatever the embedding stage keeps for backward."""
+
+    final_saved: float
+    """Final norm (and MLM transform) plus the head's input."""
+
+    logits_saved: float
+    """What the loss keeps for backward (Hugging Face: fp32 log-softmax of every position)."""
+
+    loss_forward: float
+    """Extra bytes alive while the loss is computed, above ``logits_saved``."""
+
+    loss_backward: float
+    """Extra bytes at the loss backward (the gradient of log-softmax and of the logits)."""
+
+
+def head_cost(
+    arch: Architecture, d: Dims, num: Numerics, *, training: bool, head_trains: bool
+) -> HeadCost:
+    m, r, e, ef, tv = num.matmul, num.residual, d.hidden, d.hidden_full, d.logits
+    ids = 8.0 * d.tokens
+    embedding = ids
+    if training and arch.embedding_dropout > 0:
+        embedding += num.dropout_mask * e
+    if arch.family == "bert":
+        embedding += r * e  # embedding LayerNorm input
+    # Final norm (see layers._rms_norm), and the head's input when the head trains (a
+    # frozen head needs only its weight to pass the gradient on).
+    final = (FP32 + (FP32 if num.amp else m)) * e if arch.norm == "rms" else r * e
+    if head_trains:
+        final += (2.0 if num.amp else num.saved_linear_input) * ef
+    if arch.family == "bert":
+        final += 3 * m * ef  # MLM transform: dense input, GELU input, LayerNorm input
+        # BertForMaskedLM takes cross-entropy of the logits in their own dtype.
+        return HeadCost(
+            embedding_saved=embedding,
+            final_saved=final,
+            logits_saved=m * tv,
+            loss_forward=m * tv,
+            loss_backward=2 * m * tv,
+        )
+    # Causal LM loss (transformers ForCausalLMLoss): logits.float(), then cross-entropy,
+    # whose log-softmax output is kept. Its backward holds log-softmax, its gradient and
+    # the logits' gradient, all fp32, at once.
+    softcap = m * tv if arch.logit_softcap else 0.0  # Gemma-2 keeps tanh's output
+    upcast = FP32 * tv if m != FP32 else 0.0
+    return HeadCost(
+        embedding_saved=embedding,
+        final_saved=final + softcap,
+        logits_saved=FP32 * tv,
+        loss_forward=m * tv + upcast,
+        loss_backward=2 * FP32 * tv,
+    )

@@ -1,0 +1,323 @@
+"""What one transformer layer keeps for backward, and what its backward adds on top.
+
+Counted tensor by tensor as PyTorch's autograd saves them in the Hugging Face
+implementations: an op saves exactly what its derivative needs (``q * cos`` saves
+``cos``, not ``q``; a frozen linear saves nothing of its input), a view keeps its
+whole storage alive, and reshaping a transposed view for a batched matmul copies it.
+Each term below names the tensor it stands for; docs/accuracy.md checks the totals
+against real steps.
+
+Units: :class:`Dims` counts elements; everything returned is bytes for one layer,
+one micro-batch, one GPU.
+"""
+
+import msgspec
+
+from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.dims import Dims
+from gpuplan.core.memory.numerics import Numerics
+from gpuplan.core.record import Record
+
+FP32 = 4
+
+# Families whose eager attention runs softmax in fp32 and casts the probabilities back.
+_FP32_SOFTMAX = ("llama", "neox", "opt")
+
+
+class Trainable(Record, kw_only=True):
+    """Which weights train: all of them, or LoRA adapters on some linears."""
+
+    full: bool = True
+    lora_rank: int = 0
+    adapted: frozenset[str] = frozenset()
+    """Hugging Face names of the linears with adapters (q_proj, v_proj, gate_proj, ...)."""
+
+    def saves(self, *modules: str) -> bool:
+        """Does autograd keep the input of these linears (trainable, or adapted)?"""
+        return self.full or any(m in self.adapted for m in modules)
+
+    def adapters(self, *modules: str) -> int:
+        return 0 if self.full else sum(1 for m in modules if m in self.adapted)
+
+
+class Step(Record, kw_only=True):
+    """How the step runs, as far as one layer is concerned."""
+
+    eager: bool
+    """Materialized attention scores (``attention: eager``)."""
+
+    training: bool
+    selective: bool = False
+    """Selective recomputation (Korthikanti et al.): the attention core's s x s tensors
+    are recomputed in the backward instead of kept."""
+
+    trainable: Trainable = msgspec.field(default_factory=Trainable)
+
+
+class LayerCost(Record, kw_only=True):
+    saved: float
+    """Bytes kept for backward until this layer's backward runs."""
+
+    mlp_saved: float
+    """The part of ``saved`` the MLP half of the backward frees (it runs first)."""
+
+    mlp_backward: float
+    """Peak bytes the MLP half of the backward adds above ``saved``."""
+
+    attention_backward: float
+    """Peak bytes the attention half adds above what is left by then."""
+
+    forward_peak: float
+    """Peak bytes of a forward without autograd (inference, recompute), above the layer
+    input and the KV cache."""
+
+    input: float
+    """The layer input: what full activation checkpointing keeps per layer."""
+
+
+def _rms_norm(arch: Architecture, n: float, num: Numerics, trains: bool) -> float:
+    """RMSNorm: an fp32 view of the input (the input itself when fp32) kept by pow and
+    mul, and, when the weight trains, the normalized tensor ``weight *`` multiplies:
+    fp32 under autocast and in Gemma (``x * (1 + weight.float())``), else the dtype."""
+    normalized = 0.0
+    if trains:
+        normalized = FP32 if num.amp or arch.model_type in ("gemma", "gemma2") else num.matmul
+    return (FP32 + normalized) * n
+
+
+def _inputs(n: float, num: Numerics, readers: int) -> float:
+    """A tensor of ``n`` elements kept by ``readers`` linears: shared, except that under
+    autocast each linear keeps its own low-precision cast of an fp32 input."""
+    if readers <= 0:
+        return 0.0
+    if num.amp:
+        return 2.0 * n * readers
+    return num.saved_linear_input * n
+
+
+def _core(
+    arch: Architecture, d: Dims, num: Numerics, step: Step, *, dropout: bool, v_storage: float
+) -> tuple[float, float, float]:
+    """Attention core: (saved, backward peak extra, no-grad forward peak).
+
+    The forward peak counts the query and the head-repeated k and v the core reads,
+    the scores and their softmax; the layer adds the residual stream around it.
+    """
+    eager = step.eager
+    # CPU SDPA has no fused kernel with dropout: its math path materializes the scores,
+    # in fp32 for half inputs (it upcasts q, k and v first).
+    math_fallback = not eager and dropout and num.cpu
+    m = FP32 if math_fallback else num.matmul
+    if eager or math_fallback:
+        repeated = d.kv_heads < d.heads
+        k = m * (d.query if repeated else d.key)  # repeat_kv copies k and v to every head
+        v = m * d.query if repeated or math_fallback else v_storage
+        fp32_softmax = arch.family in _FP32_SOFTMAX and not math_fallback
+        probs = (FP32 + (m if m != FP32 else 0)) * d.scores if fp32_softmax else m * d.scores
+        if arch.attention_softcap:
+            probs += m * d.scores  # tanh keeps its output
+        if dropout:
+            probs += (num.dropout_mask + m) * d.scores  # mask (or CPU noise) and output
+        # Scores, then softmax: fp32 output from half scores, which the CPU kernel first
+        # converts to an fp32 copy (CUDA's kernel reads the half input directly).
+        convert = FP32 * d.scores if fp32_softmax and m != FP32 and num.cpu else 0.0
+        forward = (m + (FP32 if fp32_softmax else m)) * d.scores + convert
+        if step.selective:
+            probs = 0.0  # recomputed in the backward, so the backward holds them again
+        saved = m * d.query + k + v + probs
+        backward = ((m + FP32) if fp32_softmax else 2 * m) * d.scores + (
+            m * d.scores if dropout else 0.0
+        )
+        backward += m * (2 * d.query + d.key) + (forward if step.selective else 0.0)
+        forward += m * d.query + (2 * m * d.query if repeated else 0.0)
+        return saved, backward, forward
+    m = num.matmul
+    # Fused kernels (SDPA flash / memory-efficient) keep q, k, v, their output (counted
+    # as the output projection's input) and one fp32 log-sum-exp per query.
+    saved = m * (d.query + d.key) + v_storage + FP32 * d.lse
+    backward = m * (d.query + 2 * d.key) + (FP32 * d.query if m != FP32 else 0.0)
+    forward = 2 * m * d.query + FP32 * d.lse  # q and the output
+    return saved, backward, forward
+
+
+def _gated_mlp(d_ffn: float, m: int, trains_down: bool) -> float:
+    """gate (for act), act and up (for their product), the product (for down)."""
+    return 3 * m * d_ffn + (m * d_ffn if trains_down else 0.0)
+
+
+def _plain_mlp(arch: Architecture, d_ffn: float, m: int) -> float:
+    """fc1 output kept by the activation, and the activation's output kept by fc2."""
+    if arch.activation == "gelu_new":
+        return 5 * m * d_ffn  # GPT-2's tanh GELU written out keeps x, tanh, 0.5x, 1+tanh
+    if arch.activation == "relu":
+        return m * d_ffn  # relu keeps its output, which is also fc2's input
+    return 2 * m * d_ffn
+
+
+def _moe(arch: Architecture, d: Dims, num: Numerics) -> tuple[float, float, float]:
+    """Routed experts with grouped matmuls: (saved, backward extra, forward peak)."""
+    moe = arch.moe
+    assert moe is not None
+    m = num.matmul
+    pairs = d.tokens * moe.experts_per_token  # (token, expert) pairs
+    pair_h = pairs * arch.hidden_size
+    pair_f = pairs * moe.expert_intermediate_size
+    router = FP32 * d.tokens * moe.num_experts  # fp32 softmax of the router logits
+    # Gathered tokens, gate_up output (kept whole through the gate view), act, act*up,
+    # and the expert output kept by its routing-weight scale.
+    saved = router + m * (2.0 * pair_h + 4.0 * pair_f)
+    if moe.shared_intermediate_size:
+        shared = d.tokens * moe.shared_intermediate_size
+        saved += 4 * m * shared + (m * d.hidden_full if moe.shared_expert_gate else 0.0)
+    return saved, 2 * m * pair_f + m * pair_h, m * (pair_h + 3 * pair_f)
+
+
+def llama_layer(
+    arch: Architecture, d: Dims, num: Numerics, step: Step, *, moe_layer: bool
+) -> LayerCost:
+    """Llama, Mistral, Qwen2/3, Gemma/Gemma-2, Phi-3, Mixtral, Qwen2-MoE, DeepSeek-V3."""
+    t = step.trainable
+    eager = step.eager
+    m, e, ef = num.matmul, d.hidden, d.hidden_full
+    fused = arch.model_type == "phi3"  # qkv_proj and gate_up_proj
+    norm = _rms_norm(arch, e, num, t.full)
+    attn_in = _inputs(
+        ef,
+        num,
+        (1 if fused else 3) if t.full else t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj"),
+    )
+    lora = (
+        t.lora_rank * d.tokens * m * t.adapters("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
+    )
+    qk_norm = (FP32 + m) * (d.query + d.key) if arch.qk_norm else 0.0
+    v_storage = m * (d.query + 2 * d.key) if fused else m * d.key  # phi3's v is a view of qkv
+    core, core_bw, core_fw = _core(arch, d, num, step, dropout=False, v_storage=v_storage)
+    out_in = m * d.query if (not eager or t.saves("o_proj")) else 0.0
+    post_norms = 2 * (FP32 + (FP32 if t.full else 0.0)) * e if arch.norms_per_layer == 4 else 0.0
+    if moe_layer:
+        mlp, mlp_bw, mlp_fw = _moe(arch, d, num)  # forward: gathered tokens and expert temporaries
+        mlp_in = _inputs(ef, num, 1)  # the router, and the gathered copies, read it
+    else:
+        mlp = _gated_mlp(d.ffn, m, t.saves("down_proj"))
+        mlp += (
+            t.lora_rank
+            * d.tokens
+            * m
+            * t.adapters("gate_proj", "up_proj", "down_proj", "gate_up_proj")
+        )
+        mlp_in = _inputs(
+            ef,
+            num,
+            (1 if fused else 2) if t.full else t.adapters("gate_proj", "up_proj", "gate_up_proj"),
+        )
+        mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn  # act(gate), up and their product
+    mlp_half = norm + mlp_in + mlp + post_norms / 2
+    saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
+    return _cost(
+        arch,
+        d,
+        num,
+        saved=saved,
+        mlp_half=mlp_half,
+        mlp_bw=mlp_bw,
+        core_bw=core_bw,
+        forward=max(core_fw, mlp_fw),
+    )
+
+
+def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> LayerCost:
+    """GPT-2, GPT-NeoX, OPT, Falcon and BERT/RoBERTa layers (LayerNorm, plain MLP)."""
+    m, r, e, ef = num.matmul, num.residual, d.hidden, d.hidden_full
+    t, eager = step.trainable, step.eager
+    hidden_drop = step.training and arch.hidden_dropout > 0
+    attn_drop = step.training and arch.attention_dropout > 0
+    mask = num.dropout_mask * e if hidden_drop else 0.0
+    mlp = _plain_mlp(arch, d.ffn, m)
+    family = arch.family
+    qkv_in = _inputs(
+        ef,
+        num,
+        1
+        if t.saves(
+            "c_attn", "query_key_value", "q_proj", "k_proj", "v_proj", "query", "key", "value"
+        )
+        else 0,
+    )
+    fc_in = _inputs(
+        ef, num, 1 if t.saves("c_fc", "dense_h_to_4h", "fc1", "intermediate.dense") else 0
+    )
+    if family == "gpt2":
+        # ln_1 input; c_attn's input; its q/k/v are views, copied for the batched matmul.
+        v_storage = m * d.key if eager else 3 * m * ef  # SDPA keeps the views: c_attn's output
+        core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=v_storage)
+        attn = r * e + qkv_in + core + m * d.query + mask
+        mlp_half = r * e + fc_in + mlp + mask  # ln_2 input (residual sum)
+    elif family == "neox":
+        # One input for both norms (parallel residual); q, k rebuilt by rotary; q, k and
+        # v are split into copies, and the attention output is copied once more before
+        # the dense projection.
+        core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=m * d.key)
+        out_copy = m * d.query if not eager else 0.0
+        attn = r * e + qkv_in + core + m * d.query + out_copy
+        mlp_half = fc_in + mlp + (0.0 if arch.parallel_residual else r * e)
+    elif family == "opt":
+        core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=m * d.key)
+        attn = r * e + qkv_in + core + m * d.query + mask
+        mlp_half = r * e + fc_in + mlp + mask
+    elif family == "falcon":
+        v_storage = m * (d.query + 2 * d.key)  # q, k, v are views of the fused projection
+        core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=v_storage)
+        norms = r * e * (2 if arch.norms_per_layer == 2 else 1)
+        attn = norms + qkv_in + core + m * d.query
+        mlp_half = mlp + (fc_in if arch.norms_per_layer == 2 else 0.0)
+    else:  # bert: post-norm; the layer input is kept by q, k and v
+        core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=m * d.key)
+        attn = qkv_in + core + m * d.query + mask + r * e  # + LN1 input
+        mlp_half = fc_in + mlp + mask + r * e  # + LN2 input
+    mlp_bw = (3 if arch.activation == "gelu_new" else 2) * m * d.ffn
+    # No-grad MLP: fc1's output and the activation's (GPT-2's written-out GELU holds
+    # x, 0.5x and two temporaries at its deepest).
+    mlp_fw = (4 if arch.activation == "gelu_new" else 2) * m * d.ffn
+    return _cost(
+        arch,
+        d,
+        num,
+        saved=attn + mlp_half,
+        mlp_half=mlp_half,
+        mlp_bw=mlp_bw,
+        core_bw=core_bw,
+        forward=max(core_fw, mlp_fw),
+    )
+
+
+def _cost(
+    arch: Architecture,
+    d: Dims,
+    num: Numerics,
+    *,
+    saved: float,
+    mlp_half: float,
+    mlp_bw: float,
+    core_bw: float,
+    forward: float,
+) -> LayerCost:
+    # The norm backward works in fp32 rows: a few temporaries of the residual's size.
+    norm_bw = (3 if arch.norm == "rms" else 2) * FP32 * d.hidden
+    return LayerCost(
+        saved=saved,
+        mlp_saved=mlp_half,
+        mlp_backward=max(mlp_bw, norm_bw),
+        attention_backward=max(core_bw, norm_bw) + num.matmul * d.hidden_full,
+        # Around either half: the residual stream and the norm's output the half reads.
+        forward_peak=forward + num.residual * d.hidden + num.matmul * d.hidden_full,
+        input=num.residual * d.hidden,
+    )
+
+
+def layer_cost(
+    arch: Architecture, d: Dims, num: Numerics, step: Step, *, moe_layer: bool
+) -> LayerCost:
+    """The cost of one layer of ``arch``'s family."""
+    if arch.family == "llama":
+        return llama_layer(arch, d, num, step, moe_layer=moe_layer)
+    return layernorm_layer(arch, d, num, step)

@@ -1,0 +1,118 @@
+"""Exact parameter counts from an :class:`Architecture`.
+
+Counted tensor by tensor as the Hugging Face implementation creates them: biases,
+learned position tables, untied heads and per-head norms all count, and a tied head
+counts once. The model-building path of other estimators (``init_empty_weights``)
+double-counts tied embeddings; this one is checked against transformers itself.
+"""
+
+from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.record import Record
+
+
+class LayerParameters(Record):
+    """Parameters of one transformer layer, split by what they feed."""
+
+    attention: int
+    mlp: int
+    """Dense MLP, or all experts of an MoE layer plus router and shared expert."""
+
+    norms: int
+    active_mlp: int
+    """MLP parameters one token touches (top-k experts plus shared)."""
+
+
+class ParameterCount(Record):
+    total: int
+    embedding: int
+    """Token (and position, type) embeddings, plus any input projection."""
+
+    head: int
+    """The output projection, 0 when tied to the embedding."""
+
+    final: int
+    """Final norm and any head transform (BERT's MLM dense and norm)."""
+
+    layers: list[LayerParameters]
+
+    @property
+    def largest_layer(self) -> int:
+        return max((lp.attention + lp.mlp + lp.norms for lp in self.layers), default=0)
+
+
+def _norm(arch: Architecture, width: int) -> int:
+    return width if arch.norm == "rms" else 2 * width
+
+
+def _dense_mlp(arch: Architecture, width: int) -> int:
+    h = arch.hidden_size
+    if arch.mlp_gated:
+        return 3 * h * width + (2 * width + h if arch.mlp_bias else 0)
+    return 2 * h * width + (width + h if arch.mlp_bias else 0)
+
+
+def _attention(arch: Architecture) -> int:
+    h = arch.hidden_size
+    if arch.mla is not None:
+        m = arch.mla
+        heads = arch.num_heads
+        q = (
+            h * m.q_lora_rank
+            + m.q_lora_rank
+            + m.q_lora_rank * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+            if m.q_lora_rank
+            else h * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        )
+        kv = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        kv += m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+        return q + kv + heads * m.v_head_dim * h
+    q, kv = arch.q_dim, arch.kv_dim
+    count = h * (q + 2 * kv) + q * h
+    if arch.qkv_bias:
+        count += q + 2 * kv
+    if arch.output_bias:
+        count += h
+    if arch.qk_norm:
+        count += 2 * arch.head_dim
+    return count
+
+
+def _is_moe_layer(arch: Architecture, index: int) -> bool:
+    moe = arch.moe
+    if moe is None or index < moe.dense_layers:
+        return False
+    return (index + 1) % moe.layer_frequency == 0
+
+
+def count_parameters(arch: Architecture) -> ParameterCount:
+    h, v = arch.hidden_size, arch.vocab_size
+    layers = []
+    attention = _attention(arch)
+    norms = arch.norms_per_layer * _norm(arch, h)
+    for index in range(arch.num_layers):
+        moe = arch.moe
+        if moe is not None and _is_moe_layer(arch, index):
+            expert = _dense_mlp(arch, moe.expert_intermediate_size)
+            shared = (
+                _dense_mlp(arch, moe.shared_intermediate_size)
+                if moe.shared_intermediate_size
+                else 0
+            )
+            router = h * moe.num_experts
+            gate = h if moe.shared_expert_gate else 0
+            mlp = moe.num_experts * expert + shared + router + gate
+            active = moe.experts_per_token * expert + shared + router + gate
+        else:
+            mlp = active = _dense_mlp(arch, arch.intermediate_size)
+        layers.append(LayerParameters(attention=attention, mlp=mlp, norms=norms, active_mlp=active))
+    word = arch.word_embed_dim or h
+    embedding = v * word + arch.learned_positions * h + arch.token_types * h
+    if arch.word_embed_dim:
+        embedding += 2 * word * h  # OPT project_in and project_out
+    final = _norm(arch, h)
+    head = 0 if arch.tie_word_embeddings else v * word
+    if arch.family == "bert":
+        embedding += _norm(arch, h)  # embedding LayerNorm
+        final = h * h + h + _norm(arch, h) + v  # MLM transform dense, its norm, decoder bias
+    total = embedding + head + final + sum(lp.attention + lp.mlp + lp.norms for lp in layers)
+    return ParameterCount(total=total, embedding=embedding, head=head, final=final, layers=layers)

@@ -1,0 +1,219 @@
+"""The estimate's request and response: the schema of the API, the CLI and plan files.
+
+Bounds are part of the schema: a batch of 10^18 or a sequence of 10^12 tokens is not
+a job anyone runs, and refusing it at the door (422, naming the field) is what keeps
+every later multiplication finite and every request fast.
+"""
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from gpuplan.core.record import Record
+
+Mode = Literal["training", "finetune_lora", "finetune_qlora", "inference"]
+Precision = Literal["fp32", "fp16", "bf16", "amp_fp16", "amp_bf16", "fp8"]
+Optimizer = Literal[
+    "adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"
+]
+Checkpointing = Literal["none", "full", "selective"]
+Attention = Literal["eager", "sdpa", "flash"]
+Quantization = Literal["none", "int8", "int4", "nf4", "fp8"]
+KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
+Runtime = Literal["cuda", "rocm", "cpu"]
+Method = Literal["analytic", "rule_of_thumb"]
+
+Count = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+Degree = Annotated[int, msgspec.Meta(ge=1, le=4096)]
+ParameterCount = Annotated[int, msgspec.Meta(ge=1, le=10**14)]
+Dimension = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+
+
+class ArchitectureHints(Record):
+    """Shape of a model known only by its parameter count; enables activation and KV terms."""
+
+    num_layers: Dimension | None = None
+    hidden_size: Dimension | None = None
+    num_attention_heads: Dimension | None = None
+    num_key_value_heads: Dimension | None = None
+    head_dim: Dimension | None = None
+    intermediate_size: Dimension | None = None
+    """Feed-forward width; default 4 × hidden_size with a plain MLP."""
+
+    vocab_size: Dimension | None = None
+    gated_mlp: bool = True
+    """SwiGLU-style gate and up projections (Llama); false for a GPT-2 style MLP."""
+
+
+class ModelSpec(Record):
+    """The model: exactly one of ``hf_config``, ``name`` or ``parameters``."""
+
+    hf_config: dict[str, Any] | None = None
+    """The contents of a Hugging Face ``config.json`` (read offline; no hub access)."""
+
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    """A built-in preset, e.g. ``llama-3.1-8b`` (``GET /v1/models`` lists them)."""
+
+    parameters: ParameterCount | None = None
+    """A parameter count, for a model with no config at hand."""
+
+    hints: ArchitectureHints | None = None
+    """With ``parameters``: the shape, when known."""
+
+
+class CpuOffload(Record):
+    """ZeRO-Offload / FSDP CPU offload."""
+
+    optimizer: bool = False
+    """Optimizer states (and the fp32 master copy) live in host memory."""
+
+    parameters: bool = False
+    """Parameters live in host memory and are fetched per layer (ZeRO-3 / FSDP only)."""
+
+
+class Parallelism(Record):
+    """How the job is split across GPUs; the estimate is for one GPU."""
+
+    tensor: Degree = 1
+    pipeline: Degree = 1
+    data: Degree = 1
+    expert: Degree = 1
+    sequence_parallel: bool = False
+    """Megatron sequence parallelism: norm and dropout activations split over the TP group."""
+
+    zero_stage: Annotated[int, msgspec.Meta(ge=0, le=3)] = 0
+    """ZeRO / FSDP sharding over the data-parallel group: 1 optimizer states, 2 + gradients,
+    3 + parameters (FSDP FULL_SHARD)."""
+
+    cpu_offload: CpuOffload = msgspec.field(default_factory=CpuOffload)
+
+
+class Lora(Record):
+    """LoRA adapters (PEFT)."""
+
+    rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 16
+    target_modules: Annotated[
+        list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(min_length=1, max_length=32)
+    ] = msgspec.field(default_factory=lambda: ["q_proj", "v_proj"])
+    """Linear layers that get adapters, by their Hugging Face names (``all-linear`` for all)."""
+
+
+class Workload(Record):
+    """What the job does."""
+
+    mode: Mode
+    batch_size: Count = 1
+    """Micro-batch per data-parallel rank (sequences, or images)."""
+
+    sequence_length: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
+    """Tokens per sequence (the prompt length for inference)."""
+
+    image_size: Annotated[int, msgspec.Meta(ge=8, le=16384)] | None = None
+    """Side of a square input image, for vision presets."""
+
+    precision: Precision = "bf16"
+    """``fp32``/``fp16``/``bf16``: weights and activations in that type. ``amp_*``: fp32
+    weights under autocast. ``fp8``: fp8 matmuls (Transformer Engine) with bf16 weights."""
+
+    optimizer: Optimizer = "adamw"
+    gradient_checkpointing: Checkpointing = "none"
+    attention: Attention = "sdpa"
+    """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
+    log-sum-exp per query."""
+
+    gradient_accumulation_steps: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)] = 1
+    parallelism: Parallelism = msgspec.field(default_factory=Parallelism)
+    lora: Lora | None = None
+    """Adapters for ``finetune_lora``/``finetune_qlora`` (default: rank 16 on q_proj, v_proj)."""
+
+    weight_quantization: Quantization = "none"
+    """Inference weight format (``finetune_qlora`` always uses nf4)."""
+
+    kv_cache_dtype: KvCacheDtype = "auto"
+    """``auto``: the activation type."""
+
+    max_new_tokens: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 0
+    """Inference: cache room kept for this many generated tokens per sequence."""
+
+
+class EstimateRequest(Record):
+    """A memory estimate request."""
+
+    model: ModelSpec
+    workload: Workload
+    runtime: Runtime = "cuda"
+    """``cpu`` adds no framework overhead (and models CPU kernels)."""
+
+    method: Method = "analytic"
+    """``rule_of_thumb`` reproduces the seed guide's formula, for comparison only."""
+
+    gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    """A catalog GPU (any lookup form): adds a fit verdict and GPU-specific overheads."""
+
+
+class Breakdown(Record):
+    """Bytes per component at the peak, on one GPU."""
+
+    weights_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    master_weights_bytes: int
+    activations_bytes: int
+    kv_cache_bytes: int
+    temporary_bytes: int
+    framework_overhead_bytes: int
+
+
+class ArchitectureSummary(Record):
+    """The shape the estimate used."""
+
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    num_experts: int
+    experts_per_token: int
+    tie_word_embeddings: bool
+
+
+class Fit(Record):
+    """Whether the job fits the GPU named in the request."""
+
+    gpu: str
+    usable_memory_bytes: int
+    required_bytes: int
+    fits: bool
+    utilization: float
+    """required / usable."""
+
+
+class EstimateResponse(Record):
+    """Peak memory per GPU, with its parts."""
+
+    method: Method
+    parameters: int
+    """Parameters of the whole model."""
+
+    trainable_parameters: int
+    peak_bytes: int
+    """Tensor bytes at the peak: what ``torch.cuda.max_memory_allocated`` reports."""
+
+    total_bytes: int
+    """``peak_bytes`` plus framework overhead (context, workspaces, NCCL, allocator)."""
+
+    required_bytes: int
+    """``total_bytes`` plus the planning headroom (20%)."""
+
+    headroom_fraction: float
+    peak_phase: str
+    """Where in the step the peak falls."""
+
+    breakdown: Breakdown
+    architecture: ArchitectureSummary | None
+    assumptions: list[str]
+    warnings: list[str]
+    fit: Fit | None = None
