@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from gpuplan import __version__
+from gpuplan.cli_estimate import estimate_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -100,3 +101,6 @@ def openapi(fmt: str, output: Path | None) -> None:
 def version() -> None:
     """Print the version."""
     click.echo(__version__)
+
+
+main.add_command(estimate_command)
