@@ -144,19 +144,39 @@ class _Advisor:
             f"({usable / GiB:.1f} GiB usable on {self.gpu.id})",
         )
 
-    def _combine(self, steps: list[tuple[str, Workload]]) -> Advice | None:
-        """Apply job-preserving changes in order until the job fits; None if it never does."""
+    def _combine(self, steps: list[tuple[str, Workload, Layout]]) -> Advice | None:
+        """The fewest of ``steps`` that together make the job fit; None if all do not.
+
+        Greedy: apply the steps in order until the job fits, then drop each step
+        whose removal still fits (a later step may have made it unnecessary).
+        """
+        for count in range(2, len(steps) + 1):
+            if self._fits(steps[:count]):
+                chosen = steps[:count]
+                break
+        else:
+            return None
+        for step in list(chosen[:-1]):
+            trial = [s for s in chosen if s is not step]
+            if self._fits(trial):
+                chosen = trial
+        if len(chosen) < 2:
+            return None
+        w, layout = self._apply(chosen)
+        return self._advice(" + ".join(n for n, _, _ in chosen), w, "together", layout)
+
+    def _apply(self, steps: list[tuple[str, Workload, Layout]]) -> tuple[Workload, Layout]:
         w = self.job.workload
-        names: list[str] = []
-        for name, changed in steps:
+        layout = ONE
+        for _, changed, step_layout in steps:
             w = _merge(w, changed, self.job.workload)
-            names.append(name)
-            after = self.oracle.required(w, self.gpu)
-            if after is not None and after <= self.gpu.usable_memory_bytes:
-                if len(names) < 2:
-                    return None
-                return self._advice(" + ".join(names), w, "together")
-        return None
+            layout = OFFLOAD if step_layout is OFFLOAD else layout
+        return w, layout
+
+    def _fits(self, steps: list[tuple[str, Workload, Layout]]) -> bool:
+        w, layout = self._apply(steps)
+        after = self.oracle.required(with_layout(w, layout), self.gpu)
+        return after is not None and after <= self.gpu.usable_memory_bytes
 
     # -- training
     def training(self) -> list[Advice]:
@@ -174,7 +194,7 @@ class _Advisor:
                     ONE,
                 )
             )
-        if w.precision.startswith("amp_"):
+        if w.precision == "fp32" or w.precision.startswith("amp_"):
             options.append(
                 (
                     half,
@@ -265,11 +285,21 @@ class _Advisor:
         if shard is not None:
             out.append(shard)
         if not any(a.fits_after for a in out if a.count == 1):
-            steps = [
-                (n, ww)
-                for n, ww, _, lay in options
-                if lay is ONE and not n.startswith("mode=") and n != "precision=fp8"
-            ]
+            # Job-preserving changes, cheapest in time first; then the changes of job
+            # (LoRA, QLoRA) when those are not enough. Pure 16-bit supersedes AMP.
+            order = ("bf16", "fp16", "amp_", "micro-batch", "optimizer=", "gradient_checkpointing=s",
+                     "gradient_checkpointing=f", "cpu_offload", "mode=finetune_lora",
+                     "mode=finetune_qlora")  # fmt: skip
+            names = [n for n, _, _, _ in options]
+            steps = sorted(
+                (
+                    (n, ww, lay)
+                    for n, ww, _, lay in options
+                    if n != "precision=fp8"
+                    and not (n.startswith("amp_") and ("bf16" in names or "fp16" in names))
+                ),
+                key=lambda step: next(i for i, p in enumerate(order) if step[0].startswith(p)),
+            )
             combo = self._combine(steps)
             if combo is not None:
                 out.append(combo)
@@ -349,7 +379,7 @@ class _Advisor:
             if a is not None:
                 out.append(a)
         if not any(a.fits_after for a in out if a.count == 1):
-            steps = [(n, ww) for n, ww, _ in options if n != "weight_quantization=int8"]
+            steps = [(n, ww, ONE) for n, ww, _ in options if n != "weight_quantization=int8"]
             combo = self._combine(list(reversed(steps)))
             if combo is not None:
                 out.append(combo)

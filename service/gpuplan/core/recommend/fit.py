@@ -42,11 +42,32 @@ class MemoryOracle:
         self._catalog = catalog
         self._responses: dict[bytes, EstimateResponse | None] = {}
         self._required: dict[tuple[bytes, str, str], int] = {}
+        self._laid: dict[
+            tuple[int, int, int, int, int, bool], tuple[Workload, Workload, bytes]
+        ] = {}
         self.calls = 0
 
-    def response(self, workload: Workload) -> EstimateResponse | None:
+    def laid_out(self, workload: Workload, layout: Layout) -> tuple[Workload, bytes]:
+        """``with_layout(workload, layout)`` and its memo key, built once per request."""
+        k = (
+            id(workload),
+            layout.tensor,
+            layout.pipeline,
+            layout.data,
+            layout.zero_stage,
+            layout.cpu_offload_optimizer,
+        )
+        hit = self._laid.get(k)
+        if hit is None:
+            laid = with_layout(workload, layout)
+            # The entry keeps ``workload`` alive, so its id cannot be reused meanwhile.
+            hit = (workload, laid, msgspec.json.encode(laid))
+            self._laid[k] = hit
+        return hit[1], hit[2]
+
+    def response(self, workload: Workload, key: bytes | None = None) -> EstimateResponse | None:
         """The GPU-independent estimate; None when the estimator refuses the layout."""
-        key = msgspec.json.encode(workload)
+        key = key if key is not None else msgspec.json.encode(workload)
         if key in self._responses:
             return self._responses[key]
         if self.calls >= MAX_ESTIMATES:
@@ -61,14 +82,14 @@ class MemoryOracle:
         self._responses[key] = result
         return result
 
-    def required(self, workload: Workload, gpu: GpuSpec) -> int | None:
+    def required(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
         """``required_bytes`` on ``gpu`` (its runtime: ROCm for AMD, CUDA otherwise)."""
-        key = msgspec.json.encode(workload)
+        key = key if key is not None else msgspec.json.encode(workload)
         runtime = runtime_of(gpu)
         memo = (key, gpu.architecture, runtime)
         if memo in self._required:
             return self._required[memo]
-        base = self.response(workload)
+        base = self.response(workload, key)
         if base is None:
             return None
         b = base.breakdown

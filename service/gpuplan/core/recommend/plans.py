@@ -258,13 +258,20 @@ def _training_shape(w: Workload, arch: Architecture | None, trainable: int) -> T
 
 
 def time_training(
-    job: Job, ctx: GpuContext, layout: Layout, trainable: int, c: Constraints
+    job: Job,
+    ctx: GpuContext,
+    layout: Layout,
+    trainable: int,
+    c: Constraints,
+    *,
+    oracle: MemoryOracle | None = None,
 ) -> tuple[float, float, float]:
     """(job seconds, trained tokens/s, delivered model FLOP/s) of ``layout``."""
     assert ctx.rate is not None
+    laid = oracle.laid_out(job.workload, layout)[0] if oracle else with_layout(job.workload, layout)
     step = training_step(
         job.flops,
-        _training_shape(with_layout(job.workload, layout), job.arch, trainable),
+        _training_shape(laid, job.arch, trainable),
         tp=layout.tensor,
         pp=layout.pipeline,
         dp=layout.data,
@@ -338,19 +345,15 @@ def training_plans(
             ladder = [lay for lay in ladder if not _is_ddp(lay)] or ladder
         # The most sharded layouts need the least memory: when neither fits, none does,
         # and the rest of the ladder is not estimated for this GPU.
-        order = ladder[-2:][::-1] + ladder[:-2][::-1]
-        sized: list[tuple[Layout, int]] = []
-        for index, layout in enumerate(order):
-            required = oracle.required(with_layout(job.workload, layout), gpu)
-            if required is not None:
-                sized.append((layout, required))
-            if index == min(1, len(order) - 1) and all(r > usable for _, r in sized):
-                break
-        fitting = [(lay, req) for lay, req in sized if req <= usable]
-        ddp_missed = ddp_missed or any(_is_ddp(lay) and req > usable for lay, req in sized)
-        if not fitting:
-            if sized:
-                layout, required = min(sized, key=lambda x: x[1])
+        sized: dict[int, int | None] = {}
+        tail = [
+            _size(oracle, job, gpu=gpu, ladder=ladder, index=i, sized=sized)
+            for i in range(max(len(ladder) - 2, 0), len(ladder))
+        ]
+        if not any(r is not None and r <= usable for r in tail):
+            known = [(ladder[i], r) for i, r in sized.items() if r is not None]
+            if known:
+                layout, required = min(known, key=lambda x: x[1])
                 miss = Plan(
                     gpu=gpu,
                     count=count,
@@ -361,11 +364,23 @@ def training_plans(
                 )
             count *= 2
             continue
-        first_fit = first_fit or count
-        timed = [(time_training(job, ctx, lay, trainable, c), lay, req) for lay, req in fitting]
-        (seconds, tokens_per_s, delivered), layout, required = min(
-            timed, key=lambda x: (x[0][0], ladder.index(x[1]))
+        # Time every layout (no estimate needed), then size them fastest first: the
+        # first that fits is the fastest that fits.
+        timed = sorted(
+            (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
+            for i, lay in enumerate(ladder)
         )
+        chosen = None
+        for timing, index in timed:
+            size = _size(oracle, job, gpu=gpu, ladder=ladder, index=index, sized=sized)
+            if size is not None and size <= usable:
+                chosen = (timing, ladder[index], size)
+                break
+            if _is_ddp(ladder[index]):
+                ddp_missed = True
+        assert chosen is not None  # a tail layout fits
+        first_fit = first_fit or count
+        (seconds, tokens_per_s, delivered), layout, required = chosen
         plan = Plan(
             gpu=gpu,
             count=count,
@@ -390,6 +405,22 @@ def training_plans(
                 break
         count *= 2
     return plans, miss
+
+
+def _size(
+    oracle: MemoryOracle,
+    job: Job,
+    *,
+    gpu: GpuSpec,
+    ladder: list[Layout],
+    index: int,
+    sized: dict[int, int | None],
+) -> int | None:
+    """``required_bytes`` of ``ladder[index]`` on ``gpu``, remembered in ``sized``."""
+    if index not in sized:
+        laid, key = oracle.laid_out(job.workload, ladder[index])
+        sized[index] = oracle.required(laid, gpu, key)
+    return sized[index]
 
 
 def _is_ddp(layout: Layout) -> bool:
@@ -440,9 +471,9 @@ def inference_plans(
         if not _multi_ok(gpu, tp, c):
             break
         layout = Layout(tensor=tp, pipeline=1, data=1, zero_stage=0)
-        workload = with_layout(job.workload, layout)
-        required = oracle.required(workload, gpu)
-        base = oracle.response(workload)
+        workload, key = oracle.laid_out(job.workload, layout)
+        required = oracle.required(workload, gpu, key)
+        base = oracle.response(workload, key)
         if required is None or base is None:
             continue
         if required > usable:
