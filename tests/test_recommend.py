@@ -285,7 +285,8 @@ def test_tensor_parallel_over_pcie_is_penalized() -> None:
     shape = TrainingShape(
         batch_size=1, seq=4096, accumulation=1, checkpointing="none", causal_skip=True,
         frozen_base=False, hidden_size=4096, num_layers=32, activation_bytes=2,
-        trainable_parameters=7_000_000_000, gradient_bytes=2, weight_bytes=2,
+        trainable_parameters=7_000_000_000, parameters=7_000_000_000, gradient_bytes=2,
+        weight_bytes=2,
     )  # fmt: skip
 
     def step(link: Link) -> float:

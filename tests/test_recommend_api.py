@@ -84,3 +84,17 @@ def test_malformed_json(client: TestClient) -> None:  # type: ignore[type-arg]
     response = client.post(PATH, content=b"{not json", headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_measured_flops_use_catalog_precisions(client: TestClient) -> None:  # type: ignore[type-arg]
+    bad = _body(measured_flops={"h100-sxm5-80gb": {"bf17": 1e14}})
+    response = client.post(PATH, json=bad)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    # msgspec reports a bad dict key as "at `key` in `$.measured_flops[...]`"
+    assert "$.measured_flops" in response.json()["detail"]
+    good = _body(measured_flops={"NVIDIA H100 80GB HBM3": {"bf16": 5e14}})
+    body = client.post(PATH, json=good).json()
+    sources = {r["gpu"]: r["source"] for r in body["recommendations"]}
+    assert sources["h100-sxm5-80gb"] == "measured"
+    assert sources["a100-sxm4-80gb"] == "catalog"

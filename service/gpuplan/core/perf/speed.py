@@ -9,9 +9,11 @@ takes the larger of bytes / (bandwidth × MBU) and FLOPs / (peak × MFU): batchi
 amortizes the weight reads until compute takes over (the roofline's ridge).
 """
 
+from collections.abc import Mapping
 from typing import Literal
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.schema import Precision as WorkloadPrecision
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token, training_flops_per_token
@@ -37,23 +39,24 @@ class Rate(Record, kw_only=True):
     note: str | None = None
 
 
-def _paths(precision: WorkloadPrecision) -> tuple[str, ...]:
+def _paths(precision: WorkloadPrecision) -> tuple[CatalogPrecision, ...]:
     """Catalog precisions that can run the workload's matmuls, best first."""
-    return {
+    paths: dict[str, tuple[CatalogPrecision, ...]] = {
         "fp32": ("fp32",),
         "fp16": ("fp16",),
         "amp_fp16": ("fp16",),
         "bf16": ("bf16", "fp32"),
         "amp_bf16": ("bf16", "fp32"),
         "fp8": ("fp8", "bf16", "fp16"),
-    }[precision]
+    }
+    return paths[precision]
 
 
 def achieved_rate(
     gpu: GpuSpec,
     precision: WorkloadPrecision,
     mfu: float,
-    measured: dict[str, float] | None = None,
+    measured: Mapping[CatalogPrecision, float] | None = None,
 ) -> Rate | None:
     """The rate for ``precision`` on ``gpu``; None when the GPU has no usable path.
 
@@ -64,7 +67,7 @@ def achieved_rate(
     """
     paths = _paths(precision)
     for index, key in enumerate(paths):
-        peak = gpu.peak_flops.get(key)  # type: ignore[call-overload]
+        peak = gpu.peak_flops.get(key)
         if peak is None:
             continue
         note = None
@@ -103,6 +106,9 @@ class TrainingShape(Record, kw_only=True):
     num_layers: int
     activation_bytes: int
     trainable_parameters: int
+    parameters: int
+    """All parameters: a ZeRO-3 gather moves frozen ones too (LoRA's base)."""
+
     gradient_bytes: int
     """Bytes per gradient element the data-parallel collective moves."""
 
@@ -166,13 +172,14 @@ def training_step(
     tensor = m * layers * per_layer * all_reduce_seconds(message, tp, links.tensor)
     pipeline = m * 2 * transfer_seconds(message, links.pipeline) if pp > 1 else 0.0
     local = shape.trainable_parameters / (tp * pp)
+    held = max(shape.parameters, shape.trainable_parameters) / (tp * pp)
     backward_share = (
         hw_f - forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
     ) / hw_f
     if zero_stage == 3:
         # FSDP / ZeRO-3: gather parameters for forward and for backward, reduce-scatter
         # gradients, every micro-batch; prefetching hides them behind all compute.
-        per_micro = 2 * all_gather_seconds(local * shape.weight_bytes, dp, links.data)
+        per_micro = 2 * all_gather_seconds(held * shape.weight_bytes, dp, links.data)
         per_micro += all_gather_seconds(local * shape.gradient_bytes, dp, links.data)
         data = max(0.0, m * per_micro - overlap * compute)
     else:

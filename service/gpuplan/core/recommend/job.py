@@ -6,6 +6,7 @@ from typing import TypeVar
 import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
+from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.estimate import resolve_model
 from gpuplan.core.memory.parameters import count_parameters
@@ -42,7 +43,7 @@ class Job(Record, kw_only=True):
     energy: EnergyInputs
     owned: OnPremInputs
     overlap: float
-    measured: dict[str, dict[str, float]]
+    measured: dict[str, dict[CatalogPrecision, float]]
     """Catalog id -> precision -> measured FLOP/s."""
 
     prices: dict[str, PriceOverride]

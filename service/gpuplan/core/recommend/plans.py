@@ -239,7 +239,9 @@ def _links(job: Job, gpu: GpuSpec, layout: Layout, c: Constraints) -> LayoutLink
     )
 
 
-def _training_shape(w: Workload, arch: Architecture | None, trainable: int) -> TrainingShape:
+def _training_shape(
+    w: Workload, arch: Architecture | None, trainable: int, parameters: int
+) -> TrainingShape:
     wide = w.precision == "fp32" or w.precision.startswith("amp_")
     return TrainingShape(
         batch_size=w.batch_size,
@@ -252,6 +254,7 @@ def _training_shape(w: Workload, arch: Architecture | None, trainable: int) -> T
         num_layers=arch.num_layers if arch else 1,
         activation_bytes=4 if w.precision == "fp32" else 2,
         trainable_parameters=trainable,
+        parameters=parameters,
         gradient_bytes=4 if wide else 2,
         weight_bytes=4 if wide else 2,
     )
@@ -271,7 +274,7 @@ def time_training(
     laid = oracle.laid_out(job.workload, layout)[0] if oracle else with_layout(job.workload, layout)
     step = training_step(
         job.flops,
-        _training_shape(laid, job.arch, trainable),
+        _training_shape(laid, job.arch, trainable, job.parameters),
         tp=layout.tensor,
         pp=layout.pipeline,
         dp=layout.data,

@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.catalog.model import Vendor
 from gpuplan.core.memory.schema import ModelSpec, Runtime, Workload
 from gpuplan.core.record import Record
@@ -137,7 +138,7 @@ class RecommendRequest(Record, kw_only=True):
 
     efficiency: Efficiency = msgspec.field(default_factory=Efficiency)
     measured_flops: Annotated[
-        dict[GpuName, dict[str, Annotated[float, msgspec.Meta(gt=0, le=1e18)]]],
+        dict[GpuName, dict[CatalogPrecision, Annotated[float, msgspec.Meta(gt=0, le=1e18)]]],
         msgspec.Meta(max_length=64),
     ] = {}
     """Live-fleet measured dense FLOP/s per GPU (any lookup name) and catalog precision
