@@ -20,6 +20,7 @@ import msgspec
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.estimate import HEADROOM
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link, group_link
 from gpuplan.core.perf.cost import energy_kwh, on_prem_usd_per_gpu_hour
@@ -336,52 +337,31 @@ def training_plans(
     first_fit: int | None = None
     best_speed = math.inf
     stale = 0
-    ddp_missed = False
+    bounds = _replica_bounds(oracle, job, gpu)
     while count <= c.max_gpus_per_job:
         if first_fit is not None and objective in ("cheapest", "energy") and count > 2 * first_fit:
             break
         if not _multi_ok(gpu, count, c):
             break
         ladder = training_ladder(job, count, c)
-        if ddp_missed:
+        if bounds[0] > usable:
             # DDP keeps a full replica per GPU: more ranks never shrink it.
             ladder = [lay for lay in ladder if not _is_ddp(lay)] or ladder
-        # The most sharded layouts need the least memory: when neither fits, none does,
-        # and the rest of the ladder is not estimated for this GPU.
-        sized: dict[int, int | None] = {}
-        tail = [
-            _size(oracle, job, gpu=gpu, ladder=ladder, index=i, sized=sized)
-            for i in range(max(len(ladder) - 2, 0), len(ladder))
-        ]
-        if not any(r is not None and r <= usable for r in tail):
-            known = [(ladder[i], r) for i, r in sized.items() if r is not None]
-            if known:
-                layout, required = min(known, key=lambda x: x[1])
+        chosen, smallest = _fit_at(
+            job, ctx, oracle, c, ladder=ladder, bounds=bounds, trainable=trainable
+        )
+        if chosen is None:
+            if smallest is not None:
                 miss = Plan(
                     gpu=gpu,
                     count=count,
-                    layout=layout,
-                    required=required,
+                    layout=smallest[0],
+                    required=smallest[1],
                     fits=False,
                     admissible=False,
                 )
             count *= 2
             continue
-        # Time every layout (no estimate needed), then size them fastest first: the
-        # first that fits is the fastest that fits.
-        timed = sorted(
-            (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
-            for i, lay in enumerate(ladder)
-        )
-        chosen = None
-        for timing, index in timed:
-            size = _size(oracle, job, gpu=gpu, ladder=ladder, index=index, sized=sized)
-            if size is not None and size <= usable:
-                chosen = (timing, ladder[index], size)
-                break
-            if _is_ddp(ladder[index]):
-                ddp_missed = True
-        assert chosen is not None  # a tail layout fits
         first_fit = first_fit or count
         (seconds, tokens_per_s, delivered), layout, required = chosen
         plan = Plan(
@@ -408,6 +388,81 @@ def training_plans(
                 break
         count *= 2
     return plans, miss
+
+
+_Timing = tuple[float, float, float]
+
+
+def _fit_at(
+    job: Job,
+    ctx: GpuContext,
+    oracle: MemoryOracle,
+    c: Constraints,
+    *,
+    ladder: list[Layout],
+    bounds: tuple[float, float, float],
+    trainable: int,
+) -> tuple[tuple[_Timing, Layout, int] | None, tuple[Layout, int] | None]:
+    """(the fastest layout of ``ladder`` that fits, else None; the smallest one sized)."""
+    gpu = ctx.gpu
+    usable = gpu.usable_memory_bytes
+    sized: dict[int, int | None] = {}
+    # The most sharded layouts need the least memory: when neither fits, none does,
+    # and the rest of the ladder is not estimated for this GPU.
+    tail = [
+        _size(oracle, job, gpu=gpu, ladder=ladder, index=i, sized=sized)
+        for i in range(max(len(ladder) - 2, 0), len(ladder))
+    ]
+    if not any(r is not None and r <= usable for r in tail):
+        known = [(ladder[i], r) for i, r in sized.items() if r is not None]
+        return None, min(known, key=lambda x: x[1]) if known else None
+    # Time every layout (no estimate needed), then size them fastest first: the
+    # first that fits is the fastest that fits.
+    timed = sorted(
+        (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
+        for i, lay in enumerate(ladder)
+    )
+    for timing, index in timed:
+        if index not in sized and _bound(ladder[index], bounds) > usable:
+            continue  # keeps more per GPU than fits, whatever the rank count
+        size = _size(oracle, job, gpu=gpu, ladder=ladder, index=index, sized=sized)
+        if size is not None and size <= usable:
+            return (timing, ladder[index], size), None
+    raise AssertionError("unreachable: a tail layout fits")
+
+
+def _replica_bounds(oracle: MemoryOracle, job: Job, gpu: GpuSpec) -> tuple[float, float, float]:
+    """Lower bounds of ``required_bytes`` under DDP, ZeRO-1 and ZeRO-2 at any rank count.
+
+    DDP shards nothing, so it needs at least what one unsharded GPU needs. ZeRO-1/2 keep
+    the full weights and every activation: at the unsharded peak's moment they hold at
+    least its bytes less the optimizer states, master weights and gradients they shard.
+    A bound only ever skips estimating a layout that cannot fit; it never claims a fit.
+    """
+    base = oracle.response(job.workload)
+    if base is None:
+        return (0.0, 0.0, 0.0)
+    b = base.breakdown
+    required = oracle.required(job.workload, gpu) or 0
+    # Weights, activations and cache at the unsharded peak; what ZeRO shards (states,
+    # gradients) and the temporaries that shrink with them are left out.
+    kept = (
+        base.peak_bytes
+        - b.optimizer_state_bytes
+        - b.master_weights_bytes
+        - b.gradients_bytes
+        - b.temporary_bytes
+    )
+    zero_2 = kept * (1 + HEADROOM)
+    zero_1 = (kept + b.gradients_bytes) * (1 + HEADROOM)
+    return (float(required), zero_1, zero_2)
+
+
+def _bound(layout: Layout, bounds: tuple[float, float, float]) -> float:
+    """The lower bound of ``_replica_bounds`` that applies to ``layout`` (0: none)."""
+    if layout.tensor == layout.pipeline == 1 and layout.zero_stage <= 2:
+        return bounds[layout.zero_stage]
+    return 0.0
 
 
 def _size(
