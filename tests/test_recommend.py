@@ -395,6 +395,26 @@ def test_advice_makes_a_job_fit_the_preferred_gpu_with_computed_effects() -> Non
     assert advice["optimizer=adamw_8bit"].required_bytes_after == direct.required_bytes
 
 
+def test_zero_3_advice_names_the_fewest_gpus() -> None:
+    body = train("llama-2-7b", gradient_checkpointing="full")
+    body["constraints"] = {"preferred_gpu": "rtx-4090"}
+    advice = {
+        a.change: a for a in recommend(req(**body), CATALOG).advice if a.gpu == "rtx-4090-24gb"
+    }
+    zero = advice["zero_stage=3"]
+    assert zero.fits_after
+    assert zero.count >= 2
+    oracle = MemoryOracle(ModelSpec(name="llama-2-7b"), CATALOG)
+    gpu = CATALOG.get("rtx-4090-24gb")
+    fewer = Workload(
+        mode="training", sequence_length=4096, gradient_checkpointing="full",
+        parallelism=Parallelism(data=zero.count // 2, zero_stage=3),
+    )  # fmt: skip
+    assert oracle.required(fewer, gpu) > gpu.usable_memory_bytes
+    assert advice["mode=finetune_lora"].fits_after
+    assert advice["precision=fp8"].time_factor == pytest.approx(0.5, rel=0.05)  # Ada's FP8 path
+
+
 def test_a_single_change_that_fits_needs_no_combination() -> None:
     body = train("gpt2", sequence_length=1024, precision="fp32", batch_size=32)
     body["constraints"] = {"preferred_gpu": "rtx-3050-8gb"}

@@ -180,110 +180,13 @@ class _Advisor:
 
     # -- training
     def training(self) -> list[Advice]:
-        w = self.job.workload
-        g = self.gpu
-        half = "bf16" if "bf16" in g.peak_flops else "fp16"
-        r = msgspec.structs.replace
-        options: list[tuple[str, Workload, str, Layout]] = []
-        if w.precision == "fp32":
-            options.append(
-                (
-                    f"amp_{half}",
-                    r(w, precision=f"amp_{half}"),
-                    "automatic mixed precision: 16-bit matmuls on tensor cores, fp32 weights",
-                    ONE,
-                )
-            )
-        if w.precision == "fp32" or w.precision.startswith("amp_"):
-            options.append(
-                (
-                    half,
-                    r(w, precision=half),
-                    "pure 16-bit weights and optimizer states (check numerics; Kahan summation or an fp32 master helps)",
-                    ONE,
-                )
-            )
-        if w.gradient_checkpointing == "none":
-            options.append(
-                (
-                    "gradient_checkpointing=selective",
-                    r(w, gradient_checkpointing="selective"),
-                    "recompute the attention core only (Korthikanti et al.): small compute cost",
-                    ONE,
-                )
-            )
-        if w.gradient_checkpointing != "full":
-            options.append(
-                (
-                    "gradient_checkpointing=full",
-                    r(w, gradient_checkpointing="full"),
-                    "recompute each layer's forward in backward: about one extra forward (+33% of a 6N step)",
-                    ONE,
-                )
-            )
-        if w.batch_size > 1:
-            options.append(
-                (
-                    f"micro-batch 1 x gradient_accumulation {w.batch_size * w.gradient_accumulation_steps}",
-                    r(
-                        w,
-                        batch_size=1,
-                        gradient_accumulation_steps=w.batch_size * w.gradient_accumulation_steps,
-                    ),
-                    "same global batch in smaller micro-batches (small micro-batches run at lower MFU in practice)",
-                    ONE,
-                )
-            )
-        if w.optimizer in ("adam", "adamw") and w.mode == "training":
-            options.append(
-                (
-                    "optimizer=adamw_8bit",
-                    r(w, optimizer="adamw_8bit"),
-                    "bitsandbytes 8-bit AdamW states",
-                    ONE,
-                )
-            )
-        if w.mode == "training":
-            options.append(
-                (
-                    "cpu_offload.optimizer",
-                    w,
-                    "ZeRO-Offload: optimizer states and fp32 master in host memory; the step waits on PCIe transfers (CPU Adam time not modelled)",
-                    OFFLOAD,
-                )
-            )
-            options.append(
-                (
-                    "mode=finetune_lora",
-                    r(w, mode="finetune_lora"),
-                    "LoRA adapters instead of full training: a frozen base needs no gradients or optimizer states for it (a different job: fine-tuning)",
-                    ONE,
-                )
-            )
-        if w.mode in ("training", "finetune_lora"):
-            options.append(
-                (
-                    "mode=finetune_qlora",
-                    r(w, mode="finetune_qlora"),
-                    "QLoRA: NF4 base weights with LoRA adapters (a different job: fine-tuning; dequantization overhead not modelled)",
-                    ONE,
-                )
-            )
-        if "fp8" in g.peak_flops and w.precision in ("bf16", "amp_bf16", "fp16", "amp_fp16"):
-            options.append(
-                (
-                    "precision=fp8",
-                    r(w, precision="fp8"),
-                    f"FP8 matmuls (Transformer Engine) on {g.id}'s FP8 path",
-                    ONE,
-                )
-            )
+        options = _training_options(self.job.workload, self.gpu)
         out = [
             a for a in (self._advice(n, ww, d, lay) for n, ww, d, lay in options) if a is not None
         ]
-        shard = self._shard_training()
-        if shard is not None:
-            out.append(shard)
+        for shard in (self._zero_training(), self._shard_training()):
+            if shard is not None:
+                out.append(shard)
         if not any(a.fits_after for a in out if a.count == 1):
             # Job-preserving changes, cheapest in time first; then the changes of job
             # (LoRA, QLoRA) when those are not enough. Pure 16-bit supersedes AMP.
@@ -304,6 +207,30 @@ class _Advisor:
             if combo is not None:
                 out.append(combo)
         return out
+
+    def _zero_training(self) -> Advice | None:
+        """ZeRO-3 / FSDP full shard over the fewest GPUs of this model that fit it."""
+        c = self.request.constraints
+        if self.job.workload.mode != "training" or (
+            c.required_interconnect == "nvlink" and self.gpu.interconnect.gpu_link is None
+        ):
+            return None
+        count = 2
+        while count <= min(c.max_gpus_per_job, 64):
+            layout = Layout(tensor=1, pipeline=1, data=count, zero_stage=3)
+            laid, key = self.oracle.laid_out(self.job.workload, layout)
+            after = self.oracle.required(laid, self.gpu, key)
+            if after is not None and after <= self.gpu.usable_memory_bytes:
+                a = self._advice(
+                    "zero_stage=3",
+                    self.job.workload,
+                    f"ZeRO-3 / FSDP full shard of parameters, gradients and optimizer states over "
+                    f"{count} GPUs (activations are not sharded)",
+                    layout,
+                )
+                return a
+            count *= 2
+        return None
 
     def _shard_training(self) -> Advice | None:
         plans, _ = training_plans(
@@ -384,6 +311,107 @@ class _Advisor:
             if combo is not None:
                 out.append(combo)
         return out
+
+
+def _training_options(w: Workload, g: GpuSpec) -> list[tuple[str, Workload, str, Layout]]:
+    """Each single change of a training workload: (name, changed workload, why, layout)."""
+    half = "bf16" if "bf16" in g.peak_flops else "fp16"
+    r = msgspec.structs.replace
+    options: list[tuple[str, Workload, str, Layout]] = []
+    if w.precision == "fp32":
+        options.append(
+            (
+                f"amp_{half}",
+                r(w, precision=f"amp_{half}"),
+                "automatic mixed precision: 16-bit matmuls on tensor cores, fp32 weights",
+                ONE,
+            )
+        )
+    if w.precision == "fp32" or w.precision.startswith("amp_"):
+        options.append(
+            (
+                half,
+                r(w, precision=half),
+                "pure 16-bit weights and optimizer states (check numerics; Kahan summation or an fp32 master helps)",
+                ONE,
+            )
+        )
+    if w.gradient_checkpointing == "none":
+        options.append(
+            (
+                "gradient_checkpointing=selective",
+                r(w, gradient_checkpointing="selective"),
+                "recompute the attention core only (Korthikanti et al.): small compute cost",
+                ONE,
+            )
+        )
+    if w.gradient_checkpointing != "full":
+        options.append(
+            (
+                "gradient_checkpointing=full",
+                r(w, gradient_checkpointing="full"),
+                "recompute each layer's forward in backward: about one extra forward (+33% of a 6N step)",
+                ONE,
+            )
+        )
+    if w.batch_size > 1:
+        options.append(
+            (
+                f"micro-batch 1 x gradient_accumulation {w.batch_size * w.gradient_accumulation_steps}",
+                r(
+                    w,
+                    batch_size=1,
+                    gradient_accumulation_steps=w.batch_size * w.gradient_accumulation_steps,
+                ),
+                "same global batch in smaller micro-batches (small micro-batches run at lower MFU in practice)",
+                ONE,
+            )
+        )
+    if w.optimizer in ("adam", "adamw") and w.mode == "training":
+        options.append(
+            (
+                "optimizer=adamw_8bit",
+                r(w, optimizer="adamw_8bit"),
+                "bitsandbytes 8-bit AdamW states",
+                ONE,
+            )
+        )
+    if w.mode == "training":
+        options.append(
+            (
+                "cpu_offload.optimizer",
+                w,
+                "ZeRO-Offload: optimizer states and fp32 master in host memory; the step waits on PCIe transfers (CPU Adam time not modelled)",
+                OFFLOAD,
+            )
+        )
+        options.append(
+            (
+                "mode=finetune_lora",
+                r(w, mode="finetune_lora"),
+                "LoRA adapters instead of full training: a frozen base needs no gradients or optimizer states for it (a different job: fine-tuning)",
+                ONE,
+            )
+        )
+    if w.mode in ("training", "finetune_lora"):
+        options.append(
+            (
+                "mode=finetune_qlora",
+                r(w, mode="finetune_qlora"),
+                "QLoRA: NF4 base weights with LoRA adapters (a different job: fine-tuning; dequantization overhead not modelled)",
+                ONE,
+            )
+        )
+    if "fp8" in g.peak_flops and w.precision in ("bf16", "amp_bf16", "fp16", "amp_fp16"):
+        options.append(
+            (
+                "precision=fp8",
+                r(w, precision="fp8"),
+                f"FP8 matmuls (Transformer Engine) on {g.id}'s FP8 path",
+                ONE,
+            )
+        )
+    return options
 
 
 def _merge(current: Workload, changed: Workload, original: Workload) -> Workload:
