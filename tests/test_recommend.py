@@ -473,3 +473,15 @@ def test_unknown_gpu_in_constraints_names_the_field() -> None:
     with pytest.raises(InvalidRecommendation) as info:
         recommend(req(**body), CATALOG)
     assert info.value.errors[0][0] == "$.constraints.include[1]"
+
+
+def test_the_estimate_bound_degrades_gracefully(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuplan.core.recommend.fit as fit
+
+    monkeypatch.setattr(fit, "MAX_ESTIMATES", 5)
+    response = recommend(req(**train("llama-2-70b", gradient_checkpointing="full")), CATALOG)
+    assert response.search.estimates == 5
+    assert any("bound" in w for w in response.warnings)
+    for r in response.recommendations:  # whatever it reports as fitting does fit
+        if r.fits:
+            assert r.required_bytes_per_gpu <= r.usable_memory_bytes

@@ -24,11 +24,8 @@ PIPELINE_MICRO_BATCHES = 4
 """Micro-batches per pipeline stage and step the search plans with."""
 
 MAX_ESTIMATES = 160
-"""Estimator calls one recommendation may make (each takes 0.3-1 ms)."""
-
-
-class EstimateBudgetExceeded(RuntimeError):
-    pass
+"""Estimator calls one recommendation may make (each takes 0.1-1 ms); past it, layouts
+are treated as unsized and the response carries a warning."""
 
 
 class MemoryOracle:
@@ -46,6 +43,7 @@ class MemoryOracle:
             tuple[int, int, int, int, int, bool], tuple[Workload, Workload, bytes]
         ] = {}
         self.calls = 0
+        self.exhausted = False
 
     def laid_out(self, workload: Workload, layout: Layout) -> tuple[Workload, bytes]:
         """``with_layout(workload, layout)`` and its memo key, built once per request."""
@@ -71,7 +69,10 @@ class MemoryOracle:
         if key in self._responses:
             return self._responses[key]
         if self.calls >= MAX_ESTIMATES:
-            raise EstimateBudgetExceeded(f"more than {MAX_ESTIMATES} memory estimates")
+            # The bound is reached: further layouts count as not sized (never as fitting),
+            # and the response says the search was cut short.
+            self.exhausted = True
+            return None
         self.calls += 1
         try:
             result: EstimateResponse | None = estimate(

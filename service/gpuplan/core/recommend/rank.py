@@ -96,6 +96,10 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
         warnings.append(
             "no GPU in the candidate set fits the job within the constraints; see advice"
         )
+    if oracle.exhausted:
+        warnings.append(
+            "the search reached its bound of memory estimates; larger counts or some advice may be missing"
+        )
     return RecommendResponse(
         objective=request.objective,
         workload_kind="inference" if job.kind == "inference" else "training",
