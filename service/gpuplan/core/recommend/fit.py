@@ -63,6 +63,13 @@ class MemoryOracle:
             self._laid[k] = hit
         return hit[1], hit[2]
 
+    def first(self, workload: Workload) -> EstimateResponse:
+        """The first estimate of a request; raises the estimator's ``InvalidModel``."""
+        result = estimate(EstimateRequest(model=self._model, workload=workload), self._catalog)
+        self.calls += 1
+        self._responses[msgspec.json.encode(workload)] = result
+        return result
+
     def response(self, workload: Workload, key: bytes | None = None) -> EstimateResponse | None:
         """The GPU-independent estimate; None when the estimator refuses the layout."""
         key = key if key is not None else msgspec.json.encode(workload)

@@ -42,13 +42,8 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     c = request.constraints
     candidates = candidate_gpus(catalog, c)
     oracle = MemoryOracle(request.model, catalog)
-    base = oracle.response(job.workload)
-    if base is None:  # the estimator refuses the workload itself: let it say why
-        from gpuplan.core.memory.estimate import estimate
-        from gpuplan.core.memory.schema import EstimateRequest
-
-        estimate(EstimateRequest(model=request.model, workload=job.workload), catalog)
-        raise AssertionError("unreachable: the estimator refused the layout, then accepted it")
+    # The job as given, on one GPU: refused with the estimator's own field errors.
+    base = oracle.first(job.workload)
     trainable = base.trainable_parameters
     contexts: dict[str, GpuContext] = {}
     best: list[Plan] = []
