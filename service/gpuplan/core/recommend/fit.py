@@ -18,6 +18,7 @@ from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import HEADROOM, estimate
 from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
+from gpuplan.core.perf.speed import LayoutLinks
 from gpuplan.core.recommend.schema import Layout
 
 PIPELINE_MICRO_BATCHES = 4
@@ -44,6 +45,8 @@ class MemoryOracle:
         ] = {}
         self.calls = 0
         self.exhausted = False
+        self.links: dict[tuple[str, int, int, int], LayoutLinks] = {}
+        """Links of a (GPU, layout), for the speed model; kept here as a per-request memo."""
 
     def laid_out(self, workload: Workload, layout: Layout) -> tuple[Workload, bytes]:
         """``with_layout(workload, layout)`` and its memo key, built once per request."""

@@ -213,7 +213,13 @@ def training_ladder(job: Job, count: int, c: Constraints) -> list[Layout]:
     return out
 
 
-def _links(job: Job, gpu: GpuSpec, layout: Layout, c: Constraints) -> LayoutLinks:
+def _links(
+    gpu: GpuSpec, layout: Layout, c: Constraints, oracle: MemoryOracle | None
+) -> LayoutLinks:
+    key = (gpu.id, layout.tensor, layout.pipeline, layout.data)
+    if oracle is not None and key in oracle.links:
+        return oracle.links[key]
+
     def link(size: int) -> Link:
         return group_link(
             gpu,
@@ -232,12 +238,15 @@ def _links(job: Job, gpu: GpuSpec, layout: Layout, c: Constraints) -> LayoutLink
         else c.network_bytes_per_s_per_gpu,
         latency_s=lat.pcie_seconds,
     )
-    return LayoutLinks(
+    links = LayoutLinks(
         tensor=link(layout.tensor),
         pipeline=link(layout.tensor * layout.pipeline),
         data=link(n),
         host=host,
     )
+    if oracle is not None:
+        oracle.links[key] = links
+    return links
 
 
 def _training_shape(
@@ -282,7 +291,7 @@ def time_training(
         zero_stage=layout.zero_stage,
         offload_optimizer=layout.cpu_offload_optimizer,
         rate=ctx.rate.flops_per_s,
-        links=_links(job, ctx.gpu, layout, c),
+        links=_links(ctx.gpu, layout, c, oracle),
         overlap=job.overlap,
     )
     tokens_per_s = step.tokens / step.seconds
@@ -418,13 +427,13 @@ def _fit_at(
         return None, min(known, key=lambda x: x[1]) if known else None
     # Time every layout (no estimate needed), then size them fastest first: the
     # first that fits is the fastest that fits.
+    # Layouts that keep more per GPU than fits, whatever the rank count, are left out.
     timed = sorted(
         (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
         for i, lay in enumerate(ladder)
+        if i in sized or _bound(lay, bounds) <= usable
     )
     for timing, index in timed:
-        if index not in sized and _bound(ladder[index], bounds) > usable:
-            continue  # keeps more per GPU than fits, whatever the rank count
         size = _size(oracle, job, gpu=gpu, ladder=ladder, index=index, sized=sized)
         if size is not None and size <= usable:
             return (timing, ladder[index], size), None
