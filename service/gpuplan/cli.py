@@ -13,6 +13,7 @@ import click
 
 from gpuplan import __version__
 from gpuplan.cli_estimate import estimate_command
+from gpuplan.cli_recommend import recommend as recommend_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -104,3 +105,4 @@ def version() -> None:
 
 
 main.add_command(estimate_command)
+main.add_command(recommend_command)

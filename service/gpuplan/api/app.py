@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
 from gpuplan.api.routes import docs, gpus, health, memory, meta
+from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.runtime import Runtime, runtime_of
 from gpuplan.catalog_file import load_catalog
 from gpuplan.fleet.connection import connect
@@ -26,6 +27,7 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     gpus.get_gpu,
     memory.estimate_memory,
     memory.list_models,
+    recommend_routes.recommendations,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,
