@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from gpuplan import __version__
+from gpuplan import __version__, cli_agent
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -100,3 +100,6 @@ def openapi(fmt: str, output: Path | None) -> None:
 def version() -> None:
     """Print the version."""
     click.echo(__version__)
+
+
+main.add_command(cli_agent.agent)  # the GPU agent sidecar (gpuplan.cli_agent)
