@@ -10,6 +10,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 import msgspec
 
@@ -110,10 +111,17 @@ def plan_benchmark(
     return plan, skipped
 
 
+WORKER = (sys.executable, "-m", "gpuplan.agent.bench.worker")
+
+
 async def run_benchmark(
-    plan: BenchPlan | None, skipped: list[BenchmarkSkip], timeout_seconds: float
+    plan: BenchPlan | None,
+    skipped: list[BenchmarkSkip],
+    timeout_seconds: float,
+    command: Sequence[str] = WORKER,
 ) -> BenchmarkReport:
-    """Run ``plan`` in a child process; any failure of the child becomes the report."""
+    """Run ``plan`` in a child process (``command``, reading the plan on stdin);
+    any failure of the child (crash, OOM kill, hang past the timeout) becomes the report."""
     started = time.monotonic()
 
     def report(status: str, detail: str = "", output: BenchOutput | None = None) -> BenchmarkReport:
@@ -132,9 +140,7 @@ async def run_benchmark(
         return report("skipped", "no idle GPU")
     env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA indices in NVML's order
     process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuplan.agent.bench.worker",
+        *command,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

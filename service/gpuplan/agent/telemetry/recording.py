@@ -17,6 +17,7 @@ Capture with ``python -m gpuplan.agent.telemetry.record > node.json`` on a GPU n
 
 import ctypes
 import json
+import sys
 from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -53,7 +54,7 @@ def call_key(function: str, args: tuple[Any, ...]) -> str:
     return f"{function}({', '.join(_arg_text(a) for a in args)})"
 
 
-def to_json(value: Any) -> Any:
+def to_json(value: Any) -> Any:  # noqa: PLR0911 - one return per kind of answer
     """A pynvml answer (ctypes struct, array, bytes, list) as plain JSON data."""
     if isinstance(value, ctypes.Structure | ctypes.Union):
         out: dict[str, Any] = {}
@@ -63,6 +64,8 @@ def to_json(value: Any) -> Any:
                 continue  # addresses mean nothing in another process
             out[name] = to_json(getattr(value, name))
         return out
+    if isinstance(value, SimpleNamespace):  # an answer replayed from a recording
+        return {k: to_json(v) for k, v in vars(value).items()}
     if isinstance(value, ctypes.Array):
         return [to_json(v) for v in value]
     if isinstance(value, bytes):
@@ -111,15 +114,14 @@ class ReplayNvml:
         return answer
 
 
-_ERROR_NAMES: dict[int, str] = {}
-
-
-def _error_name(pynvml: Any, code: int) -> str:
-    if not _ERROR_NAMES:
-        for attr in dir(pynvml):
-            if attr.startswith("NVML_ERROR_"):
-                _ERROR_NAMES.setdefault(getattr(pynvml, attr), attr)
-    return _ERROR_NAMES.get(code, "NVML_ERROR_UNKNOWN")
+def _error_name(err: Exception) -> str:
+    """``NVML_ERROR_NOT_SUPPORTED`` for an error of code 3, looked up in pynvml itself."""
+    module = sys.modules.get(type(err).__module__)
+    code = getattr(err, "value", None)
+    for name, value in vars(module).items() if module is not None else ():
+        if name.startswith("NVML_ERROR_") and value == code:
+            return name
+    return "NVML_ERROR_UNKNOWN"
 
 
 class RecordingNvml:
@@ -140,7 +142,7 @@ class RecordingNvml:
             try:
                 result = target(*real_args)
             except self._pynvml.NVMLError as err:
-                self.calls[key] = {"$error": _error_name(self._pynvml, err.value)}
+                self.calls[key] = {"$error": _error_name(err)}
                 raise
             if name in _HANDLE_FUNCTIONS:
                 handle = Handle(_HANDLE_FUNCTIONS[name]([_arg_text(a) for a in args]), result)
