@@ -98,3 +98,15 @@ def test_tf32_switch() -> None:
     assert matmul.fp32_precision == "tf32"
     _set_tf32(torch, False)
     assert matmul.fp32_precision == "ieee"
+
+
+def test_agent_help_names_the_environment_variables() -> None:
+    from click.testing import CliRunner
+
+    from gpuplan.cli import main
+
+    result = CliRunner().invoke(main, ["agent", "--help"])
+    assert result.exit_code == 0
+    for name in ("GPUPLAN_AGENT_REDIS_URL", "GPUPLAN_AGENT_INTERVAL", "GPUPLAN_AGENT_ONCE"):
+        assert name in result.output
+    assert "--benchmark-interval" in result.output

@@ -205,3 +205,30 @@ def test_loop_serves_metrics_and_benchmarks_in_the_background() -> None:
     assert 'gpuplan_agent_matmul_flops_per_second{dtype="fp32",gpu="cpu"' in body
     assert agent.state.collects >= 1
     assert msgspec.json.encode(agent.state.snapshot)
+
+
+def test_a_hanging_benchmark_never_stops_telemetry() -> None:
+    config = AgentConfig(node="hang-node", metrics_host="127.0.0.1", metrics_port=0,
+                         interval_seconds=0.1, backend="none", benchmark_timeout_seconds=1.0)  # fmt: skip
+    from gpuplan.agent.telemetry import NoGpuSource
+
+    hang = [sys.executable, "-c", "import time; time.sleep(600)"]
+    agent = Agent(config, NoGpuSource(), builtin_catalog(), bench_command=hang)
+
+    async def scenario() -> int:
+        stop = asyncio.Event()
+        task = asyncio.create_task(agent.run(stop))
+        try:
+            await _wait_for(lambda: _true(agent.state.benchmark_runs["error"] == 1), 10)
+            return agent.state.collects
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    collects_during_hang = asyncio.run(scenario())
+    assert collects_during_hang >= 5  # 0.1 s sweeps went on through the 1 s hang
+    snapshot = agent.state.snapshot
+    assert snapshot is not None
+    assert snapshot.benchmark is not None
+    assert snapshot.benchmark.status == "error"
+    assert "timed out" in snapshot.benchmark.detail

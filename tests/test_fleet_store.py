@@ -121,3 +121,25 @@ def test_unsafe_node_names_are_never_looked_up(redis_url: str, key_prefix: str) 
             await client.aclose()
 
     assert asyncio.run(read()) is None
+
+
+def test_mig_instances_across_live_nodes(redis_url: str, key_prefix: str) -> None:
+    _roundtrip(redis_url, key_prefix, snapshot("node-b"), snapshot("node-a"))
+
+    async def read() -> list:  # type: ignore[type-arg]
+        client = Redis.from_url(redis_url)
+        try:
+            return await FleetStore(client, Keys(key_prefix)).mig_instances()
+        finally:
+            await client.aclose()
+
+    migs = asyncio.run(read())
+    assert [(m.node, m.profile, m.placement_start) for m in migs] == [
+        ("node-a", "3g.71gb", 0),
+        ("node-a", "2g.35gb", 4),
+        ("node-a", "1g.18gb", 6),
+        ("node-b", "3g.71gb", 0),
+        ("node-b", "2g.35gb", 4),
+        ("node-b", "1g.18gb", 6),
+    ]
+    assert [m.in_use for m in migs[:3]] == [True, False, False]

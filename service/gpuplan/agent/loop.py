@@ -15,9 +15,10 @@ import contextlib
 import logging
 import signal
 import time
+from collections.abc import Sequence
 
 from gpuplan import __version__
-from gpuplan.agent.bench.runner import BenchSizes, plan_benchmark, run_benchmark
+from gpuplan.agent.bench.runner import WORKER, BenchSizes, plan_benchmark, run_benchmark
 from gpuplan.agent.config import AgentConfig
 from gpuplan.agent.exporter import bound_port, registry_for, serve_metrics
 from gpuplan.agent.publisher import Publisher
@@ -35,8 +36,15 @@ log = logging.getLogger("gpuplan.agent")
 class Agent:
     """One node's agent."""
 
-    def __init__(self, config: AgentConfig, source: TelemetrySource, catalog: Catalog) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        source: TelemetrySource,
+        catalog: Catalog,
+        bench_command: Sequence[str] = WORKER,
+    ) -> None:
         self.config = config
+        self.bench_command = bench_command
         self.source = source
         self.catalog = catalog
         self.cpu = cpu_info()
@@ -113,7 +121,9 @@ class Agent:
         if self.sweep is None:
             return None
         plan, skipped = plan_benchmark(self.sweep, self.cpu, self.sizes)
-        report = await run_benchmark(plan, skipped, self.config.benchmark_timeout_seconds)
+        report = await run_benchmark(
+            plan, skipped, self.config.benchmark_timeout_seconds, self.bench_command
+        )
         report = rate_benchmark(report, self.catalog)
         self.state.benchmark_runs[report.status] += 1
         if report.status in ("ok", "partial"):

@@ -47,6 +47,14 @@ class FleetStore:
         found = await self._read([name])
         return found[0] if found else None
 
+    async def mig_instances(self) -> list[MigInstance]:
+        """Every MIG instance on live nodes, by node, GPU index and placement: what a
+        MIG slice query packs against (``in_use`` says which are taken)."""
+        instances = [m for node in await self.nodes() for m in node.mig_instances]
+        return sorted(
+            instances, key=lambda m: (m.node, m.gpu_index, m.placement_start or 0, m.mig_uuid)
+        )
+
     async def _read(self, names: list[str]) -> list[NodeSnapshot]:
         if not names:
             return []
