@@ -143,3 +143,17 @@ def test_mig_instances_across_live_nodes(redis_url: str, key_prefix: str) -> Non
         ("node-b", "1g.18gb", 6),
     ]
     assert [m.in_use for m in migs[:3]] == [True, False, False]
+
+
+def test_unknown_fields_are_tolerated_and_foreign_hashes_skipped(
+    redis_url: str, key_prefix: str
+) -> None:
+    _roundtrip(redis_url, key_prefix, snapshot("node-a"), snapshot("node-b"))
+    r = redis.Redis.from_url(redis_url)
+    keys = Keys(key_prefix)
+    # A newer agent adds a field within v1: older readers ignore it.
+    r.hset(keys.node("node-a"), "added_in_a_later_release", "42")
+    # Something else wrote garbage over node-b: it is skipped, node-a still reads.
+    r.hset(keys.node("node-b"), "gpu_count", "not json")
+    r.close()
+    assert [n.node for n in _roundtrip(redis_url, key_prefix)] == ["node-a"]

@@ -50,6 +50,10 @@ _NODE_EXTRA = (
 _NODE_NESTED = ("gpus", "mig_instances", "benchmark")
 
 
+class SchemaError(ValueError):
+    """A hash in Redis does not hold what schema v1 says (written by a foreign tool)."""
+
+
 def valid_node_name(node: str) -> bool:
     return NODE_NAME.match(node) is not None
 
@@ -89,13 +93,22 @@ def to_hash(struct: msgspec.Struct, skip: tuple[str, ...] = ()) -> dict[str, byt
 
 
 def from_hash(fields: Mapping[bytes, bytes], kind: type[T], extra: tuple[str, ...] = ()) -> T:
-    """The inverse of :func:`to_hash`; fields named in ``extra`` are ignored."""
+    """The inverse of :func:`to_hash`.
+
+    Fields the Struct does not have are ignored, so a newer agent may add fields
+    within schema v1 while older readers still run (a rolling upgrade). Raises
+    :class:`SchemaError` for a hash that is not a valid ``kind``.
+    """
+    known = set(kind.__struct_fields__) - set(extra)
     values: dict[str, Any] = {}
-    for raw_name, raw_value in fields.items():
-        name = raw_name.decode()
-        if name not in extra:
-            values[name] = msgspec.json.decode(raw_value)
-    return msgspec.convert(values, kind)
+    try:
+        for raw_name, raw_value in fields.items():
+            name = raw_name.decode()
+            if name in known:
+                values[name] = msgspec.json.decode(raw_value)
+        return msgspec.convert(values, kind)
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        raise SchemaError(f"not a valid {kind.__name__}: {exc}") from exc
 
 
 def node_hash(snapshot: NodeSnapshot) -> dict[str, bytes]:
@@ -153,4 +166,9 @@ def bench_hash(report: BenchmarkReport) -> dict[str, bytes]:
 
 def bench_from_hash(fields: Mapping[bytes, bytes]) -> BenchmarkReport | None:
     raw = fields.get(b"report")
-    return None if raw is None else msgspec.json.decode(raw, type=BenchmarkReport)
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw, type=BenchmarkReport)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise SchemaError(f"not a valid BenchmarkReport: {exc}") from exc

@@ -6,6 +6,7 @@ expired between the two reads is left out the same way. Two round trips for any
 number of nodes: all node hashes, then all their member hashes, each pipelined.
 """
 
+import logging
 import time
 from collections.abc import Iterator
 
@@ -14,6 +15,7 @@ from redis.asyncio import Redis
 from gpuplan.core.fleet import GpuTelemetry, MigInstance, NodeSnapshot
 from gpuplan.fleet.schema import (
     Keys,
+    SchemaError,
     bench_from_hash,
     from_hash,
     node_from_hash,
@@ -21,6 +23,8 @@ from gpuplan.fleet.schema import (
     valid_node_name,
 )
 from gpuplan.fleet.writer import INDEX_HORIZON_SECONDS
+
+log = logging.getLogger("gpuplan.fleet")
 
 
 class FleetStore:
@@ -75,11 +79,18 @@ class FleetStore:
                 pipe.hgetall(self.keys.bench(name))
             bodies = iter(await pipe.execute())
         out: list[NodeSnapshot] = []
-        for (_, fields), (gpus, migs) in zip(live, members, strict=True):
-            node = node_from_hash(fields)
-            node.gpus = [from_hash(h, GpuTelemetry) for h in _take(bodies, len(gpus)) if h]
-            node.mig_instances = [from_hash(h, MigInstance) for h in _take(bodies, len(migs)) if h]
-            node.benchmark = bench_from_hash(next(bodies))
+        for (name, fields), (gpus, migs) in zip(live, members, strict=True):
+            gpu_hashes, mig_hashes = _take(bodies, len(gpus)), _take(bodies, len(migs))
+            bench_hash = next(bodies)
+            try:
+                node = node_from_hash(fields)
+                node.gpus = [from_hash(h, GpuTelemetry) for h in gpu_hashes if h]
+                node.mig_instances = [from_hash(h, MigInstance) for h in mig_hashes if h]
+                node.benchmark = bench_from_hash(bench_hash)
+            except SchemaError as exc:
+                # One malformed node must not hide the rest of the fleet.
+                log.warning("skipping node %s: %s", name, exc)
+                continue
             out.append(node)
         return out
 
