@@ -170,4 +170,7 @@ async def run_benchmark(
     measured = bool(output.matmul or output.copy)
     failed = skipped + output.skipped
     status = "ok" if measured and not failed else "partial" if measured else "error"
-    return report(status, "", output)
+    detail = "" if measured else "nothing measured: " + "; ".join(
+        f"{s.device} {s.reason} {s.detail}".strip() for s in failed
+    )
+    return report(status, detail, output)
