@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from gpuplan import __version__, cli_agent
+from gpuplan import __version__
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -102,4 +102,6 @@ def version() -> None:
     click.echo(__version__)
 
 
-main.add_command(cli_agent.agent)  # the GPU agent sidecar (gpuplan.cli_agent)
+from gpuplan.cli_agent import agent  # noqa: E402 - the GPU agent sidecar, in its own module
+
+main.add_command(agent)

@@ -170,7 +170,6 @@ async def run_benchmark(
     measured = bool(output.matmul or output.copy)
     failed = skipped + output.skipped
     status = "ok" if measured and not failed else "partial" if measured else "error"
-    detail = "" if measured else "nothing measured: " + "; ".join(
-        f"{s.device} {s.reason} {s.detail}".strip() for s in failed
-    )
+    reasons = "; ".join(f"{s.device} {s.reason} {s.detail}".strip() for s in failed)
+    detail = "" if measured else f"nothing measured: {reasons}"
     return report(status, detail, output)
