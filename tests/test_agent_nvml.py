@@ -223,3 +223,18 @@ def test_amd_backend_normalises_units() -> None:
     assert gpu.temperature_celsius is None
     assert gpu.unsupported_fields == ["temperature_celsius"]
     assert source.errors == Counter({"not_supported": 1})
+
+
+def test_recorder_without_a_driver_says_so() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1] / "service"), "PATH": "/usr/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuplan.agent.telemetry.record"],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "cannot record: NVML did not initialise" in done.stderr
+    assert done.stdout == ""
