@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuplan.agent.exporter import bound_port, registry_for, serve_metrics
 from gpuplan.agent.state import AgentState
+from gpuplan.core.fleet import BenchmarkReport, CopyResult, CpuInfo, MatmulResult, NodeSnapshot
 from tests.agent_fixtures import snapshot
 
 
@@ -23,6 +24,40 @@ def _state() -> AgentState:
     state.redis_publish_failures = 2
     state.benchmark_runs["partial"] += 1
     return state
+
+
+def _cpu_state() -> AgentState:
+    """A CPU-mode node after its first benchmark."""
+    report = BenchmarkReport(
+        ts=1.7e9, status="ok", duration_seconds=4.5, torch_version="2.13.0+cpu",
+        matmul=[MatmulResult(device="cpu", model_name="AMD EPYC", dtype=d, m=256, n=256, k=256,
+                             iterations=50, flops_per_second=1e11, max_flops_per_second=1.1e11)
+                for d in ("fp64", "fp32", "bf16", "fp16")],
+        copy=[CopyResult(device="cpu", model_name="AMD EPYC", kind="host_memcpy",
+                         path="host_memory", size_bytes=2**25, bytes_per_second=4.7e9)],
+    )  # fmt: skip
+    snap = NodeSnapshot(
+        node="cpu-node", ts=1.7e9, agent_version="t", vendor="none", gpu_count=0,
+        interval_seconds=10, ttl_seconds=30, cpu=CpuInfo(model_name="AMD EPYC", logical_cpus=2),
+        benchmark=report,
+    )  # fmt: skip
+    state = AgentState(node="cpu-node", snapshot=snap)
+    state.benchmark_runs["ok"] += 1
+    state.last_benchmark_success_ts = 1.7e9
+    return state
+
+
+def test_cpu_mode_series() -> None:
+    samples = _samples(_exposition(_cpu_state()))
+    assert samples["gpuplan_agent_gpus"] == [({"node": "cpu-node"}, 0.0)]
+    flops = {
+        lab["dtype"]: (lab["gpu"], v) for lab, v in samples["gpuplan_agent_matmul_flops_per_second"]
+    }
+    assert flops["bf16"] == ("cpu", 1e11)
+    assert "gpuplan_agent_matmul_peak_ratio" not in samples  # no catalog peak for a CPU
+    (memcpy,) = samples["gpuplan_agent_copy_bandwidth_bytes_per_second"]
+    assert memcpy[0]["kind"] == "host_memcpy"
+    assert "gpuplan_agent_gpu_up" not in samples
 
 
 def _exposition(state: AgentState) -> str:
@@ -41,7 +76,7 @@ def test_promtool_accepts_the_exposition() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.skip("promtool is not installed (Debian: apt-get install -y prometheus)")
-    for state in (_state(), AgentState(node="cpu-node")):
+    for state in (_state(), _cpu_state(), AgentState(node="starting-node")):
         result = subprocess.run(
             [promtool, "check", "metrics"], input=_exposition(state), capture_output=True,
             text=True, check=False,
