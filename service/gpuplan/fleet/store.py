@@ -10,8 +10,6 @@ import logging
 import time
 from collections.abc import Iterator
 
-from redis.asyncio import Redis
-
 from gpuplan.core.fleet import GpuTelemetry, MigInstance, NodeSnapshot
 from gpuplan.fleet.schema import (
     Keys,
@@ -22,7 +20,7 @@ from gpuplan.fleet.schema import (
     node_members,
     valid_node_name,
 )
-from gpuplan.fleet.writer import INDEX_HORIZON_SECONDS
+from gpuplan.fleet.writer import INDEX_HORIZON_SECONDS, FleetClient
 
 log = logging.getLogger("gpuplan.fleet")
 
@@ -30,7 +28,7 @@ log = logging.getLogger("gpuplan.fleet")
 class FleetStore:
     """Read access to the fleet schema under one key prefix."""
 
-    def __init__(self, client: Redis, keys: Keys | None = None) -> None:
+    def __init__(self, client: FleetClient, keys: Keys | None = None) -> None:
         self.client = client
         self.keys = keys or Keys()
 
