@@ -6,10 +6,11 @@ import time
 
 import msgspec
 
+from gpuplan.agent.bench.protocol import BenchOutput
 from gpuplan.agent.bench.runner import BenchSizes, plan_benchmark, run_benchmark
 from gpuplan.agent.bench.worker import _set_tf32
 from gpuplan.agent.telemetry import Sweep
-from gpuplan.core.fleet import CpuInfo
+from gpuplan.core.fleet import CpuInfo, MatmulResult
 from tests.agent_fixtures import replay_source
 
 CPU = CpuInfo(model_name="test cpu", logical_cpus=2)
@@ -110,3 +111,28 @@ def test_agent_help_names_the_environment_variables() -> None:
     for name in ("GPUPLAN_AGENT_REDIS_URL", "GPUPLAN_AGENT_INTERVAL", "GPUPLAN_AGENT_ONCE"):
         assert name in result.output
     assert "--benchmark-interval" in result.output
+
+
+def test_status_separates_failures_from_planned_skips() -> None:
+    from gpuplan.core.fleet import BenchmarkSkip
+
+    def status(*reasons: tuple[str, str | None]) -> str:
+        skips = [BenchmarkSkip(device="GPU-x", reason=r, dtype=d) for r, d in reasons]  # type: ignore[arg-type]
+        out = BenchOutput(torch_version="2", skipped=skips,
+                          matmul=[] if ("none", None) in reasons else [_result()])  # fmt: skip
+        script = (
+            f"import sys; sys.stdin.read(); sys.stdout.buffer.write({msgspec.json.encode(out)!r})"
+        )
+        report = asyncio.run(run_benchmark(_plan(), [], 30, command=[sys.executable, "-c", script]))  # type: ignore[arg-type]
+        return report.status
+
+    assert status() == "ok"
+    assert status(("unsupported", "fp8")) == "ok"  # an A100 has no fp8
+    assert status(("failed", "bf16")) == "partial"  # an OOM
+    assert status(("unsupported", None)) == "partial"  # torch cannot see a GPU
+    assert status(("none", None)) == "error"
+
+
+def _result() -> "MatmulResult":
+    return MatmulResult(device="GPU-x", model_name="m", dtype="bf16", m=1, n=1, k=1,
+                        iterations=50, flops_per_second=1.0, max_flops_per_second=1.0)  # fmt: skip

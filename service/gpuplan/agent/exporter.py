@@ -385,8 +385,8 @@ async def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> as
             )
             writer.write(head.encode("latin-1") + (b"" if method == "HEAD" else body))
             await writer.drain()
-        except (TimeoutError, ConnectionError, UnicodeDecodeError):
-            pass
+        except (TimeoutError, ConnectionError, ValueError, asyncio.IncompleteReadError):
+            pass  # a slow, broken or oversized request (a line over 64 KiB) gets no answer
         finally:
             writer.close()
             with contextlib.suppress(ConnectionError):

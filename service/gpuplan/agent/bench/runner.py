@@ -168,8 +168,15 @@ async def run_benchmark(
     except msgspec.DecodeError as exc:
         return report("error", f"benchmark answered unreadable output: {exc}")
     measured = bool(output.matmul or output.copy)
-    failed = skipped + output.skipped
+    # Busy, MIG and lost GPUs were left out by design, and a dtype the GPU lacks (fp8
+    # before Ada/Hopper) is no failure; a run or a device that broke is.
+    failed = [
+        s
+        for s in output.skipped
+        if s.reason in ("failed", "timeout") or (s.reason == "unsupported" and s.dtype is None)
+    ]
     status = "ok" if measured and not failed else "partial" if measured else "error"
-    reasons = "; ".join(f"{s.device} {s.reason} {s.detail}".strip() for s in failed)
+    everything = skipped + output.skipped
+    reasons = "; ".join(f"{s.device} {s.reason} {s.detail}".strip() for s in everything)
     detail = "" if measured else f"nothing measured: {reasons}"
     return report(status, detail, output)
