@@ -24,7 +24,7 @@ from gpuplan.core.fleet import GpuTelemetry
 P = "gpuplan_agent_"
 GPU_LABELS = ["node", "gpu", "uuid", "model_name"]
 
-# (field of GpuTelemetry, metric name, help, extra label values)
+# (field of GpuTelemetry, metric name without the prefix, help); one series per GPU.
 _GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
     (
         "utilization_ratio",
