@@ -12,7 +12,8 @@ RUN python -m venv /opt/gpuplan && /opt/gpuplan/bin/pip install --no-cache-dir .
 
 FROM build AS build-agent
 # PyPI's default torch wheel for linux x86_64 is the CUDA build the agent needs on GPU nodes.
-RUN /opt/gpuplan/bin/pip install --no-cache-dir ".[torch]"
+# The agent extra adds nvidia-ml-py (NVML); without it the agent falls back to CPU mode.
+RUN /opt/gpuplan/bin/pip install --no-cache-dir ".[torch]" ".[agent]"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/gpuplan/bin:$PATH \

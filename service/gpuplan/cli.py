@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from gpuplan import __version__
+from gpuplan.cli_agent import agent as agent_command
 from gpuplan.cli_estimate import estimate_command
 from gpuplan.cli_recommend import recommend as recommend_command
 
@@ -106,3 +107,4 @@ def version() -> None:
 
 main.add_command(estimate_command)
 main.add_command(recommend_command)
+main.add_command(agent_command)

@@ -55,6 +55,9 @@ class Settings(Record):
     catalog_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     """A catalog file (TOML, YAML or JSON) that adds SKUs or overrides fields."""
 
+    fleet_key_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] = "gpuplan:v1:"
+    """Prefix of the fleet's Redis keys; the agents' ``--key-prefix`` must match."""
+
 
 class SettingsError(ValueError):
     """A setting is invalid or unknown; the message names it and its source."""

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
-from gpuplan.api.routes import docs, gpus, health, memory, meta
+from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.runtime import Runtime, runtime_of
 from gpuplan.catalog_file import load_catalog
@@ -28,6 +28,9 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     memory.estimate_memory,
     memory.list_models,
     recommend_routes.recommendations,
+    fleet.list_nodes,
+    fleet.get_node,
+    fleet.fleet_flops,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,

@@ -216,8 +216,49 @@ def on_server_error(request: Request[Any, Any, Any], exc: Exception) -> Response
     )
 
 
+class FleetUnavailable(Exception):
+    """The live-fleet store is not configured or does not answer."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class UnknownNode(LookupError):
+    """No live node goes by that name (never seen, or its agent stopped publishing)."""
+
+    def __init__(self, node: str) -> None:
+        super().__init__(node)
+        self.node = node
+
+
+def on_fleet_unavailable(
+    request: Request[Any, Any, Any], exc: FleetUnavailable
+) -> Response[Problem]:
+    return problem_response(
+        Problem(
+            type=TYPE_PREFIX + "fleet-unavailable", title=_title(503), status=503, detail=exc.detail
+        ),
+        headers={"Retry-After": "10"},
+    )
+
+
+def on_unknown_node(request: Request[Any, Any, Any], exc: UnknownNode) -> Response[Problem]:
+    return problem_response(
+        Problem(
+            type=TYPE_PREFIX + "unknown-node",
+            title=_title(404),
+            status=404,
+            detail=f"no live node is named {exc.node!r}: it never published, or its agent "
+            "stopped and its keys expired",
+        )
+    )
+
+
 EXCEPTION_HANDLERS = {
     InvalidInput: on_invalid_input,
+    FleetUnavailable: on_fleet_unavailable,
+    UnknownNode: on_unknown_node,
     UnsupportedMediaType: on_unsupported_media_type,
     InvalidRequest: on_invalid_request,
     UnknownGpu: on_unknown_gpu,

@@ -1,0 +1,1 @@
+"""Benchmarks: planned in the agent, run by torch in a subprocess it can kill."""

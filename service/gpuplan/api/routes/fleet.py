@@ -1,0 +1,79 @@
+"""The live fleet over HTTP: what the agents published, read from Redis.
+
+A node whose agent stopped publishing drops out once its keys expire (three
+publish intervals): the API never shows a stale node as live. Without Redis, or
+while it is down, these routes answer 503 so a client can tell "no data" from
+"no nodes"; the planning routes keep working either way.
+"""
+
+import asyncio
+from typing import Any
+
+from litestar import Request
+from redis.exceptions import RedisError
+
+from gpuplan.api.problems import FleetUnavailable, UnknownNode
+from gpuplan.api.routing import operation
+from gpuplan.api.runtime import Runtime, runtime
+from gpuplan.core.fleet import MeasuredFlops, NodeList, NodeSnapshot, measured_flops
+from gpuplan.core.record import Record
+from gpuplan.fleet.schema import Keys
+from gpuplan.fleet.store import FleetStore
+
+
+class MeasuredFlopsList(Record):
+    """Measured matmul FLOP/s per catalog GPU model and dtype across live nodes."""
+
+    count: int
+    models: list[MeasuredFlops]
+
+
+def _store(state: Runtime) -> FleetStore:
+    if state.redis is None:
+        raise FleetUnavailable("the live fleet needs Redis: set GPUPLAN_REDIS_URL")
+    return FleetStore(state.redis, Keys(state.settings.fleet_key_prefix))
+
+
+async def _read_nodes(state: Runtime, node: str | None = None) -> list[NodeSnapshot]:
+    store = _store(state)
+    try:
+        async with asyncio.timeout(state.settings.redis_timeout_seconds * 4):
+            if node is None:
+                return await store.nodes()
+            found = await store.node(node)
+            return [] if found is None else [found]
+    except (RedisError, OSError, TimeoutError):
+        raise FleetUnavailable("the fleet store (Redis) does not answer; retry later") from None
+
+
+@operation("GET", "/v1/fleet/nodes", problems=(503,), tags=["fleet"])
+async def list_nodes(request: Request[Any, Any, Any]) -> NodeList:
+    """Live nodes with their GPUs, MIG instances and latest benchmark, sorted by name.
+
+    A node is live while its agent keeps publishing; it drops out three publish
+    intervals after the agent stops. Answers 503 without Redis or while it is down.
+    """
+    nodes = await _read_nodes(runtime(request))
+    return NodeList(count=len(nodes), nodes=nodes)
+
+
+@operation("GET", "/v1/fleet/nodes/{node:str}", problems=(404, 503), tags=["fleet"])
+async def get_node(request: Request[Any, Any, Any], node: str) -> NodeSnapshot:
+    """One live node. Answers 404 for a node that is unknown or stale."""
+    found = await _read_nodes(runtime(request), node)
+    if not found:
+        raise UnknownNode(node)
+    return found[0]
+
+
+@operation("GET", "/v1/fleet/flops", problems=(503,), tags=["fleet"])
+async def fleet_flops(request: Request[Any, Any, Any]) -> MeasuredFlopsList:
+    """Measured matmul FLOP/s per catalog GPU model and dtype, over live nodes.
+
+    The median over the GPUs of a model that were benchmarked, with the spread and
+    the ratio to the catalog's dense peak; what planning uses instead of the
+    datasheet for models present in the fleet.
+    """
+    state = runtime(request)
+    models = measured_flops(await _read_nodes(state), state.catalog)
+    return MeasuredFlopsList(count=len(models), models=models)

@@ -1,0 +1,97 @@
+"""GET /v1/fleet/*: live nodes from a real Redis, 404 for stale ones, 503 without Redis."""
+
+import asyncio
+
+from litestar.testing import TestClient
+from redis.asyncio import Redis
+
+from gpuplan.api import Settings, create_app
+from gpuplan.fleet.schema import Keys
+from gpuplan.fleet.writer import publish
+from tests.agent_fixtures import snapshot
+from tests.conftest import RedisServer, free_port
+
+
+def _publish(redis_url: str, prefix: str, *nodes: str) -> None:
+    async def go() -> None:
+        client = Redis.from_url(redis_url)
+        try:
+            for node in nodes:
+                await publish(client, Keys(prefix), snapshot(node), new_benchmark=True)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def _client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient:  # type: ignore[type-arg]
+    settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
+    return TestClient(app=create_app(settings))
+
+
+def test_nodes_list_and_one_node(redis_url: str, key_prefix: str) -> None:
+    _publish(redis_url, key_prefix, "node-b", "node-a")
+    with _client(redis_url, key_prefix) as client:
+        body = client.get("/v1/fleet/nodes").json()
+        assert body["count"] == 2
+        assert [n["node"] for n in body["nodes"]] == ["node-a", "node-b"]
+        node = client.get("/v1/fleet/nodes/node-a").json()
+        assert node["gpu_count"] == 3
+        assert node["gpus"][0]["catalog_id"] == "h200-sxm-141gb"
+        assert node["gpus"][2]["up"] is False
+        mig = node["mig_instances"][0]
+        assert {"node", "gpu_index", "gpu_uuid", "gpu_model_name", "profile", "gpu_instance_id",
+                "placement_start", "placement_size", "memory_bytes", "in_use"} <= set(mig)  # fmt: skip
+        bf16 = next(r for r in node["benchmark"]["matmul"] if r["dtype"] == "bf16")
+        assert bf16["peak_flops"] == 989.5e12
+
+
+def test_measured_flops_over_the_fleet(redis_url: str, key_prefix: str) -> None:
+    _publish(redis_url, key_prefix, "node-a", "node-b")
+    with _client(redis_url, key_prefix) as client:
+        body = client.get("/v1/fleet/flops").json()
+    by_dtype = {m["dtype"]: m for m in body["models"]}
+    assert set(by_dtype) == {"bf16", "fp8", "tf32"}
+    assert by_dtype["bf16"]["catalog_id"] == "h200-sxm-141gb"
+    assert by_dtype["bf16"]["devices"] == 2
+    assert by_dtype["bf16"]["median_flops_per_second"] == 760e12
+
+
+def test_unknown_or_stale_node_is_404(redis_url: str, key_prefix: str) -> None:
+    with _client(redis_url, key_prefix) as client:
+        assert client.get("/v1/fleet/nodes").json() == {"count": 0, "nodes": []}
+        response = client.get("/v1/fleet/nodes/no-such-node")
+        assert response.status_code == 404
+        assert response.headers["content-type"].startswith("application/problem+json")
+        assert response.json()["type"] == "urn:gpuplan:problem:unknown-node"
+        assert client.get("/v1/fleet/nodes/bad%7Bname%7D").status_code == 404
+
+
+def test_without_redis_the_fleet_is_503() -> None:
+    with _client(None) as client:
+        for path in ("/v1/fleet/nodes", "/v1/fleet/nodes/x", "/v1/fleet/flops"):
+            response = client.get(path)
+            assert response.status_code == 503, path
+            assert response.headers["content-type"].startswith("application/problem+json")
+            body = response.json()
+            assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
+            assert "GPUPLAN_REDIS_URL" in body["detail"]
+        assert client.get("/v1/gpus/h200").status_code == 200  # planning still works
+
+
+def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
+    _publish(own_redis.url, "gpuplan:v1:", "node-a")
+    with _client(own_redis.url) as client:
+        assert client.get("/v1/fleet/nodes").json()["count"] == 1
+        own_redis.stop()
+        response = client.get("/v1/fleet/nodes")
+        assert response.status_code == 503
+        assert response.headers["retry-after"] == "10"
+        assert "does not answer" in response.json()["detail"]
+        own_redis.start()  # an empty Redis (no persistence): up, but no nodes yet
+        assert client.get("/v1/fleet/nodes").json() == {"count": 0, "nodes": []}
+
+
+def test_unreachable_redis_is_503() -> None:
+    with _client(f"redis://127.0.0.1:{free_port()}/0") as client:
+        assert client.get("/v1/fleet/nodes/node-a").status_code == 503
