@@ -1,0 +1,183 @@
+"""Trace a build function: build and step its model on fake tensors, then analyze.
+
+The build function runs *inside* ``FakeTensorMode``: every tensor it creates (the
+parameters, the inputs) is a fake tensor with a shape, a dtype and a device but no
+memory, and every operation on them computes only the metadata of its result. So a
+70B model's step runs on a laptop; what the trace measures is the storage each
+operation would allocate, in the order the real run allocates it.
+"""
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map_only
+
+from gpuplan.core.trace import TraceLog, TraceResult, analyze
+from gpuplan.core.trace.log import Category, Phase
+from gpuplan.core.trace.schema import Amp, TraceMode, TraceOptimizer, TraceRuntime
+from gpuplan.trace.recorder import Recorder
+from gpuplan.trace.step import TraceError, make_optimizer, run_steps
+
+
+class _CopyInMode(TorchFunctionMode):
+    """``copy.deepcopy`` of a fake tensor as the real one behaves: a new storage in
+    the same fake mode, made by ``clone`` (so the recorder sees it allocated).
+
+    Without this, deep-copying a fake parameter (``nn.TransformerEncoder`` clones its
+    layer this way) yields a tensor of another fake mode, whose every later use is a
+    fresh conversion with a storage of its own.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
+            tensor, memo = args
+            if id(tensor) in memo:
+                return memo[id(tensor)]
+            with torch.no_grad():
+                copied = tensor.clone()
+            if isinstance(tensor, torch.nn.Parameter):
+                copied = torch.nn.Parameter(copied, requires_grad=tensor.requires_grad)
+            else:
+                copied.requires_grad_(tensor.requires_grad)
+            memo[id(tensor)] = copied
+            return copied
+        return func(*args, **(kwargs or {}))
+
+
+def unpack(built: Any) -> tuple[torch.nn.Module, Any, Callable[[Any], torch.Tensor] | None]:
+    """``(model, inputs)`` or ``(model, inputs, loss_fn)``, checked."""
+    if not isinstance(built, (tuple, list)) or len(built) not in (2, 3):
+        raise TraceError(
+            "the target must return (model, inputs) or (model, inputs, loss_fn), "
+            f"got {type(built).__name__}"
+        )
+    model, inputs, *rest = built
+    if not isinstance(model, torch.nn.Module):
+        raise TraceError(f"the target's model is a {type(model).__name__}, not a torch.nn.Module")
+    loss_fn = rest[0] if rest else None
+    if loss_fn is not None and not callable(loss_fn):
+        raise TraceError("the target's loss_fn is not callable")
+    return model, inputs, loss_fn
+
+
+def _tag_model(recorder: Recorder, model: torch.nn.Module) -> dict[int, int]:
+    """Name parameters and buffers after their modules; return param id -> owner."""
+    recorder.name_modules(model)
+    owners: dict[int, int] = {}
+    for name, module in model.named_modules():
+        owner = recorder.owner(name or type(model).__name__)
+        for param in module._parameters.values():
+            if param is not None and id(param) not in owners:
+                owners[id(param)] = owner
+                recorder.retag(param, Category.PARAMETERS, owner)
+        for buffer in module._buffers.values():
+            if buffer is not None:
+                recorder.retag(buffer, Category.OTHER, owner)
+    return owners
+
+
+def _hook_gradients(recorder: Recorder, model: torch.nn.Module, owners: dict[int, int]) -> None:
+    for param in model.parameters():
+        if param.requires_grad:
+            owner = owners.get(id(param), 0)
+
+            def tag(p: torch.Tensor, owner: int = owner) -> None:
+                if p.grad is not None:
+                    recorder.retag(p.grad, Category.GRADIENTS, owner)
+
+            param.register_post_accumulate_grad_hook(tag)
+
+
+def _hook_optimizer(
+    recorder: Recorder, optimizer: torch.optim.Optimizer, owners: dict[int, int]
+) -> None:
+    def tag(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        for param, state in opt.state.items():
+            owner = owners.get(id(param), 0)
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    recorder.retag(value, Category.OPTIMIZER_STATE, owner)
+
+    optimizer.register_step_post_hook(tag)
+
+
+def trace(
+    build: Callable[[], Any],
+    *,
+    mode: TraceMode = "train",
+    optimizer: TraceOptimizer = "adamw",
+    steps: int = 2,
+    amp: Amp = "none",
+    runtime: TraceRuntime = "cpu",
+    gpu_architecture: str | None = None,
+) -> TraceResult:
+    """Trace ``steps`` steps of the model ``build()`` returns; describe the last one."""
+    if steps < 1:
+        raise TraceError("steps must be at least 1")
+    started = time.perf_counter()
+    recorder = Recorder()
+
+    @contextmanager
+    def marks(phase: Phase, measured: bool) -> Iterator[None]:
+        recorder.phase(phase, measured=measured)
+        yield
+
+    with (
+        FakeTensorMode(allow_non_fake_inputs=True),
+        _CopyInMode(),
+        recorder,
+        recorder.module_scopes(),
+    ):
+        recorder.phase(Phase.BUILD)
+        model, inputs, loss_fn = unpack(build())
+        owners = _tag_model(recorder, model)
+        inputs_owner = recorder.owner("(inputs)")
+        tree_map_only(
+            torch.Tensor,
+            lambda t: recorder.retag(t, Category.OTHER, inputs_owner),
+            inputs,
+        )
+        opt = None
+        if mode == "train":
+            _hook_gradients(recorder, model, owners)
+            opt = make_optimizer(optimizer, model, foreach=True if runtime == "cuda" else None)
+            if opt is not None:
+                _hook_optimizer(recorder, opt, owners)
+        run_steps(
+            model,
+            inputs,
+            loss_fn=loss_fn,
+            optimizer=opt,
+            mode=mode,
+            steps=steps,
+            amp=amp,
+            marks=marks,
+        )
+        recorder.phase(Phase.END)
+        unique = {id(p): p for p in model.parameters()}
+        parameters = sum(p.numel() for p in unique.values())
+        trainable = sum(p.numel() for p in unique.values() if p.requires_grad)
+        device = next((p.device.type for p in unique.values()), "cpu")
+        log = TraceLog(
+            events=recorder.events,
+            owners=recorder.owners,
+            parameters=parameters,
+            trainable_parameters=trainable,
+            device=device,
+        )
+    result = analyze(
+        log,
+        runtime=runtime,
+        mode=mode,
+        steps=steps,
+        gpu_architecture=gpu_architecture,
+        seconds=round(time.perf_counter() - started, 3),
+    )
+    if optimizer != "none" and mode == "train" and runtime == "cuda":
+        result.notes.append("optimizer uses foreach (multi-tensor) kernels, torch's CUDA default")
+    return result
