@@ -83,3 +83,18 @@ def test_cnn_misses_only_onednn_kernel_buffers() -> None:
     assert traced.parameters == measured.parameters
     assert measured.peak_bytes * 0.97 <= traced.peak_bytes <= measured.peak_bytes
     assert traced.phases.forward_bytes == measured.phases["forward"]
+
+
+@pytest.mark.parametrize(("name", "ranks"), [("hf_llama", 4), ("checkpointed", 2)])
+def test_fsdp_rank_peak_equals_measured(name: str, ranks: int) -> None:
+    """Rank 0 of an FSDP2 job on a fake process group: the real run allocates the
+    same shards, unsharded buffers and reduce-scatter outputs with real tensors."""
+    build = _seeded(name)
+    traced = trace(build, runtime="cpu", fsdp=ranks)
+    measured = measure_target(build, fsdp=ranks)
+    assert abs(traced.peak_bytes - measured.peak_bytes) <= TOLERANCE * measured.peak_bytes
+    whole = trace(build, runtime="cpu")
+    assert traced.breakdown.parameters_bytes * ranks == pytest.approx(
+        whole.breakdown.parameters_bytes, rel=0.01
+    )
+    assert traced.peak_bytes < whole.peak_bytes

@@ -27,9 +27,15 @@ def measure_target(
     steps: int = 2,
     amp: str = "none",
     foreach: bool | None = None,
+    fsdp: int = 1,
 ) -> Measured:
     """Real peak of the last of ``steps`` steps of ``build()``'s model on this CPU."""
     gc.collect()
+    mesh = None
+    if fsdp > 1:
+        from gpuplan.trace.fsdp import fake_mesh
+
+        mesh = fake_mesh(fsdp, "cpu")
 
     @contextmanager
     def marks(phase: Phase, measured: bool) -> Iterator[None]:
@@ -39,6 +45,10 @@ def measure_target(
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model, inputs, loss_fn = unpack(build())
+        if mesh is not None:
+            from gpuplan.trace.fsdp import apply_fsdp
+
+            apply_fsdp(model, mesh)
         opt = make_optimizer(optimizer, model, foreach=foreach) if mode == "train" else None
         run_steps(
             model,

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_map_only
 
@@ -164,7 +165,7 @@ class Recorder(TorchDispatchMode):
         key = id(storage)
         nbytes = storage.nbytes()
         found = self._live.get(key)
-        if found is not None and found[1]() is storage:
+        if found is not None and found[1]() is storage and found[2] > 0:
             # Resized in place (``out=`` arguments, ``resize_``): the allocator
             # allocates the new size and frees the old block.
             self.events.append((Op.FREE, found[0], 0, 0, 0))
@@ -179,18 +180,45 @@ class Recorder(TorchDispatchMode):
             found = self._live.get(id(storage))
             if found is not None and found[1]() is storage and found[2] == storage.nbytes():
                 continue
-            if self._phase == Phase.FORWARD or (
-                self._modules and self._phase == Phase.BACKWARD
-            ):
-                category = Category.ACTIVATIONS
-            elif self._phase in (Phase.BACKWARD, Phase.OPTIMIZER):
-                category = Category.TEMPORARY
-            else:
-                category = Category.OTHER
-            self._adopt(storage, category, self._current_owner())
+            self._adopt(storage, self._category(), self._current_owner())
+
+    def _category(self) -> Category:
+        if self._phase == Phase.FORWARD or (self._modules and self._phase == Phase.BACKWARD):
+            return Category.ACTIVATIONS
+        if self._phase in (Phase.BACKWARD, Phase.OPTIMIZER):
+            return Category.TEMPORARY
+        return Category.OTHER
+
+    @contextmanager
+    def storage_resizes(self) -> Iterator[None]:
+        """Log ``UntypedStorage.resize_``, which FSDP uses to allocate and free its
+        unsharded parameters and which bypasses the dispatcher."""
+        original = torch.UntypedStorage.resize_
+
+        def resize_(storage: torch.UntypedStorage, size: int) -> Any:
+            result = original(storage, size)
+            found = self._live.get(id(storage))
+            if found is not None and found[1]() is storage and found[2] == storage.nbytes():
+                return result
+            if storage.nbytes() == 0 and found is not None and found[1]() is storage:
+                self.events.append((Op.FREE, found[0], 0, 0, 0))
+                self._live[id(storage)] = (found[0], found[1], 0)
+                return result
+            self._adopt(storage, self._category(), self._current_owner())
+            return result
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         kwargs = kwargs or {}
+        if any(t is DTensor for t in types):
+            return NotImplemented  # let DTensor run its local ops, which land here
+        if func is torch.ops._c10d_functional.wait_tensor.default and _fake(args[0]):
+            return args[0]  # the eager op returns its input; the meta one a new tensor
         if func is torch.ops.aten._grouped_mm.default and _fake(args[0]):
             out = _grouped_mm_any_dtype(func, args, kwargs)
         else:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import msgspec
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.overrides import TorchFunctionMode
@@ -115,16 +116,31 @@ def trace(
     amp: Amp = "none",
     runtime: TraceRuntime = "cpu",
     gpu_architecture: str | None = None,
+    fsdp: int = 1,
 ) -> TraceResult:
-    """Trace ``steps`` steps of the model ``build()`` returns; describe the last one."""
+    """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
+
+    ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks.
+    """
     if steps < 1:
         raise TraceError("steps must be at least 1")
     started = time.perf_counter()
     recorder = Recorder()
+    mesh = None
+    if fsdp > 1:
+        from gpuplan.trace.fsdp import fake_mesh
+
+        mesh = fake_mesh(fsdp, "cpu")
+    grads_of: list[torch.nn.Parameter] = []
 
     @contextmanager
     def marks(phase: Phase, measured: bool) -> Iterator[None]:
         recorder.phase(phase, measured=measured)
+        if phase == Phase.OPTIMIZER:
+            # FSDP assigns reduce-scattered gradients without accumulation hooks.
+            for param in grads_of:
+                if param.grad is not None:
+                    recorder.retag(param.grad, Category.GRADIENTS, owners.get(id(param), 0))
         yield
 
     with (
@@ -132,10 +148,16 @@ def trace(
         _CopyInMode(),
         recorder,
         recorder.module_scopes(),
+        recorder.storage_resizes(),
     ):
         recorder.phase(Phase.BUILD)
         model, inputs, loss_fn = unpack(build())
+        if mesh is not None:
+            from gpuplan.trace.fsdp import apply_fsdp
+
+            apply_fsdp(model, mesh)
         owners = _tag_model(recorder, model)
+        grads_of = [p for p in model.parameters() if p.requires_grad]
         inputs_owner = recorder.owner("(inputs)")
         tree_map_only(
             torch.Tensor,
@@ -160,7 +182,7 @@ def trace(
         )
         recorder.phase(Phase.END)
         unique = {id(p): p for p in model.parameters()}
-        parameters = sum(p.numel() for p in unique.values())
+        parameters = sum(p.numel() for p in unique.values())  # DTensor: global numel
         trainable = sum(p.numel() for p in unique.values() if p.requires_grad)
         device = next((p.device.type for p in unique.values()), "cpu")
         log = TraceLog(
@@ -176,8 +198,13 @@ def trace(
         mode=mode,
         steps=steps,
         gpu_architecture=gpu_architecture,
-        seconds=round(time.perf_counter() - started, 3),
+        communicators=[fsdp] if fsdp > 1 else [],
     )
+    result = msgspec.structs.replace(result, seconds=round(time.perf_counter() - started, 3))
+    if fsdp > 1:
+        result.notes.append(
+            f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group)"
+        )
     if optimizer != "none" and mode == "train" and runtime == "cuda":
         result.notes.append("optimizer uses foreach (multi-tensor) kernels, torch's CUDA default")
     return result

@@ -56,6 +56,7 @@ def analyze(
     steps: int,
     seconds: float = 0.0,
     gpu_architecture: str | None = None,
+    communicators: list[int] | None = None,
     top: int = 10,
 ) -> TraceResult:
     """Peak, breakdown, phase peaks and top modules of the last step in ``log``."""
@@ -64,7 +65,7 @@ def analyze(
     context = 0
     reserved: int | None = None
     if runtime == "cuda":
-        overhead = framework_overhead("cuda", gpu_architecture, [], 0)
+        overhead = framework_overhead("cuda", gpu_architecture, communicators or [], 0)
         # One cuBLAS handle per (thread, stream): the forward runs on the caller's
         # thread, the backward on the autograd engine's device thread.
         threads = 2 if mode == "train" else 1
@@ -73,7 +74,7 @@ def analyze(
         events = [
             (Op.ALLOC, -1 - i, n, Category.OTHER, -1) for i, n in enumerate(workspaces)
         ] + events
-        context = int(overhead.context)
+        context = int(overhead.context) + int(overhead.nccl)
         notes.append(
             "runtime cuda: allocations replayed through a model of the CUDA caching allocator "
             "(512-byte blocks; 2 MiB small-pool and 20 MiB large-pool segments; best-fit "
@@ -85,8 +86,9 @@ def analyze(
             "(unverified: per-thread handles)"
         )
         notes.append(
-            f"CUDA context {context >> 20} MiB added to total_bytes (published figure, "
-            "not calibrated on a GPU for this release)"
+            f"CUDA context {int(overhead.context) >> 20} MiB"
+            + (f" and NCCL buffers {int(overhead.nccl)} B" if overhead.nccl else "")
+            + " added to total_bytes (published figures, not calibrated on a GPU for this release)"
         )
         notes.append(
             "tensors were faked on the CPU: kernels with CUDA-specific workspaces "
