@@ -55,6 +55,20 @@ class Settings(Record):
     catalog_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
     """A catalog file (TOML, YAML or JSON) that adds SKUs or overrides fields."""
 
+    trace_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 120.0
+    """Wall-time limit of one ``POST /v1/memory/trace``; its worker is killed past it."""
+
+    trace_max_concurrent: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    """Traces running at once in one server process; more answer 503."""
+
+    trace_cache_ttl_seconds: Annotated[int, msgspec.Meta(ge=0, le=365 * 86400)] = 7 * 86400
+    """How long Redis keeps a trace result (0: no caching)."""
+
+    trace_cache_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = (
+        "gpuplan:trace:"
+    )
+    """Prefix of the Redis keys of cached trace results."""
+
 
 class SettingsError(ValueError):
     """A setting is invalid or unknown; the message names it and its source."""
