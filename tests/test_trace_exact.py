@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from bench.accuracy.measure_target import measure_target  # noqa: E402
+
 from gpuplan.trace.run import trace  # noqa: E402
 from tests.trace_targets import models  # noqa: E402
 
@@ -30,7 +31,6 @@ def _seeded(name: str):  # type: ignore[no-untyped-def]
 
 CASES = [
     ("mlp", "train", "adamw", "none"),
-    ("mlp", "train", "sgd", "none"),
     ("mlp", "inference", "none", "none"),
     ("transformer", "train", "adam", "none"),
     ("checkpointed", "train", "adamw", "none"),

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.accuracy.measure import Measured, _peak_between, _timeline

@@ -40,7 +40,9 @@ def _table(result: object) -> str:
     lines.append("top modules at the peak:")
     lines += [f"  {_size(m.bytes):>12}  {m.module}" for m in result.top_modules]
     lines += [f"note: {note}" for note in result.notes]
-    lines.append(f"traced {result.runtime} {result.mode} step {result.steps} in {result.seconds:.1f} s")
+    lines.append(
+        f"traced {result.runtime} {result.mode} step {result.steps} in {result.seconds:.1f} s"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -63,7 +65,10 @@ def _table(result: object) -> str:
     help="Steps to run; the last one is reported (2: the steady state, with optimizer state).",
 )
 @click.option(
-    "--amp", type=click.Choice(["none", "bf16", "fp16"]), default="none", show_default=True,
+    "--amp",
+    type=click.Choice(["none", "bf16", "fp16"]),
+    default="none",
+    show_default=True,
     help="Autocast the forward to this type.",
 )
 @click.option(
@@ -84,7 +89,15 @@ def _table(result: object) -> str:
     "--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True
 )
 def trace_command(
-    target: str, mode: str, optimizer: str, steps: int, amp: str, runtime: str, fsdp: int, fmt: str
+    target: str,
+    *,
+    mode: str,
+    optimizer: str,
+    steps: int,
+    amp: str,
+    runtime: str,
+    fsdp: int,
+    fmt: str,
 ) -> None:
     """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
 

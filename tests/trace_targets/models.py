@@ -78,32 +78,32 @@ def _hf(config: dict[str, Any], dtype: torch.dtype = torch.float32, **extra: Any
     config = dict(config)
     hf = AutoConfig.for_model(config.pop("model_type"), **config)
     model = AutoModelForCausalLM.from_config(hf, dtype=dtype, **extra)
-    ids = torch.randint(0, hf.vocab_size, (2, 64))
+    ids = torch.randint(0, hf.vocab_size, (2, 32))
     return model, {"input_ids": ids, "labels": ids}
 
 
-LLAMA = dict(
-    model_type="llama",
-    vocab_size=1000,
-    hidden_size=128,
-    intermediate_size=344,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-)
-MIXTRAL = dict(
-    model_type="mixtral",
-    vocab_size=1000,
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    num_local_experts=4,
-    num_experts_per_tok=2,
-    max_position_embeddings=256,
-)
+LLAMA = {
+    "model_type": "llama",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 172,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+MIXTRAL = {
+    "model_type": "mixtral",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "max_position_embeddings": 256,
+}
 
 
 def hf_llama() -> Any:
@@ -124,3 +124,11 @@ def hf_mixtral() -> Any:
 
 def hf_mixtral_bf16() -> Any:
     return _hf(MIXTRAL, torch.bfloat16)
+
+
+def not_a_pair() -> int:
+    return 3
+
+
+def raises() -> Any:
+    raise ValueError("no model today")

@@ -25,9 +25,10 @@ def fake_mesh(world_size: int, device_type: str) -> Any:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    if dist.is_initialized():
-        if dist.get_backend() != "fake" or dist.get_world_size() != world_size:
-            dist.destroy_process_group()
+    if dist.is_initialized() and (
+        dist.get_backend() != "fake" or dist.get_world_size() != world_size
+    ):
+        dist.destroy_process_group()
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     return init_device_mesh(device_type, (world_size,))

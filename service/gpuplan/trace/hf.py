@@ -40,7 +40,7 @@ def builder(hf_config: dict[str, Any], workload: TraceWorkload) -> Callable[[], 
 
     def build() -> tuple[torch.nn.Module, dict[str, Any]]:
         try:
-            model = cls.from_config(
+            model = cls.from_config(  # type: ignore[no-untyped-call]
                 config, dtype=DTYPES[workload.dtype], attn_implementation=workload.attention
             )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:

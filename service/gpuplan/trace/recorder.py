@@ -68,11 +68,11 @@ def _grouped_mm_any_dtype(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
     return torch.empty(probe.shape, dtype=out_dtype, device=mat_a.device)
 
 
-class Recorder(TorchDispatchMode):
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Logs allocations, releases, role changes and phase markers."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.events: list[Event] = []
         self.owners: list[str] = [UNATTRIBUTED]
         self._owner_index: dict[str, int] = {UNATTRIBUTED: 0}
@@ -159,9 +159,7 @@ class Recorder(TorchDispatchMode):
             del self._live[key]
         self.events.append((Op.FREE, serial, 0, 0, 0))
 
-    def _adopt(
-        self, storage: torch.UntypedStorage, category: Category, owner: int
-    ) -> None:
+    def _adopt(self, storage: torch.UntypedStorage, category: Category, owner: int) -> None:
         key = id(storage)
         nbytes = storage.nbytes()
         found = self._live.get(key)
@@ -171,7 +169,11 @@ class Recorder(TorchDispatchMode):
             self.events.append((Op.FREE, found[0], 0, 0, 0))
         self._serial += 1
         serial = self._serial
-        ref = weakref.ref(storage, lambda r, s=serial, k=key: self._freed(s, k, r))
+
+        def freed(r: "weakref.ref[torch.UntypedStorage]", s: int = serial, k: int = key) -> None:
+            self._freed(s, k, r)
+
+        ref = weakref.ref(storage, freed)
         self._live[key] = (serial, ref, nbytes)
         self.events.append((Op.ALLOC, serial, nbytes, int(category), owner))
 
@@ -207,13 +209,13 @@ class Recorder(TorchDispatchMode):
             self._adopt(storage, self._category(), self._current_owner())
             return result
 
-        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign, assignment]
         try:
             yield
         finally:
             torch.UntypedStorage.resize_ = original  # type: ignore[method-assign]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if any(t is DTensor for t in types):
             return NotImplemented  # let DTensor run its local ops, which land here

@@ -34,7 +34,7 @@ class _CopyInMode(TorchFunctionMode):
     fresh conversion with a storage of its own.
     """
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         if func is torch.Tensor.__deepcopy__ and isinstance(args[0], FakeTensor):
             tensor, memo = args
             if id(tensor) in memo:
@@ -91,7 +91,7 @@ def _hook_gradients(recorder: Recorder, model: torch.nn.Module, owners: dict[int
                 if p.grad is not None:
                     recorder.retag(p.grad, Category.GRADIENTS, owner)
 
-            param.register_post_accumulate_grad_hook(tag)
+            param.register_post_accumulate_grad_hook(tag)  # type: ignore[no-untyped-call]
 
 
 def _hook_optimizer(
@@ -105,6 +105,30 @@ def _hook_optimizer(
                     recorder.retag(value, Category.OPTIMIZER_STATE, owner)
 
     optimizer.register_step_post_hook(tag)
+
+
+def _instrument(
+    recorder: Recorder,
+    model: torch.nn.Module,
+    inputs: Any,
+    *,
+    mode: TraceMode,
+    optimizer: TraceOptimizer,
+    runtime: TraceRuntime,
+) -> tuple[dict[int, int], torch.optim.Optimizer | None, list[torch.nn.Parameter]]:
+    """Name what the build made; hook gradients and the optimizer's state."""
+    owners = _tag_model(recorder, model)
+    inputs_owner = recorder.owner("(inputs)")
+    tree_map_only(torch.Tensor, lambda t: recorder.retag(t, Category.OTHER, inputs_owner), inputs)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = None
+    if mode == "train":
+        _hook_gradients(recorder, model, owners)
+        # foreach (multi-tensor) kernels are torch's default on CUDA, not on the CPU.
+        opt = make_optimizer(optimizer, model, foreach=True if runtime == "cuda" else None)
+        if opt is not None:
+            _hook_optimizer(recorder, opt, owners)
+    return owners, opt, trainable
 
 
 def trace(
@@ -132,6 +156,7 @@ def trace(
 
         mesh = fake_mesh(fsdp, "cpu")
     grads_of: list[torch.nn.Parameter] = []
+    owners: dict[int, int] = {}
 
     @contextmanager
     def marks(phase: Phase, measured: bool) -> Iterator[None]:
@@ -151,25 +176,20 @@ def trace(
         recorder.storage_resizes(),
     ):
         recorder.phase(Phase.BUILD)
-        model, inputs, loss_fn = unpack(build())
+        try:
+            built = build()
+        except TraceError:
+            raise
+        except Exception as exc:
+            raise TraceError(f"the target raised {type(exc).__name__}: {exc}") from exc
+        model, inputs, loss_fn = unpack(built)
         if mesh is not None:
             from gpuplan.trace.fsdp import apply_fsdp
 
             apply_fsdp(model, mesh)
-        owners = _tag_model(recorder, model)
-        grads_of = [p for p in model.parameters() if p.requires_grad]
-        inputs_owner = recorder.owner("(inputs)")
-        tree_map_only(
-            torch.Tensor,
-            lambda t: recorder.retag(t, Category.OTHER, inputs_owner),
-            inputs,
+        owners, opt, grads_of = _instrument(
+            recorder, model, inputs, mode=mode, optimizer=optimizer, runtime=runtime
         )
-        opt = None
-        if mode == "train":
-            _hook_gradients(recorder, model, owners)
-            opt = make_optimizer(optimizer, model, foreach=True if runtime == "cuda" else None)
-            if opt is not None:
-                _hook_optimizer(recorder, opt, owners)
         run_steps(
             model,
             inputs,

@@ -38,7 +38,9 @@ def default_loss(output: Any) -> torch.Tensor:
     loss = getattr(output, "loss", None)
     if isinstance(loss, torch.Tensor):
         return loss
-    floats = [t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    floats = [
+        t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
     if not floats:
         raise TraceError(
             "the model's output has no floating-point tensor to sum into a loss; "
@@ -115,7 +117,7 @@ def run_steps(
                 loss = loss_of(output)
             del output
         with marks(Phase.BACKWARD, measured):
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             del loss
         with marks(Phase.OPTIMIZER, measured):
             if optimizer is not None:

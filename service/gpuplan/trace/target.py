@@ -41,11 +41,11 @@ def load_target(target: str) -> Callable[[], Any]:
             module = importlib.import_module(where)
         except ImportError as exc:
             raise TraceError(f"cannot import {where}: {exc}") from None
-    function = module
+    function: Any = module
     for part in attribute.split("."):
         function = getattr(function, part, None)
         if function is None:
             raise TraceError(f"{where} has no attribute {attribute!r}")
     if not callable(function):
         raise TraceError(f"{target} is not callable")
-    return function  # type: ignore[return-value]
+    return function  # type: ignore[no-any-return]

@@ -78,7 +78,7 @@ def trace_gate(request: Request[Any, Any, Any]) -> asyncio.Semaphore:
         gate = state["trace_gate"] = asyncio.Semaphore(
             runtime(request).settings.trace_max_concurrent
         )
-    return gate  # type: ignore[no-any-return]
+    return gate
 
 
 def _problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Response[Problem]:
@@ -93,7 +93,9 @@ async def run_worker(request: TraceRequest, timeout: float) -> dict[str, Any] | 
     """Run one trace in a subprocess; ``None`` when it ran past ``timeout`` (killed)."""
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
+        ),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
@@ -121,9 +123,7 @@ async def run_worker(request: TraceRequest, timeout: float) -> dict[str, Any] | 
     return msgspec.json.decode(out)  # type: ignore[no-any-return]
 
 
-@operation(
-    "POST", "/v1/memory/trace", body=TraceRequest, problems=(501, 503, 504), tags=["memory"]
-)
+@operation("POST", "/v1/memory/trace", body=TraceRequest, problems=(501, 503, 504), tags=["memory"])
 async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> TraceResult:
     """Trace one step of a Hugging Face model on fake tensors: its exact tensor peak.
 
@@ -188,23 +188,28 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             except (RedisError, OSError) as exc:
                 log.warning("trace cache write failed: %s", exc)
         return result
+    return _failure(answer)  # type: ignore[return-value]
+
+
+def _failure(answer: dict[str, Any]) -> Response[Problem]:
+    """The problem a worker's error answer stands for."""
     kind, detail = answer.get("error"), str(answer.get("detail", ""))
     if kind == "missing":
-        return _problem(  # type: ignore[return-value]
+        return _problem(
             501,
             "trace-unavailable",
             "Not Implemented",
             f"tracing needs the optional extra `trace`: {detail}",
         )
     if kind == "invalid":
-        return _problem(  # type: ignore[return-value]
+        return _problem(
             422,
             "invalid-model",
             "Unprocessable Entity",
             detail,
             errors=[FieldError(path="$.model.hf_config", reason=detail)],
         )
-    return _problem(  # type: ignore[return-value]
+    return _problem(
         422,
         "untraceable",
         "Unprocessable Entity",

@@ -1,0 +1,76 @@
+"""gpuplan trace: file and module targets, JSON and table output, refused targets."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from gpuplan.cli import main
+
+TARGETS = Path(__file__).resolve().parent / "trace_targets" / "models.py"
+
+
+def test_file_target_json() -> None:
+    result = CliRunner().invoke(
+        main, ["trace", f"{TARGETS}:mlp", "--runtime", "cpu", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["parameters"] == 256 * 1024 + 1024 + 1024 * 256 + 256
+    b = body["breakdown"]
+    assert b["parameters_bytes"] == 4 * body["parameters"]
+    assert b["optimizer_state_bytes"] >= 8 * body["parameters"]  # AdamW: m and v
+    assert body["peak_bytes"] == max(body["phases"].values())
+    assert body["runtime"] == "cpu"
+    assert body["steps"] == 2
+
+
+def test_module_target_cuda_table() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["trace", "tests.trace_targets.models:checkpointed", "--optimizer", "sgd", "--steps", "3"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "reserved" in result.output
+    assert "top modules" in result.output
+    assert "caching allocator" in result.output
+
+
+def test_inference_and_fsdp_json() -> None:
+    runner = CliRunner()
+    whole = json.loads(
+        runner.invoke(main, ["trace", f"{TARGETS}:checkpointed", "--format", "json"]).output
+    )
+    sharded = json.loads(
+        runner.invoke(
+            main, ["trace", f"{TARGETS}:checkpointed", "--fsdp", "4", "--format", "json"]
+        ).output
+    )
+    assert sharded["peak_bytes"] < whole["peak_bytes"]
+    assert any("FSDP2" in note for note in sharded["notes"])
+    inference = json.loads(
+        runner.invoke(
+            main, ["trace", f"{TARGETS}:mlp", "--mode", "inference", "--format", "json"]
+        ).output
+    )
+    assert inference["phases"]["backward_bytes"] == 0
+    assert inference["breakdown"]["gradients_bytes"] == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nocolon", "package.module:function"),
+        ("tests.trace_targets.models:nothing", "no attribute"),
+        ("/no/such/file.py:f", "does not exist"),
+        ("tests.trace_targets.models:not_a_pair", "must return"),
+        ("tests.trace_targets.models:raises", "ValueError: no model today"),
+    ],
+)
+def test_bad_targets(target: str, message: str) -> None:
+    result = CliRunner().invoke(main, ["trace", target])
+    assert result.exit_code != 0
+    assert message in result.output
