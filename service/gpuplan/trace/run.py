@@ -141,6 +141,7 @@ def trace(
     runtime: TraceRuntime = "cpu",
     gpu_architecture: str | None = None,
     fsdp: int = 1,
+    accumulation: int = 1,
 ) -> TraceResult:
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
@@ -198,6 +199,7 @@ def trace(
             mode=mode,
             steps=steps,
             amp=amp,
+            accumulation=accumulation,
             marks=marks,
         )
         recorder.phase(Phase.END)

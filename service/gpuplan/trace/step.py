@@ -90,9 +90,14 @@ def run_steps(
     mode: str = "train",
     steps: int = 2,
     amp: str = "none",
+    accumulation: int = 1,
     marks: Marks = _no_marks,
 ) -> None:
-    """Run ``steps`` steps of ``model``; the last is the measured one."""
+    """Run ``steps`` steps of ``model``; the last is the measured one.
+
+    With ``accumulation`` > 1 a training step runs that many forward/backward passes
+    (gradient accumulation) before the optimizer steps.
+    """
     device = next((p.device.type for p in model.parameters()), "cpu")
     loss_of = loss_fn or default_loss
 
@@ -111,14 +116,15 @@ def run_steps(
     model.train()
     for step in range(steps):
         measured = step == steps - 1
-        with marks(Phase.FORWARD, measured):
-            with autocast():
-                output = call(model, inputs)
-                loss = loss_of(output)
-            del output
-        with marks(Phase.BACKWARD, measured):
-            loss.backward()  # type: ignore[no-untyped-call]
-            del loss
+        for _ in range(accumulation):
+            with marks(Phase.FORWARD, measured):
+                with autocast():
+                    output = call(model, inputs)
+                    loss = loss_of(output)
+                del output
+            with marks(Phase.BACKWARD, measured):
+                loss.backward()  # type: ignore[no-untyped-call]
+                del loss
         with marks(Phase.OPTIMIZER, measured):
             if optimizer is not None:
                 optimizer.step()
