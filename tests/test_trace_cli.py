@@ -74,3 +74,14 @@ def test_bad_targets(target: str, message: str) -> None:
     result = CliRunner().invoke(main, ["trace", target])
     assert result.exit_code != 0
     assert message in result.output
+
+
+def test_tensor_parallel_needs_a_plan() -> None:
+    result = CliRunner().invoke(main, ["trace", f"{TARGETS}:mlp", "--tensor-parallel", "2"])
+    assert result.exit_code != 0
+    assert "base_model_tp_plan" in result.output
+    both = CliRunner().invoke(
+        main, ["trace", f"{TARGETS}:mlp", "--tensor-parallel", "2", "--fsdp", "2"]
+    )
+    assert both.exit_code != 0
+    assert "not supported" in both.output

@@ -98,3 +98,14 @@ def test_fsdp_rank_peak_equals_measured(name: str, ranks: int) -> None:
         whole.breakdown.parameters_bytes, rel=0.01
     )
     assert traced.peak_bytes < whole.peak_bytes
+
+
+def test_tensor_parallel_rank_peak_equals_measured() -> None:
+    """Rank 0 of 2-way tensor parallelism from the model's Hugging Face TP plan."""
+    build = _seeded("hf_llama")
+    traced = trace(build, runtime="cpu", tensor_parallel=2)
+    measured = measure_target(build, tensor_parallel=2)
+    assert abs(traced.peak_bytes - measured.peak_bytes) <= TOLERANCE * measured.peak_bytes
+    whole = trace(build, runtime="cpu")
+    assert traced.breakdown.parameters_bytes < whole.breakdown.parameters_bytes
+    assert any("tensor parallel" in note for note in traced.notes)

@@ -27,14 +27,15 @@ def measure_target(
     amp: str = "none",
     foreach: bool | None = None,
     fsdp: int = 1,
+    tensor_parallel: int = 1,
 ) -> Measured:
     """Real peak of the last of ``steps`` steps of ``build()``'s model on this CPU."""
     gc.collect()
     mesh = None
-    if fsdp > 1:
+    if max(fsdp, tensor_parallel) > 1:
         from gpuplan.trace.fsdp import fake_mesh
 
-        mesh = fake_mesh(fsdp, "cpu")
+        mesh = fake_mesh(max(fsdp, tensor_parallel), "cpu")
 
     @contextmanager
     def marks(phase: Phase, measured: bool) -> Iterator[None]:
@@ -44,10 +45,14 @@ def measure_target(
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model, inputs, loss_fn = unpack(build())
-        if mesh is not None:
+        if mesh is not None and fsdp > 1:
             from gpuplan.trace.fsdp import apply_fsdp
 
             apply_fsdp(model, mesh)
+        elif mesh is not None:
+            from gpuplan.trace.fsdp import apply_tensor_parallel
+
+            apply_tensor_parallel(model, mesh)
         opt = make_optimizer(optimizer, model, foreach=foreach) if mode == "train" else None
         run_steps(
             model,

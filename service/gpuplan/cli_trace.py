@@ -86,6 +86,14 @@ def _table(result: object) -> str:
     help="Trace one rank of an N-way FSDP2 (fully_shard) step on a fake process group.",
 )
 @click.option(
+    "--tensor-parallel",
+    "tensor_parallel",
+    type=click.IntRange(1, 1 << 16),
+    default=1,
+    show_default=True,
+    help="Trace one rank of an N-way tensor-parallel step (Hugging Face models' TP plan).",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True
 )
 def trace_command(
@@ -97,6 +105,7 @@ def trace_command(
     amp: str,
     runtime: str,
     fsdp: int,
+    tensor_parallel: int,
     fmt: str,
 ) -> None:
     """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
@@ -127,6 +136,7 @@ def trace_command(
             amp=amp,  # type: ignore[arg-type]
             runtime=runtime,  # type: ignore[arg-type]
             fsdp=fsdp,
+            tensor_parallel=tensor_parallel,
         )
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None

@@ -1,4 +1,5 @@
-"""One rank of an N-way FSDP2 (``fully_shard``) job, on a fake process group.
+"""One rank of an N-way FSDP2 (``fully_shard``) or tensor-parallel job, on a fake
+process group.
 
 torch's fake process group (``torch.testing._internal.distributed.fake_pg``) answers
 every collective at once without moving data, so one process can play rank 0 of any
@@ -61,3 +62,48 @@ def sharded(tensor: torch.Tensor) -> torch.Tensor:
     """The local shard of a DTensor parameter (the tensor itself otherwise)."""
     to_local = getattr(tensor, "to_local", None)
     return to_local() if callable(to_local) else tensor
+
+
+def apply_tensor_parallel(model: nn.Module, mesh: Any) -> list[str]:
+    """Megatron-style tensor parallelism from the model's Hugging Face TP plan.
+
+    ``config.base_model_tp_plan`` names, per module pattern, how transformers shards a
+    layer; ``colwise`` and ``rowwise`` linears map onto torch's ``ColwiseParallel`` and
+    ``RowwiseParallel``. Entries on modules that are not ``nn.Linear`` (packed MoE
+    experts) are left replicated, as are embeddings and the LM head; returns those
+    skipped patterns.
+    """
+    from fnmatch import fnmatch
+
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    config = getattr(model, "config", None)
+    tp_plan = getattr(config, "base_model_tp_plan", None) or {}
+    base = getattr(model, "base_model", model)
+    if not tp_plan:
+        raise TraceError(
+            "tensor parallelism needs a plan: a Hugging Face model whose config has "
+            "base_model_tp_plan (Llama, Mistral, Qwen, ...)"
+        )
+    linears = {name for name, m in base.named_modules() if isinstance(m, nn.Linear)}
+    plan: dict[str, Any] = {}
+    skipped = []
+    for pattern, style in tp_plan.items():
+        matched = any(fnmatch(name, pattern) for name in linears)
+        if matched and style.startswith("colwise"):
+            plan[pattern] = ColwiseParallel()
+        elif matched and style.startswith("rowwise"):
+            plan[pattern] = RowwiseParallel()
+        else:
+            skipped.append(f"{pattern} ({style})")
+    if not plan:
+        raise TraceError("the model's tensor-parallel plan has no colwise/rowwise linear")
+    try:
+        parallelize_module(base, mesh, plan)
+    except (RuntimeError, ValueError, AssertionError) as exc:
+        raise TraceError(f"parallelize_module failed on this model: {exc}") from None
+    return skipped

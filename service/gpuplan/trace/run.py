@@ -131,6 +131,17 @@ def _instrument(
     return owners, opt, trainable
 
 
+def _distribute(model: torch.nn.Module, mesh: Any, *, fsdp: int) -> list[str]:
+    """Shard ``model`` over ``mesh``: FSDP2 when ``fsdp`` > 1, else tensor parallel.
+    Returns the TP plan entries left replicated."""
+    from gpuplan.trace.fsdp import apply_fsdp, apply_tensor_parallel
+
+    if fsdp > 1:
+        apply_fsdp(model, mesh)
+        return []
+    return apply_tensor_parallel(model, mesh)
+
+
 def trace(
     build: Callable[[], Any],
     *,
@@ -141,21 +152,27 @@ def trace(
     runtime: TraceRuntime = "cpu",
     gpu_architecture: str | None = None,
     fsdp: int = 1,
+    tensor_parallel: int = 1,
     accumulation: int = 1,
 ) -> TraceResult:
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
-    ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks.
+    ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks; ``tensor_parallel``
+    > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan).
     """
     if steps < 1:
         raise TraceError("steps must be at least 1")
+    if fsdp > 1 and tensor_parallel > 1:
+        raise TraceError("combining --fsdp and --tensor-parallel is not supported yet")
     started = time.perf_counter()
     recorder = Recorder()
     mesh = None
-    if fsdp > 1:
+    ranks = max(fsdp, tensor_parallel)
+    if ranks > 1:
         from gpuplan.trace.fsdp import fake_mesh
 
-        mesh = fake_mesh(fsdp, "cpu")
+        mesh = fake_mesh(ranks, "cpu")
+    skipped: list[str] = []
     grads_of: list[torch.nn.Parameter] = []
     owners: dict[int, int] = {}
 
@@ -185,9 +202,7 @@ def trace(
             raise TraceError(f"the target raised {type(exc).__name__}: {exc}") from exc
         model, inputs, loss_fn = unpack(built)
         if mesh is not None:
-            from gpuplan.trace.fsdp import apply_fsdp
-
-            apply_fsdp(model, mesh)
+            skipped = _distribute(model, mesh, fsdp=fsdp)
         owners, opt, grads_of = _instrument(
             recorder, model, inputs, mode=mode, optimizer=optimizer, runtime=runtime
         )
@@ -220,10 +235,17 @@ def trace(
         mode=mode,
         steps=steps,
         gpu_architecture=gpu_architecture,
-        communicators=[fsdp] if fsdp > 1 else [],
+        communicators=[ranks] if ranks > 1 else [],
     )
     result = msgspec.structs.replace(result, seconds=round(time.perf_counter() - started, 3))
-    if fsdp > 1:
+    if tensor_parallel > 1:
+        result.notes.append(
+            f"tensor parallel: rank 0 of {tensor_parallel} (the model's Hugging Face TP plan "
+            "as ColwiseParallel/RowwiseParallel; embeddings and LM head replicated"
+            + (f"; left replicated: {', '.join(skipped)}" if skipped else "")
+            + ")"
+        )
+    elif fsdp > 1:
         result.notes.append(
             f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group)"
         )
