@@ -46,6 +46,8 @@ def main() -> int:
             steps=workload.steps,
             amp=workload.amp,
             runtime=request.runtime,
+            fsdp=workload.fsdp,
+            tensor_parallel=workload.tensor_parallel,
         )
     except InvalidConfig as exc:
         _answer({"error": "invalid", "detail": str(exc)[:2000]})

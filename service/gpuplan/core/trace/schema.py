@@ -48,6 +48,12 @@ class TraceWorkload(Record):
 
     attention: TraceAttention = "sdpa"
     gradient_checkpointing: bool = False
+    fsdp: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    """Trace rank 0 of an FSDP2 job of this many ranks (fully_shard per decoder layer)."""
+
+    tensor_parallel: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    """Trace rank 0 of this many tensor-parallel ranks (the model's Hugging Face TP plan);
+    not combinable with ``fsdp`` yet."""
 
 
 class TraceRequest(Record):
