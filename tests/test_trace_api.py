@@ -113,3 +113,27 @@ def test_schema_bounds_are_422() -> None:
         response = client.post("/v1/memory/trace", json=body)
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "$.workload.batch_size"
+
+
+def test_worker_traces_a_sharded_workload(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """The worker's protocol, in-process: parallel degrees reach the tracer."""
+    pytest.importorskip("transformers")
+    import io
+    from types import SimpleNamespace
+
+    from gpuplan.trace import worker
+
+    body = {**BODY, "workload": {**BODY["workload"], "tensor_parallel": 2}}  # type: ignore[dict-item]
+    stdin = SimpleNamespace(buffer=io.BytesIO(msgspec.json.encode(body)))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert worker.main() == 0
+    answer = msgspec.json.decode(capsysbinary.readouterr().out)
+    assert any("tensor parallel: rank 0 of 2" in note for note in answer["result"]["notes"])
+
+    bad = {"model": {"hf_config": {**LLAMA, "vocab_size": "many"}}, "runtime": "cpu"}
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(msgspec.json.encode(bad))))
+    assert worker.main() == 0
+    answer = msgspec.json.decode(capsysbinary.readouterr().out)
+    assert answer["error"] in ("invalid", "untraceable")

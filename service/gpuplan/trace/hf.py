@@ -31,7 +31,7 @@ def builder(hf_config: dict[str, Any], workload: TraceWorkload) -> Callable[[], 
         raise InvalidConfig("hf_config has no model_type")
     try:
         config = AutoConfig.for_model(model_type, **values)
-    except (ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # transformers' validation errors have no common base
         raise InvalidConfig(f"transformers cannot read this config: {exc}") from None
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
@@ -43,7 +43,7 @@ def builder(hf_config: dict[str, Any], workload: TraceWorkload) -> Callable[[], 
             model = cls.from_config(  # type: ignore[no-untyped-call]
                 config, dtype=DTYPES[workload.dtype], attn_implementation=workload.attention
             )
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        except Exception as exc:  # a config transformers accepted but cannot build
             raise InvalidConfig(f"transformers cannot build this model: {exc}") from None
         if workload.gradient_checkpointing:
             model.gradient_checkpointing_enable()
