@@ -23,11 +23,15 @@ from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper_subclass
 from torch.utils._pytree import tree_map_only
 
 from gpuplan.core.trace.log import Category, Event, Op, Phase
+
+try:  # builds without torch.distributed have no DTensor (and no sharded traces)
+    from torch.distributed.tensor import DTensor
+except ImportError:  # pragma: no cover
+    DTensor = None  # type: ignore[misc, assignment]
 
 UNATTRIBUTED = "(unattributed)"
 
