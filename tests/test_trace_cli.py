@@ -85,3 +85,18 @@ def test_tensor_parallel_needs_a_plan() -> None:
     )
     assert both.exit_code != 0
     assert "not supported" in both.output
+
+
+def test_gpu_architecture_sizes_the_cublaslt_workspace() -> None:
+    runner = CliRunner()
+
+    def peak(*extra: str) -> int:
+        out = runner.invoke(main, ["trace", f"{TARGETS}:mlp", "--format", "json", *extra])
+        assert out.exit_code == 0, out.output
+        return int(json.loads(out.output)["peak_bytes"])
+
+    # Two threads (forward, autograd) x (32 MiB - 1 MiB) more cuBLASLt workspace on Hopper.
+    assert peak("--gpu", "h100-sxm5-80gb") - peak() == 2 * 31 * (1 << 20)
+    unknown = runner.invoke(main, ["trace", f"{TARGETS}:mlp", "--gpu", "no-such-gpu"])
+    assert unknown.exit_code == 2
+    assert "no-such-gpu" in unknown.output

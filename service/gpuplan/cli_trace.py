@@ -94,6 +94,11 @@ def _table(result: object) -> str:
     help="Trace one rank of an N-way tensor-parallel step (Hugging Face models' TP plan).",
 )
 @click.option(
+    "--gpu",
+    help="A catalog GPU (any name form): its architecture sizes the cuBLASLt workspace "
+    "(32 MiB on Hopper/Blackwell, 4 MiB on Ampere/Ada, 1 MiB otherwise).",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True
 )
 def trace_command(
@@ -106,6 +111,7 @@ def trace_command(
     runtime: str,
     fsdp: int,
     tensor_parallel: int,
+    gpu: str | None,
     fmt: str,
 ) -> None:
     """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
@@ -126,6 +132,16 @@ def trace_command(
         raise click.ClickException(
             f"gpuplan trace needs torch (pip install 'gpuplan[trace]'): {exc}"
         ) from None
+    architecture = None
+    if gpu is not None:
+        from gpuplan.core.catalog import UnknownGpu, builtin_catalog
+
+        try:
+            architecture = builtin_catalog().get(gpu).architecture
+        except UnknownGpu as exc:
+            raise click.BadParameter(
+                f"no catalog GPU is named {gpu!r}", param_hint="--gpu"
+            ) from exc
     try:
         build = load_target(target)
         result = trace(
@@ -137,6 +153,7 @@ def trace_command(
             runtime=runtime,  # type: ignore[arg-type]
             fsdp=fsdp,
             tensor_parallel=tensor_parallel,
+            gpu_architecture=architecture,
         )
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None

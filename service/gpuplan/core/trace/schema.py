@@ -79,7 +79,7 @@ class TraceBreakdown(Record):
     """Created in backward or the optimizer step, not a gradient or optimizer state."""
 
     other_bytes: int
-    """Buffers and inputs."""
+    """Buffers, inputs and (runtime cuda) the cuBLAS/cuBLASLt workspaces."""
 
 
 class PhasePeaks(Record):
