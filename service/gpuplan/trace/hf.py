@@ -46,7 +46,9 @@ def builder(hf_config: dict[str, Any], workload: TraceWorkload) -> Callable[[], 
         except Exception as exc:  # a config transformers accepted but cannot build
             raise InvalidConfig(f"transformers cannot build this model: {exc}") from None
         if workload.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            # transformers 5 renamed it; the old name warns there.
+            enable = getattr(model, "activation_checkpointing_enable", None)
+            (enable or model.gradient_checkpointing_enable)()
         ids = torch.randint(0, vocab, (workload.batch_size, workload.sequence_length))
         if workload.mode == "inference":
             inputs: dict[str, Any] = {"input_ids": ids}
