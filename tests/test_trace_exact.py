@@ -62,6 +62,20 @@ def test_traced_peak_equals_measured_peak(name: str, mode: str, optimizer: str, 
         )
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+def test_foreach_optimizer_kernels(optimizer: str) -> None:
+    """The multi-tensor optimizer kernels torch uses on CUDA (runtime cuda traces with
+    them), run here on the CPU: their parameter-sized temporaries are where a large
+    model's CUDA peak often sits."""
+    build = _seeded("hf_llama")
+    traced = trace(build, optimizer=optimizer, runtime="cpu", foreach=True)  # type: ignore[arg-type]
+    measured = measure_target(build, optimizer=optimizer, foreach=True)
+    assert abs(traced.peak_bytes - measured.peak_bytes) <= TOLERANCE * measured.peak_bytes
+    assert traced.phases.optimizer_bytes == pytest.approx(
+        measured.phases["optimizer"], rel=TOLERANCE
+    )
+
+
 def test_lstm_native_kernel() -> None:
     """LSTM on torch's native CPU kernel. With oneDNN enabled (the CPU default) its RNN
     kernel keeps a workspace whose meta kernel reports it empty; on a GPU the cuDNN

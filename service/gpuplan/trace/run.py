@@ -115,6 +115,7 @@ def _instrument(
     mode: TraceMode,
     optimizer: TraceOptimizer,
     runtime: TraceRuntime,
+    foreach: bool | None = None,
 ) -> tuple[dict[int, int], torch.optim.Optimizer | None, list[torch.nn.Parameter]]:
     """Name what the build made; hook gradients and the optimizer's state."""
     owners = _tag_model(recorder, model)
@@ -125,7 +126,9 @@ def _instrument(
     if mode == "train":
         _hook_gradients(recorder, model, owners)
         # foreach (multi-tensor) kernels are torch's default on CUDA, not on the CPU.
-        opt = make_optimizer(optimizer, model, foreach=True if runtime == "cuda" else None)
+        if foreach is None and runtime == "cuda":
+            foreach = True
+        opt = make_optimizer(optimizer, model, foreach=foreach)
         if opt is not None:
             _hook_optimizer(recorder, opt, owners)
     return owners, opt, trainable
@@ -154,11 +157,13 @@ def trace(
     fsdp: int = 1,
     tensor_parallel: int = 1,
     accumulation: int = 1,
+    foreach: bool | None = None,
 ) -> TraceResult:
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
     ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks; ``tensor_parallel``
-    > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan).
+    > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan). ``foreach`` picks the
+    optimizer's kernels; by default torch's choice for the runtime's device.
     """
     if steps < 1:
         raise TraceError("steps must be at least 1")
@@ -204,7 +209,13 @@ def trace(
         if mesh is not None:
             skipped = _distribute(model, mesh, fsdp=fsdp)
         owners, opt, grads_of = _instrument(
-            recorder, model, inputs, mode=mode, optimizer=optimizer, runtime=runtime
+            recorder,
+            model,
+            inputs,
+            mode=mode,
+            optimizer=optimizer,
+            runtime=runtime,
+            foreach=foreach,
         )
         run_steps(
             model,
@@ -249,6 +260,6 @@ def trace(
         result.notes.append(
             f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group)"
         )
-    if optimizer != "none" and mode == "train" and runtime == "cuda":
+    if optimizer != "none" and mode == "train" and runtime == "cuda" and foreach is not False:
         result.notes.append("optimizer uses foreach (multi-tensor) kernels, torch's CUDA default")
     return result
