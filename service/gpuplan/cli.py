@@ -15,6 +15,7 @@ from gpuplan import __version__
 from gpuplan.cli_agent import agent as agent_command
 from gpuplan.cli_estimate import estimate_command
 from gpuplan.cli_recommend import recommend as recommend_command
+from gpuplan.cli_trace import trace_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -108,3 +109,4 @@ def version() -> None:
 main.add_command(estimate_command)
 main.add_command(recommend_command)
 main.add_command(agent_command)
+main.add_command(trace_command)

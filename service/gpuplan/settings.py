@@ -57,6 +57,19 @@ class Settings(Record):
 
     fleet_key_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=200)] = "gpuplan:v1:"
     """Prefix of the fleet's Redis keys; the agents' ``--key-prefix`` must match."""
+    trace_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 120.0
+    """Wall-time limit of one ``POST /v1/memory/trace``; its worker is killed past it."""
+
+    trace_max_concurrent: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    """Traces running at once in one server process; more answer 503."""
+
+    trace_cache_ttl_seconds: Annotated[int, msgspec.Meta(ge=0, le=365 * 86400)] = 7 * 86400
+    """How long Redis keeps a trace result (0: no caching)."""
+
+    trace_cache_prefix: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] = (
+        "gpuplan:trace:"
+    )
+    """Prefix of the Redis keys of cached trace results."""
 
 
 class SettingsError(ValueError):

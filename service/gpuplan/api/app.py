@@ -14,6 +14,7 @@ from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
 from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta
 from gpuplan.api.routes import recommend as recommend_routes
+from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
 from gpuplan.catalog_file import load_catalog
 from gpuplan.fleet.connection import connect
@@ -26,11 +27,12 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     gpus.list_gpus,
     gpus.get_gpu,
     memory.estimate_memory,
-    memory.list_models,
     recommend_routes.recommendations,
     fleet.list_nodes,
     fleet.get_node,
     fleet.fleet_flops,
+    memory.list_models,
+    trace_route.trace_memory,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,

@@ -1,0 +1,109 @@
+"""The traced column of the accuracy table: each accuracy case traced on fake tensors.
+
+    python -m bench.accuracy.trace_column [--only NAME]
+
+For every case of bench/accuracy/cases.py, the same Hugging Face model is built from
+the same config under fake tensors and takes the same steps (runtime cpu: plain
+tensor bytes, what the CPU measurement counts). The measured and analytic figures
+are read from bench/results/accuracy.json (written by bench.accuracy.run), so the
+three columns describe the same runs. Writes bench/results/accuracy_traced.json.
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.accuracy.cases import GRID, Case
+from gpuplan.core.trace.schema import TraceWorkload
+from gpuplan.trace.hf import builder
+from gpuplan.trace.run import trace
+
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+PRECISION = {"fp32": ("fp32", "none"), "bf16": ("bf16", "none"), "amp_bf16": ("fp32", "bf16")}
+
+
+def trace_case(case: Case) -> tuple[int | None, str, float]:
+    """Traced peak bytes of ``case`` (None when the trace cannot describe it)."""
+    if case.new_tokens:
+        return None, "decode steps are not traced (prefill only)", 0.0
+    dtype, amp = PRECISION[case.precision]
+    workload = TraceWorkload(
+        mode="inference" if case.mode == "inference" else "train",
+        batch_size=case.batch,
+        sequence_length=case.seq,
+        dtype=dtype,  # type: ignore[arg-type]
+        amp=amp,  # type: ignore[arg-type]
+        optimizer=case.optimizer,  # type: ignore[arg-type]
+        attention=case.attention,  # type: ignore[arg-type]
+        gradient_checkpointing=case.checkpointing == "full",
+        steps=1 if case.mode == "inference" else 2,
+    )
+    started = time.perf_counter()
+    result = trace(
+        builder(case.config, workload),
+        mode=workload.mode,
+        optimizer=workload.optimizer,
+        steps=workload.steps,
+        amp=workload.amp,
+        runtime="cpu",
+        accumulation=case.accumulation,
+    )
+    return result.peak_bytes, result.peak_phase, time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    measured = {
+        row["case"]: row for row in json.loads((RESULTS / "accuracy.json").read_text())["rows"]
+    }
+    rows: list[dict[str, Any]] = []
+    for case in GRID:
+        if args.only and args.only not in case.name:
+            continue
+        traced, phase, seconds = trace_case(case)
+        base = measured.get(case.name, {})
+        real = base.get("measured_bytes")
+        row = {
+            "case": case.name,
+            "measured_bytes": real,
+            "analytic_bytes": base.get("estimated_bytes"),
+            "traced_bytes": traced,
+            "traced_error": None if traced is None or not real else (traced - real) / real,
+            "analytic_error": base.get("error"),
+            "traced_phase": phase,
+            "trace_seconds": round(seconds, 2),
+        }
+        rows.append(row)
+        error = row["traced_error"]
+        print(
+            f"{case.name:32s} measured {real or 0:>12}  traced {traced or 0:>12}  "
+            + (f"error {error:+.4%}" if error is not None else phase),
+            flush=True,
+        )
+    errors = [abs(r["traced_error"]) for r in rows if r["traced_error"] is not None]
+    summary = {
+        "cases": len(rows),
+        "traced_cases": len(errors),
+        "median_abs_error": statistics.median(errors) if errors else None,
+        "max_abs_error": max(errors) if errors else None,
+        "within_0_5pct": sum(e <= 0.005 for e in errors),
+    }
+    print(json.dumps(summary))
+    if not args.only:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "accuracy_traced.json").write_text(
+            json.dumps({"torch": torch.__version__, "summary": summary, "rows": rows}, indent=2)
+            + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()

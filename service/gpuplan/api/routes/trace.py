@@ -1,0 +1,217 @@
+"""``POST /v1/memory/trace``: a traced estimate of a Hugging Face model built from its config.
+
+The server never runs code a client sends: the request carries a ``config.json``
+mapping, and the model is built by transformers' own classes for its
+``model_type`` (no ``auto_map``, no ``trust_remote_code``, no hub). The trace runs
+in a subprocess (:mod:`gpuplan.trace.worker`): the event loop stays free, the time
+limit is enforced by killing it, and a process per trace cannot leak fake-mode
+state into the server. A semaphore bounds traces in flight per server process,
+and results are cached in Redis under a hash of the normalized request.
+"""
+
+import asyncio
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from redis.exceptions import RedisError
+
+import gpuplan
+from gpuplan.api.problems import TYPE_PREFIX, FieldError, Problem, problem_response
+from gpuplan.api.routing import operation
+from gpuplan.api.runtime import runtime
+from gpuplan.core.trace.schema import TraceRequest, TraceResult
+
+log = logging.getLogger("gpuplan.api")
+
+EXTRAS = ("torch", "transformers")
+_PACKAGE_ROOT = str(Path(gpuplan.__file__).resolve().parent.parent)
+
+
+def missing_extras() -> list[str]:
+    """The tracer's libraries that cannot be imported here (without importing them)."""
+    missing = []
+    for name in EXTRAS:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def cache_key(request: TraceRequest, prefix: str) -> str:
+    """Key of ``request``'s result: the hash of its normalized JSON and the versions
+    that decide the answer (ours, torch's, transformers')."""
+    normalized = json.dumps(
+        {
+            "request": msgspec.to_builtins(request),
+            "versions": [gpuplan.__version__, *(_version(name) for name in EXTRAS)],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return prefix + hashlib.sha256(normalized.encode()).hexdigest()
+
+
+def trace_gate(request: Request[Any, Any, Any]) -> asyncio.Semaphore:
+    """The app's semaphore of traces in flight (made on first use, on the app's loop)."""
+    state = request.app.state
+    gate = state.get("trace_gate")
+    if gate is None:
+        gate = state["trace_gate"] = asyncio.Semaphore(
+            runtime(request).settings.trace_max_concurrent
+        )
+    return gate
+
+
+def _problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Response[Problem]:
+    headers = extra.pop("headers", None)
+    return problem_response(
+        Problem(type=TYPE_PREFIX + kind, title=title, status=status, detail=detail, **extra),
+        headers,
+    )
+
+
+async def run_worker(request: TraceRequest, timeout: float) -> dict[str, Any] | None:
+    """Run one trace in a subprocess; ``None`` when it ran past ``timeout`` (killed)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
+        ),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gpuplan.trace.worker",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, err = await asyncio.wait_for(
+            process.communicate(msgspec.json.encode(request)), timeout
+        )
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return None
+    if process.returncode != 0 or not out:
+        raise RuntimeError(
+            f"trace worker exited with {process.returncode}: {err.decode(errors='replace')[-2000:]}"
+        )
+    return msgspec.json.decode(out)  # type: ignore[no-any-return]
+
+
+@operation("POST", "/v1/memory/trace", body=TraceRequest, problems=(501, 503, 504), tags=["memory"])
+async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> TraceResult:
+    """Trace one step of a Hugging Face model on fake tensors: its exact tensor peak.
+
+    The model is built from `model.hf_config` by transformers (random weights, no hub,
+    no remote code) under PyTorch's FakeTensorMode, then takes `workload.steps` steps;
+    every tensor storage is accounted, and the answer describes the last step: peak,
+    breakdown at the peak, peak per phase, top modules. `runtime: cuda` replays the
+    allocations through a model of the CUDA caching allocator (`reserved_bytes`) and adds
+    the CUDA context. Needs the `trace` extra (501 without it); one trace takes seconds
+    (a 7B model about 10 s), bounded by `GPUPLAN_TRACE_TIMEOUT_SECONDS` (504), with at
+    most `GPUPLAN_TRACE_MAX_CONCURRENT` at once per process (503). Results are cached in
+    Redis when it is configured.
+    """
+    state = runtime(request)
+    settings = state.settings
+    missing = missing_extras()
+    if missing:
+        return _problem(  # type: ignore[return-value]
+            501,
+            "trace-unavailable",
+            "Not Implemented",
+            f"tracing needs the optional extra `trace` ({', '.join(missing)} not installed "
+            "on this server); POST /v1/memory/estimate answers without it",
+        )
+    key = cache_key(body, settings.trace_cache_prefix)
+    if state.redis is not None and settings.trace_cache_ttl_seconds > 0:
+        try:
+            cached = await state.redis.get(key)
+        except (RedisError, OSError) as exc:
+            log.warning("trace cache read failed: %s", exc)
+            cached = None
+        if cached is not None:
+            return msgspec.json.decode(cached, type=TraceResult)
+    gate = trace_gate(request)
+    if gate.locked():
+        return _problem(  # type: ignore[return-value]
+            503,
+            "trace-busy",
+            "Service Unavailable",
+            f"{settings.trace_max_concurrent} trace(s) already running in this server "
+            "process (setting GPUPLAN_TRACE_MAX_CONCURRENT); retry shortly",
+            headers={"Retry-After": "5"},
+        )
+    async with gate:
+        answer = await run_worker(body, settings.trace_timeout_seconds)
+    if answer is None:
+        return _problem(  # type: ignore[return-value]
+            504,
+            "trace-timeout",
+            "Gateway Timeout",
+            f"the trace ran past {settings.trace_timeout_seconds:g} s "
+            "(setting GPUPLAN_TRACE_TIMEOUT_SECONDS) and was stopped; a smaller "
+            "batch or sequence, or the analytic estimate, answers faster",
+        )
+    if "result" in answer:
+        result = msgspec.convert(answer["result"], TraceResult)
+        if state.redis is not None and settings.trace_cache_ttl_seconds > 0:
+            try:
+                await state.redis.set(
+                    key, msgspec.json.encode(result), ex=settings.trace_cache_ttl_seconds
+                )
+            except (RedisError, OSError) as exc:
+                log.warning("trace cache write failed: %s", exc)
+        return result
+    return _failure(answer)  # type: ignore[return-value]
+
+
+def _failure(answer: dict[str, Any]) -> Response[Problem]:
+    """The problem a worker's error answer stands for."""
+    kind, detail = answer.get("error"), str(answer.get("detail", ""))
+    if kind == "missing":
+        return _problem(
+            501,
+            "trace-unavailable",
+            "Not Implemented",
+            f"tracing needs the optional extra `trace`: {detail}",
+        )
+    if kind == "invalid":
+        return _problem(
+            422,
+            "invalid-model",
+            "Unprocessable Entity",
+            detail,
+            errors=[FieldError(path="$.model.hf_config", reason=detail)],
+        )
+    return _problem(
+        422,
+        "untraceable",
+        "Unprocessable Entity",
+        f"the model could not be traced under fake tensors: {detail}",
+    )

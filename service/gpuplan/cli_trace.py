@@ -1,0 +1,163 @@
+"""``gpuplan trace``: the traced estimate of a user's own model, on this machine.
+
+This command imports and runs the user's code (that is its purpose); the API's
+trace route never does.
+"""
+
+import sys
+
+import click
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / GiB:,.2f} GiB" if nbytes >= GiB else f"{nbytes / MiB:,.1f} MiB"
+
+
+def _table(result: object) -> str:
+    from gpuplan.core.trace import TraceResult
+
+    assert isinstance(result, TraceResult)
+    b = result.breakdown
+    rows = [
+        ("parameters", f"{result.parameters:,} ({result.trainable_parameters:,} trainable)"),
+        ("peak (allocated)", f"{_size(result.peak_bytes)} in {result.peak_phase}"),
+        ("reserved", _size(result.reserved_bytes)),
+        ("total", _size(result.total_bytes)),
+        ("  parameters", _size(b.parameters_bytes)),
+        ("  gradients", _size(b.gradients_bytes)),
+        ("  optimizer state", _size(b.optimizer_state_bytes)),
+        ("  activations", _size(b.activations_bytes)),
+        ("  temporary", _size(b.temporary_bytes)),
+        ("  other", _size(b.other_bytes)),
+        ("peak in forward", _size(result.phases.forward_bytes)),
+        ("peak in backward", _size(result.phases.backward_bytes)),
+        ("peak in optimizer", _size(result.phases.optimizer_bytes)),
+    ]
+    lines = [f"{name:<20} {value}" for name, value in rows]
+    lines.append("top modules at the peak:")
+    lines += [f"  {_size(m.bytes):>12}  {m.module}" for m in result.top_modules]
+    lines += [f"note: {note}" for note in result.notes]
+    lines.append(
+        f"traced {result.runtime} {result.mode} step {result.steps} in {result.seconds:.1f} s"
+    )
+    return "\n".join(lines) + "\n"
+
+
+@click.command("trace")
+@click.argument("target")
+@click.option(
+    "--mode", type=click.Choice(["train", "inference"]), default="train", show_default=True
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(["adamw", "adam", "sgd", "none"]),
+    default="adamw",
+    show_default=True,
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(1, 8),
+    default=2,
+    show_default=True,
+    help="Steps to run; the last one is reported (2: the steady state, with optimizer state).",
+)
+@click.option(
+    "--amp",
+    type=click.Choice(["none", "bf16", "fp16"]),
+    default="none",
+    show_default=True,
+    help="Autocast the forward to this type.",
+)
+@click.option(
+    "--runtime",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    show_default=True,
+    help="cuda: replay through the CUDA caching allocator and add the context; cpu: tensor bytes.",
+)
+@click.option(
+    "--fsdp",
+    type=click.IntRange(1, 1 << 16),
+    default=1,
+    show_default=True,
+    help="Trace one rank of an N-way FSDP2 (fully_shard) step on a fake process group.",
+)
+@click.option(
+    "--tensor-parallel",
+    "tensor_parallel",
+    type=click.IntRange(1, 1 << 16),
+    default=1,
+    show_default=True,
+    help="Trace one rank of an N-way tensor-parallel step (Hugging Face models' TP plan).",
+)
+@click.option(
+    "--gpu",
+    help="A catalog GPU (any name form): its architecture sizes the cuBLASLt workspace "
+    "(32 MiB on Hopper/Blackwell, 4 MiB on Ampere/Ada, 1 MiB otherwise).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True
+)
+def trace_command(
+    target: str,
+    *,
+    mode: str,
+    optimizer: str,
+    steps: int,
+    amp: str,
+    runtime: str,
+    fsdp: int,
+    tensor_parallel: int,
+    gpu: str | None,
+    fmt: str,
+) -> None:
+    """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
+
+    TARGET is package.module:function or path/to/file.py:function. The function takes
+    no arguments and returns (model, inputs) or (model, inputs, loss_fn); inputs is a
+    tuple (positional) or a dict (keyword arguments). It runs inside torch's
+    FakeTensorMode: build the model and inputs inside it (not at import time), and
+    pick half precision with dtype= at construction, not .to().
+    """
+    try:
+        import msgspec
+
+        from gpuplan.trace.run import trace
+        from gpuplan.trace.step import TraceError
+        from gpuplan.trace.target import load_target
+    except ImportError as exc:
+        raise click.ClickException(
+            f"gpuplan trace needs torch (pip install 'gpuplan[trace]'): {exc}"
+        ) from None
+    architecture = None
+    if gpu is not None:
+        from gpuplan.core.catalog import UnknownGpu, builtin_catalog
+
+        try:
+            architecture = builtin_catalog().get(gpu).architecture
+        except UnknownGpu as exc:
+            raise click.BadParameter(
+                f"no catalog GPU is named {gpu!r}", param_hint="--gpu"
+            ) from exc
+    try:
+        build = load_target(target)
+        result = trace(
+            build,
+            mode=mode,  # type: ignore[arg-type]
+            optimizer=optimizer,  # type: ignore[arg-type]
+            steps=steps,
+            amp=amp,  # type: ignore[arg-type]
+            runtime=runtime,  # type: ignore[arg-type]
+            fsdp=fsdp,
+            tensor_parallel=tensor_parallel,
+            gpu_architecture=architecture,
+        )
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "json":
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
+    else:
+        sys.stdout.write(_table(result))

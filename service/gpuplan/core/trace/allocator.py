@@ -1,0 +1,181 @@
+"""A replay of PyTorch's CUDA caching allocator over a trace's allocations.
+
+``torch.cuda.max_memory_allocated`` is not the sum of tensor sizes, and
+``max_memory_reserved`` (what ``nvidia-smi`` sees, less the context) is not
+``max_memory_allocated``: the allocator rounds every request, carves requests out of
+larger segments it obtained from ``cudaMalloc``, keeps freed blocks cached, and leaves
+holes between live blocks (fragmentation). Replaying the exact sequence of requests
+and releases through the same rules gives both numbers for the traced step.
+
+Rules modelled, from the header comment and code of ``c10/cuda/CUDACachingAllocator.cpp``
+(default configuration: no ``max_split_size_mb``, no ``roundup_power2_divisions``,
+``expandable_segments:False``, one stream):
+
+* requests round up to a multiple of 512 bytes (``kMinBlockSize``);
+* requests of at most 1 MiB (``kSmallSize``) use the small pool, whose segments are
+  2 MiB (``kSmallBuffer``); larger ones use the large pool, whose segments are 20 MiB
+  (``kLargeBuffer``) for requests under 10 MiB (``kMinLargeAlloc``) and the request
+  rounded up to 2 MiB (``kRoundLarge``) otherwise;
+* a request takes the smallest cached block of its pool that is large enough
+  (best fit), splitting it when the remainder is at least 512 bytes (small pool) or
+  more than 1 MiB (large pool); an unsplit remainder counts as allocated;
+* a freed block merges with free neighbours of its segment and returns to its pool;
+  segments are never released (no ``empty_cache``, no out-of-memory retry: the
+  replay describes a GPU with room for the whole step).
+"""
+
+import bisect
+from dataclasses import dataclass
+
+from gpuplan.core.record import Record
+
+MIN_BLOCK = 512
+SMALL_SIZE = 1 << 20
+SMALL_BUFFER = 2 << 20
+LARGE_BUFFER = 20 << 20
+MIN_LARGE_ALLOC = 10 << 20
+ROUND_LARGE = 2 << 20
+
+
+def round_size(nbytes: int) -> int:
+    """The allocator's request size for ``nbytes``."""
+    if nbytes < MIN_BLOCK:
+        return MIN_BLOCK
+    return -(-nbytes // MIN_BLOCK) * MIN_BLOCK
+
+
+def segment_size(size: int) -> int:
+    """Bytes ``cudaMalloc``'d for a new segment serving a request of ``size``."""
+    if size <= SMALL_SIZE:
+        return SMALL_BUFFER
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_BUFFER
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+@dataclass(eq=False)
+class _Block:
+    segment: int
+    offset: int
+    size: int
+    small: bool
+    free: bool = True
+    prev: "_Block | None" = None
+    next: "_Block | None" = None
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.size, self.segment, self.offset)
+
+
+class AllocatorStats(Record):
+    """What ``torch.cuda.memory_stats`` would report for the replayed requests."""
+
+    peak_allocated_bytes: int
+    peak_reserved_bytes: int
+    segments: int
+
+
+class CachingAllocator:
+    """The replay's state: two pools of free blocks and the blocks handed out."""
+
+    def __init__(self) -> None:
+        self._free: dict[bool, list[tuple[int, int, int]]] = {True: [], False: []}
+        self._by_key: dict[tuple[int, int, int], _Block] = {}
+        self.allocated = 0
+        self.reserved = 0
+        self.peak_allocated = 0
+        self.peak_reserved = 0
+        self.segments = 0
+
+    def _insert(self, block: _Block) -> None:
+        key = (block.size, block.segment, block.offset)
+        bisect.insort(self._free[block.small], key)
+        self._by_key[key] = block
+
+    def _remove(self, block: _Block) -> None:
+        key = (block.size, block.segment, block.offset)
+        pool = self._free[block.small]
+        del pool[bisect.bisect_left(pool, key)]
+        del self._by_key[key]
+
+    def malloc(self, nbytes: int) -> _Block | None:
+        """Serve a request; ``None`` for an empty tensor (no memory, like CUDA's)."""
+        if nbytes == 0:
+            return None
+        size = round_size(nbytes)
+        small = size <= SMALL_SIZE
+        pool = self._free[small]
+        index = bisect.bisect_left(pool, (size, -1, -1))
+        if index < len(pool):
+            block = self._by_key[pool[index]]
+            self._remove(block)
+        else:
+            grown = segment_size(size)
+            block = _Block(segment=self.segments, offset=0, size=grown, small=small)
+            self.segments += 1
+            self.reserved += grown
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+        remaining = block.size - size
+        if (remaining >= MIN_BLOCK) if small else (remaining > SMALL_SIZE):
+            rest = _Block(
+                segment=block.segment,
+                offset=block.offset + size,
+                size=remaining,
+                small=small,
+                prev=block,
+                next=block.next,
+            )
+            if block.next is not None:
+                block.next.prev = rest
+            block.next = rest
+            block.size = size
+            self._insert(rest)
+        block.free = False
+        self.allocated += block.size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        return block
+
+    def release(self, block: _Block) -> None:
+        """Return ``block`` to its pool, merged with free neighbours."""
+        self.allocated -= block.size
+        block.free = True
+        for neighbour in (block.prev, block.next):
+            if neighbour is None or not neighbour.free:
+                continue
+            self._remove(neighbour)
+            if neighbour is block.prev:
+                block.offset = neighbour.offset
+                block.prev = neighbour.prev
+                if neighbour.prev is not None:
+                    neighbour.prev.next = block
+            else:
+                block.next = neighbour.next
+                if neighbour.next is not None:
+                    neighbour.next.prev = block
+            block.size += neighbour.size
+        self._insert(block)
+
+    def stats(self) -> AllocatorStats:
+        return AllocatorStats(
+            peak_allocated_bytes=self.peak_allocated,
+            peak_reserved_bytes=self.peak_reserved,
+            segments=self.segments,
+        )
+
+
+def simulate(requests: list[tuple[int, int]]) -> AllocatorStats:
+    """Replay ``(handle, nbytes)`` pairs: ``nbytes > 0`` allocates a block for
+    ``handle``, ``nbytes == -1`` frees it. Mostly for tests; the analysis drives a
+    :class:`CachingAllocator` directly."""
+    allocator = CachingAllocator()
+    live: dict[int, _Block] = {}
+    for handle, nbytes in requests:
+        if nbytes < 0:
+            block = live.pop(handle, None)
+            if block is not None:
+                allocator.release(block)
+        else:
+            got = allocator.malloc(nbytes)
+            if got is not None:
+                live[handle] = got
+    return allocator.stats()

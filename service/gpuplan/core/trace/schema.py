@@ -1,0 +1,131 @@
+"""The traced estimate's request (API) and result (API and CLI).
+
+The CLI traces any Python callable; the API traces only Hugging Face models built
+from a ``config.json`` it is sent, because a server must never run client code. Both
+answer a :class:`TraceResult`.
+"""
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from gpuplan.core.record import Record
+
+TraceMode = Literal["train", "inference"]
+TraceOptimizer = Literal["adamw", "adam", "sgd", "none"]
+Amp = Literal["none", "bf16", "fp16"]
+TraceRuntime = Literal["cuda", "cpu"]
+WeightDtype = Literal["fp32", "bf16", "fp16"]
+TraceAttention = Literal["eager", "sdpa"]
+
+
+class TraceModel(Record):
+    """The model to trace: a Hugging Face ``config.json``, read offline."""
+
+    hf_config: dict[str, Any]
+    """The contents of ``config.json``; ``model_type`` picks the transformers class. The
+    model is built from it under fake tensors: no weights, no hub, no remote code."""
+
+
+class TraceWorkload(Record):
+    """The step to trace."""
+
+    mode: TraceMode = "train"
+    """``train``: forward, backward, optimizer step, ``zero_grad(set_to_none=True)``.
+    ``inference``: a no-grad forward that keeps its KV cache and last-position logits."""
+
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
+    sequence_length: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 512
+    dtype: WeightDtype = "fp32"
+    """Type the weights are built in (``dtype=`` of ``from_config``)."""
+
+    amp: Amp = "none"
+    """Autocast the forward to this type (mixed precision over fp32 weights)."""
+
+    optimizer: TraceOptimizer = "adamw"
+    steps: Annotated[int, msgspec.Meta(ge=1, le=8)] = 2
+    """Steps to run; the result describes the last (the steady state from step 2 on)."""
+
+    attention: TraceAttention = "sdpa"
+    gradient_checkpointing: bool = False
+    fsdp: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    """Trace rank 0 of an FSDP2 job of this many ranks (fully_shard per decoder layer)."""
+
+    tensor_parallel: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    """Trace rank 0 of this many tensor-parallel ranks (the model's Hugging Face TP plan);
+    not combinable with ``fsdp`` yet."""
+
+
+class TraceRequest(Record):
+    """``POST /v1/memory/trace``."""
+
+    model: TraceModel
+    workload: TraceWorkload = msgspec.field(default_factory=TraceWorkload)
+    runtime: TraceRuntime = "cuda"
+    """``cuda`` replays the allocations through a model of the CUDA caching allocator
+    and adds the context; ``cpu`` reports the tensor bytes alone."""
+
+
+class TraceBreakdown(Record):
+    """Tensor bytes alive at the peak, by role."""
+
+    parameters_bytes: int
+    gradients_bytes: int
+    optimizer_state_bytes: int
+    activations_bytes: int
+    """Created in a forward pass (incl. checkpoint recomputation) and still alive."""
+
+    temporary_bytes: int
+    """Created in backward or the optimizer step, not a gradient or optimizer state."""
+
+    other_bytes: int
+    """Buffers, inputs and (runtime cuda) the cuBLAS/cuBLASLt workspaces."""
+
+
+class PhasePeaks(Record):
+    """Peak tensor bytes within each phase of the measured step (0: phase not run)."""
+
+    forward_bytes: int
+    backward_bytes: int
+    optimizer_bytes: int
+
+
+class ModuleMemory(Record):
+    """A module and the bytes attributed to it at the peak: its parameters, their
+    gradients and optimizer state, and the activations its forward created."""
+
+    module: str
+    bytes: int
+
+
+class TraceResult(Record):
+    """Peak memory of one traced step on one device."""
+
+    parameters: int
+    trainable_parameters: int
+    peak_bytes: int
+    """Tensor bytes at the peak. ``cuda``: what ``torch.cuda.max_memory_allocated`` would
+    report (512-byte blocks, unsplit remainders, cuBLAS workspaces); ``cpu``: the sum
+    of storage sizes, what the CPU allocator's profiler events show."""
+
+    reserved_bytes: int
+    """``cuda``: peak of the caching allocator's segments (``max_memory_reserved``);
+    ``cpu``: equal to ``peak_bytes``."""
+
+    total_bytes: int
+    """``reserved_bytes`` plus what no allocator sees (the CUDA context)."""
+
+    peak_phase: str
+    breakdown: TraceBreakdown
+    phases: PhasePeaks
+    top_modules: list[ModuleMemory]
+    runtime: TraceRuntime
+    mode: TraceMode
+    steps: int
+    device: str
+    """Device type the tensors were faked on."""
+
+    seconds: float
+    """Wall time of the trace (model build included)."""
+
+    notes: list[str]

@@ -1,0 +1,133 @@
+"""The step a trace runs, shared by the tracer and the real-tensor measurement.
+
+One function drives both, so that a traced peak and a measured one describe the
+same sequence of operations: any difference is the tracer's, not the harness's.
+A training step is forward (under autocast with ``amp``), the loss, backward, the
+optimizer step and ``zero_grad(set_to_none=True)``; inference is a no-grad forward.
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+from gpuplan.core.trace.log import Phase
+
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TraceError(Exception):
+    """The target cannot be traced as asked (bad return value, no loss, ...)."""
+
+
+class Marks(Protocol):
+    """Where the driver tells its observer which phase runs."""
+
+    def __call__(self, phase: Phase, measured: bool) -> AbstractContextManager[None]: ...
+
+
+@contextmanager
+def _no_marks(phase: Phase, measured: bool) -> Iterator[None]:
+    yield
+
+
+def default_loss(output: Any) -> torch.Tensor:
+    """``output.loss`` when the model computed one, else the sum of its float outputs."""
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    floats = [
+        t for t in tree_leaves(output) if isinstance(t, torch.Tensor) and t.is_floating_point()
+    ]
+    if not floats:
+        raise TraceError(
+            "the model's output has no floating-point tensor to sum into a loss; "
+            "return (model, inputs, loss_fn) from the target"
+        )
+    total = floats[0].sum()
+    for tensor in floats[1:]:
+        total = total + tensor.sum()
+    return total
+
+
+def call(model: torch.nn.Module, inputs: Any) -> Any:
+    """Call ``model`` with a tuple (positional) or a dict (keyword) of inputs."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def make_optimizer(
+    name: str, model: torch.nn.Module, *, foreach: bool | None = None
+) -> torch.optim.Optimizer | None:
+    """The optimizer ``name`` over ``model``'s trainable parameters.
+
+    ``foreach=True`` is what torch picks on CUDA (multi-tensor kernels, which hold a
+    temporary per parameter group); on the CPU it picks the per-parameter loop.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    if name == "none" or not params:
+        return None
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, foreach=foreach)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4, foreach=foreach)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-4, foreach=foreach)
+    raise TraceError(f"unknown optimizer {name!r}")
+
+
+def run_steps(
+    model: torch.nn.Module,
+    inputs: Any,
+    *,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    mode: str = "train",
+    steps: int = 2,
+    amp: str = "none",
+    accumulation: int = 1,
+    marks: Marks = _no_marks,
+) -> None:
+    """Run ``steps`` steps of ``model``; the last is the measured one.
+
+    With ``accumulation`` > 1 a training step runs that many forward/backward passes
+    (gradient accumulation) before the optimizer steps.
+    """
+    device = next((p.device.type for p in model.parameters()), "cpu")
+    loss_of = loss_fn or default_loss
+
+    def autocast() -> AbstractContextManager[Any]:
+        if amp == "none":
+            return nullcontext()
+        return torch.autocast(device_type=device, dtype=AMP_DTYPES[amp])
+
+    if mode == "inference":
+        model.eval()
+        for step in range(steps):
+            with torch.no_grad(), marks(Phase.FORWARD, step == steps - 1), autocast():
+                output = call(model, inputs)
+                del output
+        return
+    model.train()
+    for step in range(steps):
+        measured = step == steps - 1
+        for _ in range(accumulation):
+            with marks(Phase.FORWARD, measured):
+                with autocast():
+                    output = call(model, inputs)
+                    loss = loss_of(output)
+                del output
+            with marks(Phase.BACKWARD, measured):
+                loss.backward()  # type: ignore[no-untyped-call]
+                del loss
+        with marks(Phase.OPTIMIZER, measured):
+            if optimizer is not None:
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            else:
+                model.zero_grad(set_to_none=True)

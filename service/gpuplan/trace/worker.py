@@ -1,0 +1,62 @@
+"""The API's trace worker: one request on stdin, one answer on stdout, then exit.
+
+The API runs each trace in a fresh subprocess of this module: the event loop stays
+free, a hard time limit is a kill, and whatever a trace leaves behind (fake-mode
+caches, a process group) dies with the process. Input is a ``TraceRequest``
+(JSON); output is ``{"result": TraceResult}`` or ``{"error": kind, "detail": text}``
+with kind ``missing`` (torch or transformers not installed), ``invalid`` (the config)
+or ``untraceable`` (the model fails under fake tensors).
+"""
+
+import os
+import sys
+from typing import Any
+
+import msgspec
+
+from gpuplan.core.trace.schema import TraceRequest
+
+
+def _answer(payload: dict[str, Any]) -> None:
+    sys.stdout.buffer.write(msgspec.json.encode(payload))
+    sys.stdout.flush()
+
+
+def main() -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    request = msgspec.json.decode(sys.stdin.buffer.read(), type=TraceRequest)
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
+        from gpuplan.trace.hf import InvalidConfig, builder
+        from gpuplan.trace.run import trace
+    except ImportError as exc:
+        _answer({"error": "missing", "detail": str(exc)})
+        return 0
+    workload = request.workload
+    try:
+        build = builder(request.model.hf_config, workload)
+        result = trace(
+            build,
+            mode=workload.mode,
+            optimizer=workload.optimizer,
+            steps=workload.steps,
+            amp=workload.amp,
+            runtime=request.runtime,
+            fsdp=workload.fsdp,
+            tensor_parallel=workload.tensor_parallel,
+        )
+    except InvalidConfig as exc:
+        _answer({"error": "invalid", "detail": str(exc)[:2000]})
+        return 0
+    except Exception as exc:  # a client's config must not crash the worker: report it
+        _answer({"error": "untraceable", "detail": f"{type(exc).__name__}: {exc}"[:2000]})
+        return 0
+    _answer({"result": msgspec.to_builtins(result)})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

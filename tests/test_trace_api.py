@@ -1,0 +1,139 @@
+"""POST /v1/memory/trace end to end: a real worker subprocess, real Redis, the limits."""
+
+import asyncio
+import sys
+
+import msgspec
+import pytest
+import redis
+from litestar.testing import TestClient
+
+from gpuplan.api import Settings, create_app
+from gpuplan.api.routes import trace as trace_route
+
+LLAMA = {
+    "model_type": "llama",
+    "vocab_size": 1000,
+    "hidden_size": 128,
+    "intermediate_size": 344,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 256,
+}
+BODY = {
+    "model": {"hf_config": LLAMA},
+    "workload": {"mode": "train", "batch_size": 2, "sequence_length": 64},
+    "runtime": "cpu",
+}
+
+
+def test_trace_runs_in_a_worker_and_is_cached(
+    redis_url: str, key_prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("transformers")
+    from gpuplan.core.trace.schema import TraceWorkload
+    from gpuplan.trace.hf import builder
+    from gpuplan.trace.run import trace
+
+    settings = Settings(redis_url=redis_url, trace_cache_prefix=key_prefix)
+    with TestClient(app=create_app(settings)) as client:
+        first = client.post("/v1/memory/trace", json=BODY)
+        assert first.status_code == 200, first.text
+        result = first.json()
+        # The same trace in this process gives the same bytes.
+        workload = msgspec.convert(BODY["workload"], TraceWorkload)
+        direct = trace(builder(LLAMA, workload), runtime="cpu")
+        assert result["peak_bytes"] == direct.peak_bytes
+        assert result["parameters"] == direct.parameters
+        assert result["breakdown"]["optimizer_state_bytes"] > 0
+        assert result["phases"]["backward_bytes"] > 0
+        keys = redis.Redis.from_url(redis_url).keys(key_prefix + "*")
+        assert len(keys) == 1
+
+        # A second identical request (keys in another order) never reaches a worker.
+        async def no_worker(*args: object) -> None:
+            raise AssertionError("the cache should have answered")
+
+        monkeypatch.setattr(trace_route, "run_worker", no_worker)
+        reordered = {
+            "runtime": "cpu",
+            "workload": dict(reversed(list(BODY["workload"].items()))),  # type: ignore[call-overload]
+            "model": {"hf_config": dict(reversed(list(LLAMA.items())))},
+        }
+        second = client.post("/v1/memory/trace", json=reordered)
+        assert second.status_code == 200
+        assert second.json() == result
+    redis.Redis.from_url(redis_url).delete(*keys)
+
+
+def test_unknown_model_type_is_422_naming_the_config() -> None:
+    pytest.importorskip("transformers")
+    body = {"model": {"hf_config": {**LLAMA, "model_type": "no-such-model"}}}
+    with TestClient(app=create_app(Settings())) as client:
+        response = client.post("/v1/memory/trace", json=body)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == "urn:gpuplan:problem:invalid-model"
+    assert problem["errors"][0]["path"] == "$.model.hf_config"
+
+
+def test_time_limit_kills_the_worker() -> None:
+    with TestClient(app=create_app(Settings(trace_timeout_seconds=0.3))) as client:
+        response = client.post("/v1/memory/trace", json=BODY)
+    assert response.status_code == 504
+    assert response.json()["type"] == "urn:gpuplan:problem:trace-timeout"
+    assert "GPUPLAN_TRACE_TIMEOUT_SECONDS" in response.json()["detail"]
+
+
+def test_concurrency_limit_answers_503() -> None:
+    app = create_app(Settings(trace_max_concurrent=1))
+    app.state["trace_gate"] = asyncio.Semaphore(0)  # every slot taken
+    with TestClient(app=app) as client:
+        response = client.post("/v1/memory/trace", json=BODY)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "5"
+    assert response.json()["type"] == "urn:gpuplan:problem:trace-busy"
+
+
+@pytest.mark.parametrize("library", ["torch", "transformers"])
+def test_501_without_the_trace_extra(library: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, library, None)  # `import library` now fails
+    with TestClient(app=create_app(Settings())) as client:
+        response = client.post("/v1/memory/trace", json=BODY)
+    assert response.status_code == 501
+    assert response.headers["content-type"] == "application/problem+json"
+    assert library in response.json()["detail"]
+
+
+def test_schema_bounds_are_422() -> None:
+    body = {**BODY, "workload": {"batch_size": 0}}
+    with TestClient(app=create_app(Settings())) as client:
+        response = client.post("/v1/memory/trace", json=body)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == "$.workload.batch_size"
+
+
+def test_worker_traces_a_sharded_workload(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """The worker's protocol, in-process: parallel degrees reach the tracer."""
+    pytest.importorskip("transformers")
+    import io
+    from types import SimpleNamespace
+
+    from gpuplan.trace import worker
+
+    body = {**BODY, "workload": {**BODY["workload"], "tensor_parallel": 2}}  # type: ignore[dict-item]
+    stdin = SimpleNamespace(buffer=io.BytesIO(msgspec.json.encode(body)))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert worker.main() == 0
+    answer = msgspec.json.decode(capsysbinary.readouterr().out)
+    assert any("tensor parallel: rank 0 of 2" in note for note in answer["result"]["notes"])
+
+    bad = {"model": {"hf_config": {**LLAMA, "vocab_size": "many"}}, "runtime": "cpu"}
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(msgspec.json.encode(bad))))
+    assert worker.main() == 0
+    answer = msgspec.json.decode(capsysbinary.readouterr().out)
+    assert answer["error"] in ("invalid", "untraceable")

@@ -1,0 +1,102 @@
+"""gpuplan trace: file and module targets, JSON and table output, refused targets."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+pytest.importorskip("torch")
+
+from gpuplan.cli import main
+
+TARGETS = Path(__file__).resolve().parent / "trace_targets" / "models.py"
+
+
+def test_file_target_json() -> None:
+    result = CliRunner().invoke(
+        main, ["trace", f"{TARGETS}:mlp", "--runtime", "cpu", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.output)
+    assert body["parameters"] == 256 * 1024 + 1024 + 1024 * 256 + 256
+    b = body["breakdown"]
+    assert b["parameters_bytes"] == 4 * body["parameters"]
+    assert b["optimizer_state_bytes"] >= 8 * body["parameters"]  # AdamW: m and v
+    assert body["peak_bytes"] == max(body["phases"].values())
+    assert body["runtime"] == "cpu"
+    assert body["steps"] == 2
+
+
+def test_module_target_cuda_table() -> None:
+    result = CliRunner().invoke(
+        main,
+        ["trace", "tests.trace_targets.models:checkpointed", "--optimizer", "sgd", "--steps", "3"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "reserved" in result.output
+    assert "top modules" in result.output
+    assert "caching allocator" in result.output
+
+
+def test_inference_and_fsdp_json() -> None:
+    runner = CliRunner()
+    whole = json.loads(
+        runner.invoke(main, ["trace", f"{TARGETS}:checkpointed", "--format", "json"]).output
+    )
+    sharded = json.loads(
+        runner.invoke(
+            main, ["trace", f"{TARGETS}:checkpointed", "--fsdp", "4", "--format", "json"]
+        ).output
+    )
+    assert sharded["peak_bytes"] < whole["peak_bytes"]
+    assert any("FSDP2" in note for note in sharded["notes"])
+    inference = json.loads(
+        runner.invoke(
+            main, ["trace", f"{TARGETS}:mlp", "--mode", "inference", "--format", "json"]
+        ).output
+    )
+    assert inference["phases"]["backward_bytes"] == 0
+    assert inference["breakdown"]["gradients_bytes"] == 0
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("nocolon", "package.module:function"),
+        ("tests.trace_targets.models:nothing", "no attribute"),
+        ("/no/such/file.py:f", "does not exist"),
+        ("tests.trace_targets.models:not_a_pair", "must return"),
+        ("tests.trace_targets.models:raises", "ValueError: no model today"),
+    ],
+)
+def test_bad_targets(target: str, message: str) -> None:
+    result = CliRunner().invoke(main, ["trace", target])
+    assert result.exit_code != 0
+    assert message in result.output
+
+
+def test_tensor_parallel_needs_a_plan() -> None:
+    result = CliRunner().invoke(main, ["trace", f"{TARGETS}:mlp", "--tensor-parallel", "2"])
+    assert result.exit_code != 0
+    assert "base_model_tp_plan" in result.output
+    both = CliRunner().invoke(
+        main, ["trace", f"{TARGETS}:mlp", "--tensor-parallel", "2", "--fsdp", "2"]
+    )
+    assert both.exit_code != 0
+    assert "not supported" in both.output
+
+
+def test_gpu_architecture_sizes_the_cublaslt_workspace() -> None:
+    runner = CliRunner()
+
+    def peak(*extra: str) -> int:
+        out = runner.invoke(main, ["trace", f"{TARGETS}:mlp", "--format", "json", *extra])
+        assert out.exit_code == 0, out.output
+        return int(json.loads(out.output)["peak_bytes"])
+
+    # Two threads (forward, autograd) x (32 MiB - 1 MiB) more cuBLASLt workspace on Hopper.
+    assert peak("--gpu", "h100-sxm5-80gb") - peak() == 2 * 31 * (1 << 20)
+    unknown = runner.invoke(main, ["trace", f"{TARGETS}:mlp", "--gpu", "no-such-gpu"])
+    assert unknown.exit_code == 2
+    assert "no-such-gpu" in unknown.output
