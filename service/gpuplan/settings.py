@@ -26,6 +26,8 @@ CONFIG_ENV = "GPUPLAN_CONFIG"
 LogLevel = Literal["debug", "info", "warning", "error", "critical"]
 
 MiB = 1024 * 1024
+MIN_TOKEN_LENGTH = 16
+"""Shorter bearer tokens are refused at start-up: they can be guessed."""
 
 
 class Settings(Record):
@@ -71,6 +73,25 @@ class Settings(Record):
     )
     """Prefix of the Redis keys of cached trace results."""
 
+    api_tokens: Annotated[str, msgspec.Meta(max_length=65536)] | None = None
+    """Bearer tokens that may call ``/v1`` (comma or whitespace separated); unset with no
+    ``api_tokens_file``: no authentication (the default, for a private network)."""
+
+    api_tokens_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    """A file of bearer tokens, one per line (a mounted Kubernetes secret); read at start-up."""
+
+    protect_operations: bool = False
+    """Also require a token for ``/healthz``, ``/readyz``, ``/metrics`` and ``/schema``."""
+
+    cors_allow_origins: Annotated[str, msgspec.Meta(max_length=8192)] | None = None
+    """Origins allowed to call from a browser (comma separated, ``*`` for any); unset: CORS off."""
+
+    redis_password_file: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | None = None
+    """A file holding the Redis password (a mounted secret), used over one in the URL."""
+
+    planning_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
+    """Compute-time limit of one planning request (estimate, recommendation); past it 503."""
+
 
 class SettingsError(ValueError):
     """A setting is invalid or unknown; the message names it and its source."""
@@ -85,6 +106,16 @@ _ENV_NAMES = {ENV_PREFIX + name.upper(): name for name in _FIELDS}
 _IGNORED_ENV = re.compile(r"^GPUPLAN_(CONFIG|AGENT_\w*|SERVICE_\w+|PORT_\d+_(TCP|UDP|SCTP)\w*)$")
 _SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+_OPTIONAL_STRINGS = frozenset(
+    {
+        "redis_url",
+        "catalog_file",
+        "api_tokens",
+        "api_tokens_file",
+        "cors_allow_origins",
+        "redis_password_file",
+    }
+)
 
 
 def load_settings(environ: Mapping[str, str], config_path: str | Path | None = None) -> Settings:
@@ -119,7 +150,7 @@ def load_settings(environ: Mapping[str, str], config_path: str | Path | None = N
 
 def _from_env(name: str, value: str) -> Any:
     """Turn an environment string into the value the field expects."""
-    if name in ("redis_url", "catalog_file"):
+    if name in _OPTIONAL_STRINGS:
         return value or None  # an empty variable means "none", as in Helm values
     if name == "log_level":
         return value.lower()
@@ -149,6 +180,8 @@ def _explain(
     name = where.rstrip("`").split(".")[0].split("[")[0]
     got = values.get(name)
     shown = _redact(got) if name == "redis_url" and isinstance(got, str) else got
+    if name == "api_tokens":
+        shown = "***"  # a secret never reaches a log
     text = f"invalid setting {origin.get(name, name)}: {message}, got {shown!r}"
     if name == "port" and _SERVICE_LINK.match(str(values.get(name))):
         # Kubernetes injects GPUPLAN_PORT=tcp://… into pods when a Service is named gpuplan.
@@ -159,8 +192,53 @@ def _explain(
     return text
 
 
+def api_tokens(settings: Settings) -> frozenset[str]:
+    """The bearer tokens of ``api_tokens`` and ``api_tokens_file`` together.
+
+    Raises :class:`SettingsError` when the file cannot be read or holds no token: a
+    service meant to be locked must not start unlocked because a secret was not mounted.
+    """
+    tokens = set((settings.api_tokens or "").replace(",", " ").split())
+    if settings.api_tokens_file is not None:
+        try:
+            text = Path(settings.api_tokens_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(
+                f"invalid setting api_tokens_file: cannot read {settings.api_tokens_file}: "
+                f"{exc.__class__.__name__}"
+            ) from None
+        from_file = {line.strip() for line in text.splitlines() if line.strip()}
+        if not from_file:
+            raise SettingsError(
+                f"invalid setting api_tokens_file: {settings.api_tokens_file} holds no token"
+            )
+        tokens |= from_file
+    short = [t for t in tokens if len(t) < MIN_TOKEN_LENGTH]
+    if short:
+        raise SettingsError(
+            f"invalid setting api_tokens: every token needs at least {MIN_TOKEN_LENGTH} "
+            f"characters ({len(short)} shorter)"
+        )
+    return frozenset(tokens)
+
+
+def redis_password(settings: Settings) -> str | None:
+    """The password of ``redis_password_file``, if set; raises :class:`SettingsError`."""
+    if settings.redis_password_file is None:
+        return None
+    try:
+        return Path(settings.redis_password_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SettingsError(
+            f"invalid setting redis_password_file: cannot read {settings.redis_password_file}: "
+            f"{exc.__class__.__name__}"
+        ) from None
+
+
 def _check(settings: Settings, origin: Mapping[str, str]) -> None:
     """Rules a type cannot express."""
+    api_tokens(settings)
+    redis_password(settings)
     url = settings.redis_url
     if url is not None and not url.startswith(_REDIS_SCHEMES):
         source = origin.get("redis_url", "redis_url")

@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
+from litestar.config.cors import CORSConfig
 from litestar.handlers import HTTPRouteHandler
 from prometheus_client import CollectorRegistry
 
@@ -16,9 +17,10 @@ from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
+from gpuplan.api.security import Guard
 from gpuplan.catalog_file import load_catalog
 from gpuplan.fleet.connection import connect
-from gpuplan.settings import Settings, load_settings
+from gpuplan.settings import Settings, api_tokens, load_settings, redis_password
 
 ROUTES: tuple[HTTPRouteHandler, ...] = (
     health.healthz,
@@ -51,7 +53,11 @@ async def _redis_lifespan(app: Litestar) -> AsyncGenerator[None, None]:
     """Open the Redis client on the app's own event loop, and close it there."""
     state = runtime_of(app)
     if state.settings.redis_url is not None:
-        state.redis = connect(state.settings.redis_url, state.settings.redis_timeout_seconds)
+        state.redis = connect(
+            state.settings.redis_url,
+            state.settings.redis_timeout_seconds,
+            password=redis_password(state.settings),
+        )
     try:
         yield
     finally:
@@ -75,8 +81,24 @@ def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar
         openapi_config=None,  # the document comes from gpuplan.api.openapi
         logging_config=None,  # the server configures logging (gpuplan.server)
         debug=False,
+        cors_config=_cors(settings),
     )
     app.state.runtime = Runtime(settings, metrics, load_catalog(settings.catalog_file))
     # Count at the outermost layer, where 404s and 405s are still visible.
-    app.asgi_handler = metrics.wrap(app.asgi_handler)
+    guard = Guard(api_tokens(settings), settings.protect_operations)
+    app.asgi_handler = metrics.wrap(guard.wrap(app.asgi_handler))
     return app
+
+
+def _cors(settings: Settings) -> CORSConfig | None:
+    """CORS is off unless origins are configured: the API's callers are not browsers."""
+    origins = (settings.cors_allow_origins or "").replace(",", " ").split()
+    if not origins:
+        return None
+    return CORSConfig(
+        allow_origins=origins,
+        allow_methods=["GET", "POST"],
+        allow_headers=["Authorization", "Content-Type"],
+        allow_credentials=False,
+        max_age=600,
+    )

@@ -17,6 +17,13 @@ from gpuplan.api.problems import FieldError, InvalidInput, UnsupportedMediaType
 
 JSON_MEDIA_TYPE = "application/json"
 
+MAX_JSON_DEPTH = 32
+"""Deepest nesting of arrays and objects a body may have. Our schemas need five levels
+and a Hugging Face config a few more; deeper is an attack on a recursive reader."""
+
+MAX_PATH_PARAMETER_LENGTH = 256
+"""Longest path parameter (a GPU name, a node name: Kubernetes caps those at 253)."""
+
 T = TypeVar("T")
 
 # msgspec reports errors as "<reason> - at `$.a.b[0]`", or "<reason>" at the root.
@@ -55,6 +62,7 @@ def field_error(exc: msgspec.ValidationError, location: str = "body") -> FieldEr
 
 def decode_json(body: bytes, type_: type[T]) -> T:
     """Decode a JSON document into ``type_``; raise :class:`InvalidInput` if it is not one."""
+    _check_depth(body)
     try:
         value = msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
@@ -86,6 +94,33 @@ def decode_json(body: bytes, type_: type[T]) -> T:
     except RecursionError:
         raise InvalidInput(400, "malformed-json", "request body is nested too deeply", []) from None
     return value
+
+
+def _check_depth(body: bytes) -> None:
+    """Refuse a body nested deeper than :data:`MAX_JSON_DEPTH` before anything parses it.
+
+    One pass over the bytes, counting brackets outside strings: linear, no recursion,
+    and cheap next to parsing (the body is at most ``max_body_bytes``).
+    """
+    depth = 0
+    # Brackets inside strings do not count; drop the strings first (escaped quotes too).
+    stripped = _STRINGS.sub(b'""', body)
+    for match in _BRACKETS.finditer(stripped):
+        if match[0] in (b"[", b"{"):
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise InvalidInput(
+                    400,
+                    "malformed-json",
+                    f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+                    [],
+                )
+        else:
+            depth -= 1
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_BRACKETS = re.compile(rb"[\[\]{}]")
 
 
 async def read_json(request: Request[Any, Any, Any], type_: type[T]) -> T:
@@ -132,3 +167,21 @@ def decode_query(request: Request[Any, Any, Any], type_: type[T]) -> T:
         raise InvalidInput(
             422, "validation", f"invalid query parameter {error.path[2:]}: {error.reason}", [error]
         ) from None
+
+
+def check_path_parameters(params: dict[str, Any]) -> None:
+    """Refuse a path parameter longer than :data:`MAX_PATH_PARAMETER_LENGTH`: 422 naming it."""
+    for name, value in params.items():
+        if isinstance(value, str) and len(value) > MAX_PATH_PARAMETER_LENGTH:
+            raise InvalidInput(
+                422,
+                "validation",
+                f"path parameter {name} is longer than {MAX_PATH_PARAMETER_LENGTH} characters",
+                [
+                    FieldError(
+                        path=f"$.{name}",
+                        reason=f"longer than {MAX_PATH_PARAMETER_LENGTH} characters",
+                        location="path",
+                    )
+                ],
+            )

@@ -255,11 +255,36 @@ def on_unknown_node(request: Request[Any, Any, Any], exc: UnknownNode) -> Respon
     )
 
 
+class ComputationTimeout(Exception):
+    """A planning computation ran past ``GPUPLAN_PLANNING_TIMEOUT_SECONDS``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+def on_computation_timeout(
+    request: Request[Any, Any, Any], exc: ComputationTimeout
+) -> Response[Problem]:
+    seconds = exc.seconds
+    return problem_response(
+        Problem(
+            type=TYPE_PREFIX + "computation-timeout",
+            title=_title(503),
+            status=503,
+            detail=f"the planning computation did not finish within {seconds:g} s "
+            "(setting GPUPLAN_PLANNING_TIMEOUT_SECONDS); narrow the request or retry later",
+        ),
+        headers={"Retry-After": "5"},
+    )
+
+
 EXCEPTION_HANDLERS = {
     InvalidInput: on_invalid_input,
     FleetUnavailable: on_fleet_unavailable,
     UnknownNode: on_unknown_node,
     UnsupportedMediaType: on_unsupported_media_type,
+    ComputationTimeout: on_computation_timeout,
     InvalidRequest: on_invalid_request,
     UnknownGpu: on_unknown_gpu,
     HTTPException: on_http_exception,

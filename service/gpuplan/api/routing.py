@@ -16,7 +16,7 @@ from litestar import Request
 from litestar.enums import MediaType
 from litestar.handlers import HTTPRouteHandler, route
 
-from gpuplan.api.decode import decode_query, read_json
+from gpuplan.api.decode import check_path_parameters, decode_query, read_json
 
 R = TypeVar("R")
 
@@ -48,6 +48,8 @@ def operation(
     ``name`` (default: the function's name) is the route's name for reverse lookups.
     """
     codes = set(problems)
+    if "{" in path:
+        codes.add(422)  # a path parameter over the length limit
     if body is not None:
         codes.update(BODY_PROBLEMS)
     if query is not None:
@@ -58,6 +60,7 @@ def operation(
 
         async def handler(request: Request[Any, Any, Any]) -> Any:
             kwargs: dict[str, Any] = dict(request.path_params)
+            check_path_parameters(kwargs)
             if body is not None:
                 kwargs["body"] = await read_json(request, body)
             if query is not None:

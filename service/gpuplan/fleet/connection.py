@@ -6,7 +6,7 @@ probe or a request path needs a short timeout, one quick retry, and an answer of
 """
 
 import asyncio
-from typing import Literal
+from typing import Any, Literal
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -16,10 +16,17 @@ from redis.exceptions import RedisError
 RedisHealth = Literal["ok", "down", "not_configured"]
 
 
-def connect(url: str, timeout_seconds: float) -> "Redis":
-    """A client for ``url``; connects lazily, so a down Redis does not stop start-up."""
+def connect(url: str, timeout_seconds: float, password: str | None = None) -> "Redis":
+    """A client for ``url``; connects lazily, so a down Redis does not stop start-up.
+
+    ``rediss://`` connects over TLS (certificates verified; ``ssl_ca_certs`` and the
+    other ``ssl_*`` query arguments of redis-py's URL syntax apply). ``password``, from
+    a mounted secret, wins over one in the URL.
+    """
+    extra: dict[str, Any] = {} if password is None else {"password": password}
     return Redis.from_url(
         url,
+        **extra,
         socket_connect_timeout=timeout_seconds,
         socket_timeout=timeout_seconds,
         retry=Retry(ExponentialBackoff(cap=timeout_seconds, base=0.01), retries=1),

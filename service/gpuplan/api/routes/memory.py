@@ -4,6 +4,7 @@ from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.compute import bounded
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
 from gpuplan.core.memory.estimate import estimate
@@ -11,7 +12,7 @@ from gpuplan.core.memory.presets import ModelList, model_list
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
 
 
-@operation("POST", "/v1/memory/estimate", body=EstimateRequest, tags=["memory"])
+@operation("POST", "/v1/memory/estimate", body=EstimateRequest, problems=(503,), tags=["memory"])
 async def estimate_memory(
     request: Request[Any, Any, Any], body: EstimateRequest
 ) -> EstimateResponse:
@@ -24,7 +25,7 @@ async def estimate_memory(
     overhead) and `required_bytes` (plus 20% planning headroom), with the breakdown
     at the peak and the assumptions made. With `gpu`, a fit verdict is added.
     """
-    return estimate(body, runtime(request).catalog)
+    return await bounded(request, estimate, body, runtime(request).catalog)
 
 
 @operation("GET", "/v1/models", tags=["memory"])

@@ -4,6 +4,7 @@ from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.compute import bounded
 from gpuplan.api.problems import FieldError, InvalidInput
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
@@ -16,7 +17,9 @@ from gpuplan.core.recommend import (
 )
 
 
-@operation("POST", "/v1/recommendations", body=RecommendRequest, tags=["recommend"])
+@operation(
+    "POST", "/v1/recommendations", body=RecommendRequest, problems=(503,), tags=["recommend"]
+)
 async def recommendations(
     request: Request[Any, Any, Any], body: RecommendRequest
 ) -> RecommendResponse:
@@ -30,7 +33,7 @@ async def recommendations(
     cheapest GPU. A request the core cannot plan answers 422 naming the field.
     """
     try:
-        return recommend(body, runtime(request).catalog)
+        return await bounded(request, recommend, body, runtime(request).catalog)
     except (InvalidModel, InvalidRecommendation) as exc:
         errors = [FieldError(path=path, reason=reason) for path, reason in exc.errors]
         raise InvalidInput(422, "validation", str(exc), errors) from None

@@ -57,7 +57,7 @@ assert set(get_args(SortKey)) == {"id", "name", *_NUMERIC_PATHS}
 class GpuQuery(Record):
     """Filters and order of ``GET /v1/gpus``; filters combine with AND."""
 
-    vendor: list[Vendor] = []
+    vendor: Annotated[list[Vendor], msgspec.Meta(max_length=16)] = []
     """Keep these vendors (repeat the parameter for several)."""
 
     min_memory_bytes: Annotated[int, msgspec.Meta(ge=0, le=2**50)] = 0
@@ -69,7 +69,7 @@ class GpuQuery(Record):
     mig: bool | msgspec.UnsetType = msgspec.UNSET
     """``true``: only MIG-capable SKUs; ``false``: only the others; absent: both."""
 
-    precision: list[Precision] = []
+    precision: Annotated[list[Precision], msgspec.Meta(max_length=32)] = []
     """Keep SKUs with a matrix path for every one of these precisions."""
 
     sort: SortKey = "id"

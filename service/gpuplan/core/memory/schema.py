@@ -27,6 +27,11 @@ Count = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
 Degree = Annotated[int, msgspec.Meta(ge=1, le=4096)]
 ParameterCount = Annotated[int, msgspec.Meta(ge=1, le=10**14)]
 Dimension = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
+HfConfig = Annotated[
+    dict[Annotated[str, msgspec.Meta(max_length=256)], Any], msgspec.Meta(max_length=1024)
+]
+"""A Hugging Face ``config.json``: real ones hold under 200 keys; nesting is bounded by
+the API's JSON depth limit and the whole by the body size limit."""
 
 
 class ArchitectureHints(Record):
@@ -48,7 +53,7 @@ class ArchitectureHints(Record):
 class ModelSpec(Record):
     """The model: exactly one of ``hf_config``, ``name`` or ``parameters``."""
 
-    hf_config: dict[str, Any] | None = None
+    hf_config: HfConfig | None = None
     """The contents of a Hugging Face ``config.json`` (read offline; no hub access)."""
 
     name: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None

@@ -5,10 +5,11 @@ from a ``config.json`` it is sent, because a server must never run client code. 
 answer a :class:`TraceResult`.
 """
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 
+from gpuplan.core.memory.schema import HfConfig
 from gpuplan.core.record import Record
 
 TraceMode = Literal["train", "inference"]
@@ -22,7 +23,7 @@ TraceAttention = Literal["eager", "sdpa"]
 class TraceModel(Record):
     """The model to trace: a Hugging Face ``config.json``, read offline."""
 
-    hf_config: dict[str, Any]
+    hf_config: HfConfig
     """The contents of ``config.json``; ``model_type`` picks the transformers class. The
     model is built from it under fake tensors: no weights, no hub, no remote code."""
 

@@ -1,0 +1,146 @@
+"""Bearer-token authentication and security headers, outside the router.
+
+Authentication is optional: on a private network behind a mesh the service runs open,
+as a CI pipeline or scheduler expects. Once any token is configured
+(``GPUPLAN_API_TOKENS`` or a mounted ``GPUPLAN_API_TOKENS_FILE``), every ``/v1`` request
+needs ``Authorization: Bearer <token>``, checked before routing so that a stranger
+learns nothing, not even which paths exist (an unknown ``/v1`` path answers 401 too).
+Tokens are compared with :func:`hmac.compare_digest` against every configured token,
+so the time taken says nothing about how much of a guess was right.
+
+The headers go on every answer: ``nosniff`` so a browser never runs a JSON body as
+script, ``no-store`` so no proxy keeps a plan (API answers are cheap to recompute and
+may name private models), a CSP that forbids everything for JSON (the interactive docs
+keep what their renderer needs), and no referrer.
+"""
+
+import hmac
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from gpuplan.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX, Problem
+
+ASGIApp = Any
+
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics", "/schema")
+"""Open even with tokens, unless ``protect_operations`` is set: probes and scrapers
+rarely carry tokens, and these paths reveal no plan."""
+
+JSON_CSP = b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+# The Scalar and Swagger pages load their script and styles from a CDN (jsDelivr) and
+# inline a bootstrap script; nothing else.
+DOCS_CSP = (
+    b"default-src 'none'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
+    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
+    b"font-src 'self' data: https://fonts.gstatic.com https://cdn.jsdelivr.net; "
+    b"img-src 'self' data: https:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+_ALWAYS = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+)
+
+
+def _is_docs_page(path: str) -> bool:
+    return path in ("/schema", "/schema/swagger")
+
+
+def _needs_token(path: str, protect_operations: bool) -> bool:
+    if path == "/v1" or path.startswith("/v1/"):
+        return True
+    return protect_operations
+
+
+def _bearer(scope: dict[str, Any]) -> bytes | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer" and token.strip():
+                return bytes(token.strip())
+            return None
+    return None
+
+
+def _unauthorized(detail: str, error: str) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    body = msgspec.json.encode(
+        Problem(type=TYPE_PREFIX + "unauthorized", title="Unauthorized", status=401, detail=detail)
+    )
+    challenge = b'Bearer realm="gpuplan"'
+    if error:
+        challenge += b', error="' + error.encode() + b'"'
+    return body, [
+        (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", challenge),
+    ]
+
+
+class Guard:
+    """The ASGI wrapper: checks tokens, then adds the security headers to every answer."""
+
+    def __init__(self, tokens: Iterable[str], protect_operations: bool) -> None:
+        self._tokens = tuple(t.encode() for t in tokens)
+        self._protect_operations = protect_operations
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._tokens)
+
+    def authorized(self, presented: bytes | None) -> bool:
+        """Whether ``presented`` is one of the tokens, in time independent of the match."""
+        if presented is None:
+            return False
+        ok = False
+        for token in self._tokens:  # no early exit: every token is compared
+            ok |= hmac.compare_digest(presented, token)
+        return ok
+
+    def wrap(self, app: ASGIApp) -> ASGIApp:
+        async def guarded(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] != "http":
+                await app(scope, receive, send)
+                return
+            path: str = scope.get("path", "")
+            csp = DOCS_CSP if _is_docs_page(path) else JSON_CSP
+
+            async def with_headers(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    headers = [
+                        (k, v)
+                        for k, v in message.get("headers", ())
+                        if k.lower() not in (b"cache-control", b"content-security-policy")
+                    ]
+                    headers.extend(_ALWAYS)
+                    headers.append((b"content-security-policy", csp))
+                    headers.append((b"cache-control", b"no-store"))
+                    message = {**message, "headers": headers}
+                await send(message)
+
+            if (
+                self.enabled
+                and scope.get("method") != "OPTIONS"  # CORS preflights carry no credentials
+                and _needs_token(path, self._protect_operations)
+            ):
+                presented = _bearer(scope)
+                if not self.authorized(presented):
+                    if presented is None:
+                        body, headers = _unauthorized(
+                            "this endpoint needs an Authorization: Bearer token", ""
+                        )
+                    else:
+                        body, headers = _unauthorized(
+                            "the bearer token is not valid", "invalid_token"
+                        )
+                    await with_headers(
+                        {"type": "http.response.start", "status": 401, "headers": headers}
+                    )
+                    await send({"type": "http.response.body", "body": body})
+                    return
+            await app(scope, receive, with_headers)
+
+        return guarded
