@@ -29,6 +29,10 @@ LLAMA_LIKE = (
     "qwen2_moe",
     "deepseek_v3",
 )
+MAX_LAYERS = 4096
+"""Most layers a config may declare. The estimate does work per layer; the deepest
+published transformers have a few hundred (Llama 3.1 405B: 126)."""
+
 SUPPORTED = (*LLAMA_LIKE, "gpt2", "gpt_neox", "opt", "falcon", "bert", "roberta")
 
 _ACTIVATIONS: dict[str, Activation] = {
@@ -49,7 +53,9 @@ class _Reader:
         self.config = config
         self.errors: list[tuple[str, str]] = []
 
-    def int(self, *keys: str, default: int | None = None, minimum: int = 1) -> int:
+    def int(
+        self, *keys: str, default: int | None = None, minimum: int = 1, maximum: int = 1 << 24
+    ) -> int:
         for key in keys:
             value = self.config.get(key)
             if value is None:
@@ -58,12 +64,12 @@ class _Reader:
                 isinstance(value, bool)
                 or not isinstance(value, int)
                 or value < minimum
-                or value > 1 << 24
+                or value > maximum
             ):
                 self.errors.append(
                     (
                         f"{ROOT}.{key}",
-                        f"expected an integer from {minimum} to {1 << 24}, got {value!r}",
+                        f"expected an integer from {minimum} to {maximum}, got {value!r}",
                     )
                 )
                 return default or minimum
@@ -157,7 +163,7 @@ def _heads(
 
 def _llama_like(r: _Reader, model_type: str) -> Architecture:
     hidden = r.int("hidden_size")
-    layers = r.int("num_hidden_layers")
+    layers = r.int("num_hidden_layers", maximum=MAX_LAYERS)
     heads = r.int("num_attention_heads")
     vocab = r.int("vocab_size")
     kv, head_dim = _heads(r, hidden, heads)
@@ -248,7 +254,7 @@ def _gpt2(r: _Reader) -> Architecture:
     return Architecture(
         model_type="gpt2",
         family="gpt2",
-        num_layers=r.int("n_layer", "num_hidden_layers"),
+        num_layers=r.int("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=heads,
@@ -276,7 +282,7 @@ def _neox(r: _Reader) -> Architecture:
     return Architecture(
         model_type="gpt_neox",
         family="neox",
-        num_layers=r.int("num_hidden_layers"),
+        num_layers=r.int("num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=heads,
@@ -305,7 +311,7 @@ def _opt(r: _Reader) -> Architecture:
     return Architecture(
         model_type="opt",
         family="opt",
-        num_layers=r.int("num_hidden_layers"),
+        num_layers=r.int("num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=heads,
@@ -339,7 +345,7 @@ def _falcon(r: _Reader) -> Architecture:
     return Architecture(
         model_type="falcon",
         family="falcon",
-        num_layers=r.int("num_hidden_layers"),
+        num_layers=r.int("num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=kv,
@@ -367,7 +373,7 @@ def _bert(r: _Reader, model_type: str) -> Architecture:
     return Architecture(
         model_type=model_type,
         family="bert",
-        num_layers=r.int("num_hidden_layers"),
+        num_layers=r.int("num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_heads=heads,
         num_kv_heads=heads,

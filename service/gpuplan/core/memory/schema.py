@@ -37,7 +37,9 @@ the API's JSON depth limit and the whole by the body size limit."""
 class ArchitectureHints(Record):
     """Shape of a model known only by its parameter count; enables activation and KV terms."""
 
-    num_layers: Dimension | None = None
+    num_layers: Annotated[int, msgspec.Meta(ge=1, le=4096)] | None = None
+    """At most 4096: the estimate works per layer (the deepest published models have ~126)."""
+
     hidden_size: Dimension | None = None
     num_attention_heads: Dimension | None = None
     num_key_value_heads: Dimension | None = None
