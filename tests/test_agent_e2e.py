@@ -155,6 +155,16 @@ def test_loop_survives_a_redis_outage_and_republishes(own_redis: RedisServer) ->
             text = generate_latest(agent.registry).decode()
             assert 'gpuplan_agent_redis_connected{node="loop-node"} 0.0' in text
             assert agent.state.redis_publish_failures >= 1
+            # And the HTTP /metrics a Prometheus scrapes keeps answering during the outage.
+            assert agent.metrics_port
+            scrape_reader, scrape_writer = await asyncio.open_connection(
+                "127.0.0.1", agent.metrics_port
+            )
+            scrape_writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            scraped = (await asyncio.wait_for(scrape_reader.read(), 5)).decode()
+            scrape_writer.close()
+            assert scraped.startswith("HTTP/1.1 200 OK")
+            assert 'gpuplan_agent_redis_connected{node="loop-node"} 0.0' in scraped
             await asyncio.to_thread(own_redis.start)  # an empty Redis: the node must come back
             await _wait_for(published, timeout=15)
             node = await store.node("loop-node")

@@ -16,6 +16,7 @@ import importlib.util
 import json
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from gpuplan.core.trace.schema import TraceRequest, TraceResult
 log = logging.getLogger("gpuplan.api")
 
 EXTRAS = ("torch", "transformers")
+_MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _PACKAGE_ROOT = str(Path(gpuplan.__file__).resolve().parent.parent)
 
 
@@ -139,6 +141,17 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
     """
     state = runtime(request)
     settings = state.settings
+    model_type = body.model.hf_config.get("model_type")
+    if not isinstance(model_type, str) or not _MODEL_TYPE.fullmatch(model_type):
+        # Refused here, before a worker process (seconds of imports) is started for it.
+        reason = f"expected a transformers model type such as 'llama', got {model_type!r}"
+        return _problem(  # type: ignore[return-value]
+            422,
+            "invalid-model",
+            "Unprocessable Entity",
+            f"invalid value at $.model.hf_config.model_type: {reason}",
+            errors=[FieldError(path="$.model.hf_config.model_type", reason=reason)],
+        )
     missing = missing_extras()
     if missing:
         return _problem(  # type: ignore[return-value]

@@ -1,0 +1,98 @@
+"""Schema fuzzing: schemathesis generates requests from the committed ``api/openapi.yaml``.
+
+Every operation of the spec is fuzzed, so a new endpoint is covered the moment its
+spec is regenerated. The checks: no 5xx (the fleet routes run against a real Redis,
+so their 503 would be a bug here), status codes, content types, headers and bodies
+as documented, schema-invalid requests refused, and every error answered as
+``application/problem+json``. ``positive_data_acceptance`` is left out on purpose:
+a schema-valid body may still name an unknown GPU or preset, or give two of the
+model's three forms, which the schema cannot express and the API rightly answers 422.
+
+``POST /v1/memory/trace`` starts a subprocess per request (seconds each), so it gets
+a handful of examples and its documented 5xx (501 without the extra, 503 busy, 504
+past the time limit) are allowed, as problem+json. ``bench/fuzz.py`` runs the same
+tests with many more examples (``GPUPLAN_FUZZ_EXAMPLES``, ``GPUPLAN_FUZZ_TRACE_EXAMPLES``).
+"""
+
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis import checks as st_checks
+from schemathesis.config import SchemathesisConfig
+
+from gpuplan.api import Settings, create_app
+
+SPEC = Path(__file__).parent.parent / "api" / "openapi.yaml"
+EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_EXAMPLES", "60"))
+TRACE_EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_TRACE_EXAMPLES", "2"))
+DERANDOMIZE = os.environ.get("GPUPLAN_FUZZ_RANDOM") != "1"  # bench/fuzz.py explores anew
+TRACE_PATH = "/v1/memory/trace"
+PROBLEM = "application/problem+json"
+
+APP = create_app(
+    Settings(
+        redis_url=os.environ.get("GPUPLAN_FUZZ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        fleet_key_prefix=f"gpuplan-test:fuzz:{uuid.uuid4().hex}:",
+        trace_cache_ttl_seconds=0,
+        trace_timeout_seconds=60,
+    )
+)
+
+CHECKS = [
+    st_checks.status_code_conformance,
+    st_checks.content_type_conformance,
+    st_checks.response_headers_conformance,
+    st_checks.response_schema_conformance,
+    st_checks.negative_data_rejection,
+]
+
+schema = schemathesis.openapi.from_path(SPEC)
+# The trace: only generated examples (the explicit and coverage phases would send
+# dozens of bodies, each a worker process).
+_trace_config = SchemathesisConfig.from_dict({})
+_trace_config.projects.default.phases.update(phases=["fuzzing"])
+trace_schema = schemathesis.openapi.from_path(SPEC, config=_trace_config)
+HEALTH = list(HealthCheck)
+
+
+def _media_type(response: Any) -> str:
+    value = response.headers.get("content-type", "")
+    if isinstance(value, list):
+        value = value[0] if value else ""
+    return str(value).split(";")[0].strip()
+
+
+def _validate(case: Any, response: Any, allow_5xx: tuple[int, ...] = ()) -> None:
+    checks = CHECKS if allow_5xx else [*CHECKS, st_checks.not_a_server_error]
+    case.validate_response(response, checks=checks)
+    status = response.status_code
+    assert status != 500, f"500 for {case.method} {case.formatted_path}: {response.text[:300]}"
+    assert status < 500 or status in allow_5xx, (status, response.text[:300])
+    if status >= 400:
+        assert _media_type(response) == PROBLEM, (status, response.headers)
+        body = response.json()
+        assert body["status"] == status
+        assert body["detail"], body
+
+
+@schema.exclude(path=TRACE_PATH).parametrize()
+@settings(
+    max_examples=EXAMPLES, deadline=None, suppress_health_check=HEALTH, derandomize=DERANDOMIZE
+)
+def test_every_operation(case: Any) -> None:
+    _validate(case, case.call(app=APP))
+
+
+@trace_schema.include(path=TRACE_PATH).parametrize()
+@settings(
+    max_examples=TRACE_EXAMPLES,
+    deadline=None,
+    suppress_health_check=HEALTH,
+    derandomize=DERANDOMIZE,
+)
+def test_trace_operation(case: Any) -> None:
+    _validate(case, case.call(app=APP), allow_5xx=(501, 503, 504))
