@@ -26,7 +26,13 @@ from litestar import Request, Response
 from redis.exceptions import RedisError
 
 import gpuplan
-from gpuplan.api.problems import TYPE_PREFIX, FieldError, Problem, problem_response
+from gpuplan.api.problems import (
+    TYPE_PREFIX,
+    FieldError,
+    InvalidInput,
+    Problem,
+    problem_response,
+)
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
 from gpuplan.core.trace.schema import TraceRequest, TraceResult
@@ -145,12 +151,11 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
     if not isinstance(model_type, str) or not _MODEL_TYPE.fullmatch(model_type):
         # Refused here, before a worker process (seconds of imports) is started for it.
         reason = f"expected a transformers model type such as 'llama', got {model_type!r}"
-        return _problem(  # type: ignore[return-value]
+        raise InvalidInput(
             422,
             "invalid-model",
-            "Unprocessable Entity",
             f"invalid value at $.model.hf_config.model_type: {reason}",
-            errors=[FieldError(path="$.model.hf_config.model_type", reason=reason)],
+            [FieldError(path="$.model.hf_config.model_type", reason=reason)],
         )
     missing = missing_extras()
     if missing:
