@@ -134,3 +134,19 @@ def test_adversarial_megabyte_bodies_are_refused_quickly(
     assert time.perf_counter() - started < 1.0
     assert 400 <= response.status_code < 500
     assert response.headers["content-type"].startswith(PROBLEM)
+
+
+@pytest.mark.parametrize(
+    "config", [{}, {"model_type": 7}, {"model_type": "../../etc"}, {"model_type": "x" * 100}]
+)
+def test_trace_refuses_a_config_without_a_model_type_before_starting_a_worker(
+    client: TestClient,
+    config: dict[str, Any],  # type: ignore[type-arg]
+) -> None:
+    started = time.perf_counter()
+    response = client.post("/v1/memory/trace", json={"model": {"hf_config": config}})
+    assert time.perf_counter() - started < 0.5  # no worker process was started
+    assert response.status_code == 422
+    problem = response.json()
+    assert problem["type"] == "urn:gpuplan:problem:invalid-model"
+    assert problem["errors"][0]["path"] == "$.model.hf_config.model_type"
