@@ -4,7 +4,7 @@
 
 Runs the same schemathesis tests as the default suite (every operation of
 ``api/openapi.yaml`` against the app in-process, a Redis on 127.0.0.1:6379 for the
-fleet routes), with ``--examples`` generated requests per operation instead of 60, and
+fleet routes), with ``--examples`` generated requests per operation instead of 100, and
 a random seed per run (the suite's run is derandomized), so each run explores new
 inputs. Bounded by ``--timeout``. Writes bench/results/fuzz.json: examples, seconds,
 tests passed and failed, and the failures' summaries.

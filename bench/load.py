@@ -11,7 +11,8 @@ requests, errors (any answer other than the expected status, or a transport erro
 throughput, p50/p99/max latency overall and per request kind, and the server's
 resident memory (the server and its worker processes, from /proc) after the warm-up
 and at the end. The run passes with zero errors and RSS growth under 10% after the
-warm-up. The client shares the machine with the server, so the throughput is a floor.
+warm-up. The client shares the machine with the server (and the 1-minute load average
+before and after is recorded, for a shared machine), so the throughput is a floor.
 """
 
 import argparse
@@ -189,6 +190,7 @@ def _quantiles(values: list[float]) -> dict[str, float]:
 
 async def drive(base: str, pid: int, args: argparse.Namespace) -> dict[str, Any]:
     mix = MIX + (FLEET if args.redis_url else [])
+    load_start = round(os.getloadavg()[0], 2)  # the machine may be shared: say how busy it was
     tally = Tally()
     budget = [args.max_requests]
     limits = httpx.Limits(
@@ -232,6 +234,7 @@ async def drive(base: str, pid: int, args: argparse.Namespace) -> dict[str, Any]
         "rss_bytes": {"start": rss_start, "after_warmup": rss_warm, "end": rss_end,
                       "max": max([r for _, r in rss_samples] + [rss_end])},
         "rss_growth_after_warmup": round((rss_end - rss_warm) / rss_warm, 4) if rss_warm else None,
+        "load_average_1m": {"start": load_start, "end": round(os.getloadavg()[0], 2)},
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }  # fmt: skip

@@ -90,10 +90,10 @@ PATH_OPS = [o for o in OPERATIONS if "{" in o[1]]
 
 
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:  # type: ignore[type-arg]
+def client(redis_url: str) -> Iterator[TestClient]:  # type: ignore[type-arg]
     # Redis configured (the fleet routes then answer 404 for an unknown node, not 503).
     settings = Settings(
-        redis_url="redis://127.0.0.1:6379/0",
+        redis_url=redis_url,
         fleet_key_prefix="gpuplan-test:bad-input:",
         trace_timeout_seconds=30,
     )

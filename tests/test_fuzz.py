@@ -14,6 +14,7 @@ past the time limit) are allowed, as problem+json. ``bench/fuzz.py`` runs the sa
 tests with many more examples (``GPUPLAN_FUZZ_EXAMPLES``, ``GPUPLAN_FUZZ_TRACE_EXAMPLES``).
 """
 
+import atexit
 import os
 import uuid
 from pathlib import Path
@@ -25,17 +26,30 @@ from schemathesis import checks as st_checks
 from schemathesis.config import SchemathesisConfig
 
 from gpuplan.api import Settings, create_app
+from tests.conftest import RedisServer, _answers
 
 SPEC = Path(__file__).parent.parent / "api" / "openapi.yaml"
-EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_EXAMPLES", "60"))
+EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_EXAMPLES", "100"))
 TRACE_EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_TRACE_EXAMPLES", "2"))
 DERANDOMIZE = os.environ.get("GPUPLAN_FUZZ_RANDOM") != "1"  # bench/fuzz.py explores anew
 TRACE_PATH = "/v1/memory/trace"
 PROBLEM = "application/problem+json"
 
+
+def _redis_url() -> str:
+    """The machine's Redis if it answers, else one of our own for this module's life."""
+    shared = os.environ.get("GPUPLAN_FUZZ_REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _answers(shared):
+        return shared
+    server = RedisServer()
+    server.start()
+    atexit.register(server.stop)
+    return server.url
+
+
 APP = create_app(
     Settings(
-        redis_url=os.environ.get("GPUPLAN_FUZZ_REDIS_URL", "redis://127.0.0.1:6379/0"),
+        redis_url=_redis_url(),
         fleet_key_prefix=f"gpuplan-test:fuzz:{uuid.uuid4().hex}:",
         trace_cache_ttl_seconds=0,
         trace_timeout_seconds=60,
