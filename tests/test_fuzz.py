@@ -27,6 +27,7 @@ from schemathesis.config import SchemathesisConfig
 
 from gpuplan.api import Settings, create_app
 from tests.conftest import RedisServer, _answers
+from tests.test_fleet_api import _publish
 
 SPEC = Path(__file__).parent.parent / "api" / "openapi.yaml"
 EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_EXAMPLES", "100"))
@@ -47,10 +48,14 @@ def _redis_url() -> str:
     return server.url
 
 
+REDIS_URL = _redis_url()
+PREFIX = f"gpuplan-test:fuzz:{uuid.uuid4().hex}:"
+_publish(REDIS_URL, PREFIX, "node-a", "node-b")  # fleet answers are validated, not just empty lists
+
 APP = create_app(
     Settings(
-        redis_url=_redis_url(),
-        fleet_key_prefix=f"gpuplan-test:fuzz:{uuid.uuid4().hex}:",
+        redis_url=REDIS_URL,
+        fleet_key_prefix=PREFIX,
         trace_cache_ttl_seconds=0,
         trace_timeout_seconds=60,
     )
