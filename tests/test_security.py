@@ -278,3 +278,66 @@ def test_rediss_url_speaks_verified_tls(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ no input is ever code
+
+SERVICE = Path(__file__).parent.parent / "service" / "gpuplan"
+# Loading a user's own Python file is what `gpuplan trace TARGET` (the CLI, on the user's
+# machine) is for; no server module may reach it.
+CLI_ONLY = {"trace/target.py"}
+
+
+def test_no_module_evaluates_unpickles_or_imports_input() -> None:
+    import ast
+
+    banned_calls = {"eval", "exec", "compile", "__import__"}
+    banned_modules = {"pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle"}
+    found: list[str] = []
+    for path in SERVICE.rglob("*.py"):
+        rel = path.relative_to(SERVICE).as_posix()
+        tree = ast.parse(path.read_text(), filename=rel)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+                if isinstance(func, ast.Name) and name in banned_calls:
+                    found.append(f"{rel}:{node.lineno} {name}()")
+                if name == "import_module" and rel not in CLI_ONLY:
+                    found.append(f"{rel}:{node.lineno} import_module()")
+                if name in ("load", "unsafe_load", "full_load") and isinstance(func, ast.Attribute) \
+                        and getattr(func.value, "id", "") == "yaml":  # fmt: skip
+                    found.append(f"{rel}:{node.lineno} yaml.{name}()")
+                for keyword in node.keywords:
+                    if (
+                        keyword.arg in ("trust_remote_code", "shell")
+                        and getattr(keyword.value, "value", False) is True
+                    ):
+                        found.append(f"{rel}:{node.lineno} {keyword.arg}=True")
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module or ""]
+                )
+                found += [
+                    f"{rel}:{node.lineno} import {n}"
+                    for n in names
+                    if n.split(".")[0] in banned_modules
+                ]
+    assert not found, found
+
+
+def test_no_server_module_imports_the_cli_target_loader() -> None:
+    import ast
+
+    for path in SERVICE.rglob("*.py"):
+        rel = path.relative_to(SERVICE).as_posix()
+        if rel.startswith("cli") or rel in CLI_ONLY:
+            continue
+        text = path.read_text()
+        assert "gpuplan.trace.target" not in text, rel
+        assert "import target" not in text, rel
+    worker = ast.parse((SERVICE / "trace" / "worker.py").read_text())
+    modules = {n.module for n in ast.walk(worker) if isinstance(n, ast.ImportFrom)}
+    assert "gpuplan.trace.target" not in modules
