@@ -30,11 +30,11 @@ rarely carry tokens, and these paths reveal no plan."""
 
 JSON_CSP = b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 # The Scalar and Swagger pages load their script and styles from a CDN (jsDelivr) and
-# inline a bootstrap script; nothing else.
+# inline a bootstrap script; Scalar's bundle fetches its fonts from fonts.scalar.com.
 DOCS_CSP = (
     b"default-src 'none'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.googleapis.com; "
-    b"font-src 'self' data: https://fonts.gstatic.com https://cdn.jsdelivr.net; "
+    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.scalar.com; "
+    b"font-src 'self' data: https://fonts.scalar.com https://cdn.jsdelivr.net; "
     b"img-src 'self' data: https:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 
