@@ -100,3 +100,8 @@ def openapi(fmt: str, output: Path | None) -> None:
 def version() -> None:
     """Print the version."""
     click.echo(__version__)
+
+
+from gpuplan.cli_mig import mig  # noqa: E402
+
+main.add_command(mig)
