@@ -54,11 +54,20 @@ class _Packer:
             [j for j in range(self.m) if p in eligible[j]] for p in range(len(profiles))
         ]
         # Only layouts whose every GI can serve some class are useful.
-        self.useful = [
-            k
-            for k, counts in enumerate(geo.layouts)
-            if all(n == 0 or self.by_profile[p] for p, n in enumerate(counts))
-        ]
+        # The leanest layouts first, so that of equal fillings the one taking the fewest
+        # slots is kept (one small workload gets a 1g, not a 7g).
+        self.useful = sorted(
+            (
+                k
+                for k, counts in enumerate(geo.layouts)
+                if all(n == 0 or self.by_profile[p] for p, n in enumerate(counts))
+            ),
+            key=lambda k: (
+                sum(n * profiles[p].memory_slices for p, n in enumerate(geo.layouts[k])),
+                geo.compute[k],
+                k,
+            ),
+        )
         self.layouts = [geo.layouts[k] for k in self.useful]
         self.budget = node_budget
         self.nodes = 0

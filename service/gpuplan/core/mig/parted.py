@@ -42,14 +42,15 @@ def repr_yaml(text: str) -> str:
 def render(layouts: Sequence[Layout], pci_device_ids: Sequence[str] = ()) -> str:
     """The config file: one config per layout, and ``gpuplan-all`` with every entry."""
     device_filter = [f"0x{d[2:].upper()}10DE" for d in pci_device_ids]
+    if not layouts:
+        return "version: v1\nmig-configs: {}\n"
     lines = ["version: v1", "mig-configs:"]
     for name, devices, counts in layouts:
         lines.append(f"  {name}:")
         lines.extend("  " + line for line in _entry(devices, counts, device_filter))
-    if layouts:
-        lines.append("  gpuplan-all:")
-        for _, devices, counts in layouts:
-            lines.extend("  " + line for line in _entry(devices, counts, device_filter))
+    lines.append("  gpuplan-all:")
+    for _, devices, counts in layouts:
+        lines.extend("  " + line for line in _entry(devices, counts, device_filter))
     return "\n".join(lines) + "\n"
 
 
