@@ -147,14 +147,15 @@ def scale_test(tables: dict[str, Any]) -> dict[str, Any]:
     rng = random.Random(2026)
     table = tables["a100-80gb"]
     workloads: list[dict[str, Any]] = []
-    profiles = ["1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me"]
+    # Mostly small instances, so that 10,000 workloads need about 2,000 GPUs.
+    profiles = ["1g.10gb", "1g.10gb", "1g.10gb", "1g.20gb", "2g.20gb", "1g.10gb+me"]
     for i in range(1000):
         if i % 2:
             workloads.append({"name": f"w{i}", "count": 10, "profile": rng.choice(profiles)})
         else:
             workloads.append(
-                {"name": f"w{i}", "count": 10, "memory_gib": round(rng.uniform(1, 75), 1),
-                 "compute_slices": rng.choice([1, 1, 2, 3])}
+                {"name": f"w{i}", "count": 10, "memory_gib": round(rng.uniform(1, 18), 1),
+                 "compute_slices": rng.choice([1, 1, 1, 2])}
             )  # fmt: skip
     request = {"gpu": "a100-sxm4-80gb", "workloads": workloads}
     runs = []
@@ -163,7 +164,7 @@ def scale_test(tables: dict[str, Any]) -> dict[str, Any]:
         response = plan(msgspec.convert(request, PlanRequest), builtin_catalog())
         runs.append(time.perf_counter() - start)
     body = msgspec.to_builtins(response)
-    best, milp_s, status = exact(table, request, 120)
+    best, milp_s, _ = exact(table, request, 120)
     return {
         "workloads": 10_000,
         "gpus": response.gpus_used,
