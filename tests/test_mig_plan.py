@@ -155,8 +155,17 @@ def test_resources_and_single_strategy() -> None:
     response = run({"gpu": "a100-sxm4-80gb", "workloads": [
         {"name": "a", "profile": "3g.40gb"}, {"name": "c", "profile": "1g.10gb", "count": 4}]})  # fmt: skip
     assert not response.single_strategy.possible
+    assert response.single_strategy.alternative_profile is None  # no profile serves both
     assert {(r.workload, r.resource, r.count) for r in response.resources} == {
         ("a", "nvidia.com/mig-3g.40gb", 1), ("c", "nvidia.com/mig-1g.10gb", 4)}  # fmt: skip
+
+
+def test_single_strategy_alternative() -> None:
+    response = run({"gpu": "a100-sxm4-80gb", "workloads": [
+        {"name": "a", "memory_gib": 15, "count": 5}, {"name": "b", "memory_gib": 30, "count": 3}]})  # fmt: skip
+    single = response.single_strategy
+    assert not single.possible
+    assert (single.alternative_profile, single.alternative_gpus) == ("3g.40gb", 4)
 
 
 def test_unverified_profiles_are_reported() -> None:

@@ -14,6 +14,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.mig import parted
 from gpuplan.core.mig.errors import MigInputError
@@ -190,6 +192,26 @@ def workloads_on(plans: Sequence[GpuPlan]) -> dict[str, int]:
     return found
 
 
+def _single_alternative(geo: Geometry, demand: Demand, single: SingleStrategy) -> SingleStrategy:
+    """The one profile that could serve every workload, and the GPUs it would take."""
+    common = frozenset.intersection(*demand.classes) if demand.classes else frozenset()
+    best: tuple[int, int] | None = None
+    total = sum(n for members in demand.members for _, n in members)
+    for p in sorted(common):
+        gpus = len(pack(geo, [frozenset([p])], [total]).gpus)
+        if best is None or gpus < best[0]:
+            best = (gpus, p)
+    if best is None:
+        return single
+    name = geo.table.profiles[best[1]].name
+    return msgspec.structs.replace(
+        single,
+        reason=single.reason + f"; with `{name}` alone it takes {best[0]} GPU(s)",
+        alternative_profile=name,
+        alternative_gpus=best[0],
+    )
+
+
 def _stranded(geo: Geometry, counts: Counts) -> int:
     return geo.stranded[geo.index[counts]]
 
@@ -234,6 +256,7 @@ def finish(
     lower_bound: int,
     optimal: bool,
     config_indices: set[int] | None = None,
+    demand: Demand | None = None,
 ) -> PlanResponse:
     """Utilisation, mig-parted config, resources and strategy of placed GPUs."""
     table = geo.table
@@ -256,15 +279,19 @@ def finish(
                 per[key] = per.get(key, 0) + 1
     resources = [Resource(w, p, resource_name(p), n) for (w, p), n in per.items()]
     if not gpus:
-        single = SingleStrategy(False, "no GPU is used")
+        single = SingleStrategy(possible=False, reason="no GPU is used")
     elif len(used_profiles) == 1:
-        single = SingleStrategy(True, f"every GPU carries only `{next(iter(used_profiles))}`")
+        single = SingleStrategy(
+            possible=True, reason=f"every GPU carries only `{next(iter(used_profiles))}`"
+        )
     else:
         single = SingleStrategy(
-            False,
-            f"the plan mixes {len(used_profiles)} profiles ({', '.join(sorted(used_profiles))}); "
+            possible=False,
+            reason=f"the plan mixes {len(used_profiles)} profiles ({', '.join(sorted(used_profiles))}); "
             "migStrategy single needs one profile type on every GPU of a node: use mixed",
         )
+        if demand is not None:
+            single = _single_alternative(geo, demand, single)
     unverified = sorted(p.name for p in table.profiles if p.name in used_profiles and p.unverified)
     return PlanResponse(
         gpu=spec.id,
@@ -330,4 +357,5 @@ def plan(
         unplaced=unplaced,
         lower_bound=packing.lower_bound,
         optimal=packing.proven_optimal,
+        demand=demand,
     )

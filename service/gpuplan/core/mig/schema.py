@@ -218,10 +218,15 @@ class Resource(Record):
     count: int
 
 
-class SingleStrategy(Record):
+class SingleStrategy(Record, kw_only=True):
     possible: bool
     """Whether every GPU of the plan carries one profile type (``migStrategy: single``)."""
     reason: str
+    alternative_profile: str | None = None
+    """When the plan mixes profiles but one profile serves every workload: that
+    profile, the one needing the fewest GPUs."""
+    alternative_gpus: int | None = None
+    """GPUs a plan with only ``alternative_profile`` needs."""
 
 
 class Repartition(Record, kw_only=True):
