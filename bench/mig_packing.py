@@ -14,7 +14,11 @@ where x_k counts GPUs with layout k and y[j,p] the class-j workloads served by
 profile p. It reports, side by side, the GPU counts (gap), the planner's lower bound,
 and both run times; every plan is also checked GI by GI by the independent checker.
 
-    python -m bench.mig_packing [--instances 300] [--seed 7] [--out bench/results/mig_packing.json]
+Two families of instances: ``scaled`` (1-6 classes sized to about a target number of
+GPUs, 1 to 2,000) and ``mixed`` (2-10 classes with small odd counts, where rounding an
+LP hurts most).
+
+    python -m bench.mig_packing [--instances 400] [--seed 7] [--out bench/results/mig_packing.json]
 """
 
 import argparse
@@ -113,12 +117,34 @@ def exact(table: Any, request: dict[str, Any], time_limit: float) -> tuple[int |
     return round(result.fun), took, result.message
 
 
+def mixed_request(rng: random.Random, table: Any, gpu: str, max_count: int) -> dict[str, Any]:
+    """Many small classes with odd counts: where rounding an LP hurts most."""
+    workloads: list[dict[str, Any]] = []
+    top = max(p.memory_bytes for p in table.profiles) / 2**30
+    for i in range(rng.randint(2, 10)):
+        if rng.random() < 0.5:
+            workloads.append({"name": f"w{i}", "profile": rng.choice(table.profiles).name,
+                              "count": rng.randint(1, max_count)})  # fmt: skip
+        else:
+            w = {"name": f"w{i}", "memory_gib": round(rng.uniform(0.5, top), 1),
+                 "compute_slices": rng.choice([1, 1, 2, 3, 4]), "count": rng.randint(1, max_count)}  # fmt: skip
+            if eligible(table, w):
+                workloads.append(w)
+    if not workloads:
+        workloads.append({"name": "w0", "profile": table.profiles[0].name, "count": max_count})
+    return {"gpu": gpu, "workloads": workloads}
+
+
 def run_instance(
     rng: random.Random, tables: dict[str, Any], scale: int, time_limit: float
 ) -> dict[str, Any]:
     table_id = rng.choice(sorted(GPUS))
     table = tables[table_id]
-    request = random_request(rng, table, GPUS[table_id], scale)
+    family = "mixed" if rng.random() < 0.4 else "scaled"
+    if family == "mixed":
+        request = mixed_request(rng, table, GPUS[table_id], rng.choice([3, 12, 40]))
+    else:
+        request = random_request(rng, table, GPUS[table_id], scale)
     start = time.perf_counter()
     response = plan(msgspec.convert(request, PlanRequest), builtin_catalog())
     ours_s = time.perf_counter() - start
@@ -127,7 +153,8 @@ def run_instance(
     best, milp_s, status = exact(table, request, time_limit)
     return {
         "table": table_id,
-        "scale": scale,
+        "family": family,
+        "scale": scale if family == "scaled" else None,
         "workloads": sum(w["count"] for w in request["workloads"]),
         "classes": len(request["workloads"]),
         "gpus": response.gpus_used,
@@ -178,7 +205,7 @@ def scale_test(tables: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--instances", type=int, default=300)
+    parser.add_argument("--instances", type=int, default=400)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--out", default="bench/results/mig_packing.json")

@@ -75,6 +75,34 @@ def test_optimal_against_an_exact_integer_program() -> None:
         assert response.optimal
 
 
+def test_exact_search_alone_finds_the_milp_optimum() -> None:
+    """The bin-completion search, without the LP rounding in front of it."""
+    pytest.importorskip("scipy")
+    from bench.mig_packing import exact
+    from gpuplan.core.mig.geometry import geometry
+    from gpuplan.core.mig.packing import _Packer
+    from gpuplan.core.mig.plan import classify
+
+    rng = random.Random(9)
+    for _ in range(25):
+        table_id = rng.choice(["a100-80gb", "a30-24gb", "rtx-pro-6000-96gb", "h100-80gb"])
+        body = random_body(rng, table_id, 4)
+        table = TABLES[table_id]
+        demand = classify(table, msgspec.convert(body, PlanRequest))
+        counts = [sum(n for _, n in m) for m in demand.members]
+        packer = _Packer(geometry(table), demand.classes, 200_000)
+        found = packer.minimum(tuple(counts), 0, 10_000)
+        best, _, _ = exact(table, body, 30)
+        assert found is not None
+        assert len(found) == best, body
+        served = [0] * len(counts)
+        for _, assign in found:
+            for j in assign:
+                if j >= 0:
+                    served[j] += 1
+        assert served == counts
+
+
 def test_memory_demand_is_matched_against_usable_memory_not_the_name() -> None:
     # 1g.10gb holds 9.50 GiB on an A100 80GB: 10 GiB needs a 2-slice profile.
     response = run(
