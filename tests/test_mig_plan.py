@@ -79,6 +79,7 @@ def test_exact_search_alone_finds_the_milp_optimum() -> None:
     """The bin-completion search, without the LP rounding in front of it."""
     pytest.importorskip("scipy")
     from bench.mig_packing import exact
+
     from gpuplan.core.mig.geometry import geometry
     from gpuplan.core.mig.packing import _Packer
     from gpuplan.core.mig.plan import classify
