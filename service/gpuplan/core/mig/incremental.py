@@ -107,7 +107,7 @@ def plan_incremental(request: PlanRequest, spec: GpuSpec, table: MigGpu) -> Plan
     queues = [[name for name, n in members for _ in range(n)] for members in demand.members]
     busy = sorted(i for i, gis in fleet.items() if any(g[2] for g in gis))
     idle = sorted(i for i, gis in fleet.items() if not any(g[2] for g in gis))
-    final, repartition = _fill_busy(table, fleet, busy, demand, queues)
+    final, repartition = _fill_busy(geo, fleet, busy, demand, queues)
     # The entirely idle GPUs take the rest, packed afresh.
     left = [len(q) for q in queues]
     packing = pack(geo, demand.classes, left)
@@ -204,13 +204,14 @@ def _whole_gpu_change(table: MigGpu, before: list[Gi], gpu: PlannedGpu) -> Repar
 
 
 def _fill_busy(
-    table: MigGpu,
+    geo: Geometry,
     fleet: dict[int, list[Gi]],
     busy: list[int],
     demand: Demand,
     queues: list[list[str]],
 ) -> tuple[dict[int, list[Gi]], list[Repartition]]:
     """Steps 1 and 2: reuse idle GIs of busy GPUs, then add GIs in their free slots."""
+    table = geo.table
     hardest = sorted(
         range(len(demand.classes)),
         key=lambda j: -min(table.profiles[p].memory_slices for p in demand.classes[j]),
@@ -227,7 +228,7 @@ def _fill_busy(
                 spare.append((p, s, False, None))
             else:
                 kept.append((p, s, False, queues[j].pop(0)))
-        created, destroyed, layout = _fill(table, kept, spare, demand, queues, hardest)
+        created, destroyed, layout = _fill(geo, kept, spare, demand, queues, hardest)
         final[index] = layout
         if created or destroyed:
             new = {(c[0], c[1]) for c in created}
@@ -252,7 +253,7 @@ def _placed(table: MigGpu, p: int, s: int) -> PlacedInstance:
 
 
 def _fill(  # noqa: PLR0917 - one call site, all positional state of the fill
-    table: MigGpu,
+    geo: Geometry,
     kept: list[Gi],
     spare: list[Gi],
     demand: Demand,
@@ -263,6 +264,7 @@ def _fill(  # noqa: PLR0917 - one call site, all positional state of the fill
 
     Returns (created, destroyed, final layout).
     """
+    table = geo.table
     created: list[Gi] = []
     for allow_destroy in (False, True):
         base = kept + ([] if allow_destroy else spare)
@@ -281,8 +283,8 @@ def _fill(  # noqa: PLR0917 - one call site, all positional state of the fill
                     counts = [0] * len(table.profiles)
                     for q, *_ in trial:
                         counts[q] += 1
-                    if count_violations(table, counts):
-                        continue
+                    if tuple(counts) not in geo.index:
+                        continue  # breaks a count rule, or no placement at all
                     fixed = tuple((q, s) for q, s, *_ in [*base, *created])
                     found = place(table, counts, fixed)
                     if found is not None:
