@@ -123,6 +123,13 @@ def test_bad_plan_bodies_are_422(client: TestClient, body: dict[str, Any], path:
     assert response.json()["errors"][0]["path"] == path
 
 
+@pytest.mark.parametrize("query", ["", "?gpu=", "?gpu=a100&gpu=h100"])
+def test_profiles_query_errors(client: TestClient, query: str) -> None:  # type: ignore[type-arg]
+    response = client.get(f"/v1/mig/profiles{query}")
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == "$.gpu"
+
+
 def test_validate_instance_list_is_bounded(client: TestClient) -> None:  # type: ignore[type-arg]
     response = client.post(
         "/v1/mig/validate",
