@@ -328,4 +328,4 @@ def _bound(geo: Geometry, fleet: dict[int, list[Gi]], demand: Demand) -> int:
     ]
     useful = [c for c in layouts if all(n == 0 or by_profile[p] for p, n in enumerate(c))]
     relaxed = lp.solve(useful, by_profile, counts)
-    return max(busy, math.ceil(relaxed.value - 1e-6))
+    return max(busy, math.ceil(relaxed.bound - 1e-6))

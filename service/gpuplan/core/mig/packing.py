@@ -265,7 +265,7 @@ def pack(
         return Packing((), 0, 0.0, True, 0)
     packer = _Packer(geo, eligible, node_budget)
     relaxed = lp.solve(packer.layouts, packer.by_profile, demand)
-    bound = max(math.ceil(relaxed.value - 1e-6), packer.bound(demand), 1)
+    bound = max(math.ceil(relaxed.bound - 1e-6), packer.bound(demand), 1)
     # Rounded-down LP packing plus the residual.
     gpus: list[Gpu] = []
     residual = list(demand)
