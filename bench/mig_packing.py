@@ -75,15 +75,16 @@ def random_request(rng: random.Random, table: Any, gpu: str, scale: int) -> dict
     return {"gpu": gpu, "workloads": workloads}
 
 
-def exact(table: Any, request: dict[str, Any], time_limit: float) -> tuple[int | None, float, str]:
-    """The MILP optimum (GPUs), its run time and HiGHS' status message."""
+def _model(
+    table: Any, request: dict[str, Any]
+) -> tuple[list[tuple[int, ...]], int, int, list[Any], list[Any], list[Any]]:
+    """Layouts, variable counts and the rows shared by every stage of the MILP."""
     valid = sorted(layouts(table))
     names = [p.name for p in table.profiles]
     classes = [(eligible(table, w), w.get("count", 1)) for w in request["workloads"]]
     classes = [(e, d) for e, d in classes if e]
     ys = [(j, names.index(p)) for j, (e, _) in enumerate(classes) for p in sorted(e)]
     nx, ny = len(valid), len(ys)
-    c = np.concatenate([np.ones(nx), np.zeros(ny)])
     rows, lo, hi = [], [], []
     for j, (_, d) in enumerate(classes):
         row = np.zeros(nx + ny)
@@ -103,6 +104,13 @@ def exact(table: Any, request: dict[str, Any], time_limit: float) -> tuple[int |
         rows.append(row)
         lo.append(-np.inf)
         hi.append(0)
+    return valid, nx, ny, rows, lo, hi
+
+
+def exact(table: Any, request: dict[str, Any], time_limit: float) -> tuple[int | None, float, str]:
+    """The MILP optimum (GPUs), its run time and HiGHS' status message."""
+    _, nx, ny, rows, lo, hi = _model(table, request)
+    c = np.concatenate([np.ones(nx), np.zeros(ny)])
     start = time.perf_counter()
     result = milp(
         c,
@@ -115,6 +123,68 @@ def exact(table: Any, request: dict[str, Any], time_limit: float) -> tuple[int |
     if result.x is None:
         return None, took, result.message
     return round(result.fun), took, result.message
+
+
+def tie_breaks(
+    table: Any, request: dict[str, Any], gpus: int, time_limit: float
+) -> tuple[int | None, int | None]:
+    """Least stranded compute with ``gpus`` GPUs, then fewest distinct layouts, by MILP.
+
+    Every GI of a layout serves a workload here (supply rows are equalities), as in
+    the planner's output, and stranded compute is computed independently: the
+    compute slices less the compute of the richest valid layout containing it.
+    """
+    valid, nx, ny, rows, lo, hi = _model(table, request)
+    compute = [
+        sum(n * p.compute_slices for n, p in zip(k, table.profiles, strict=True)) for k in valid
+    ]
+    richest = [
+        max(
+            compute[o]
+            for o, other in enumerate(valid)
+            if all(a <= b for a, b in zip(k, other, strict=True))
+        )
+        for k in valid
+    ]
+    stranded = np.array([table.compute_slices - r for r in richest], dtype=float)
+    n_profiles = len(table.profiles)
+    lo = list(lo[: len(lo) - n_profiles]) + [0.0] * n_profiles  # supply == demand on each profile
+    count_row = np.concatenate([np.ones(nx), np.zeros(ny)])
+    base = [*rows, count_row]
+    result = milp(
+        np.concatenate([stranded, np.zeros(ny)]),
+        constraints=LinearConstraint(np.array(base), [*lo, gpus], [*hi, gpus]),
+        integrality=np.ones(nx + ny),
+        bounds=Bounds(0, np.inf),
+        options={"time_limit": time_limit, "mip_rel_gap": 0},
+    )
+    if result.x is None:
+        return None, None
+    least = round(result.fun)
+    # Stage 3: binary z_k marks a used layout; x_k <= gpus * z_k.
+    width = nx + ny + nx
+    big = [np.concatenate([r, np.zeros(nx)]) for r in base]
+    strand_row = np.concatenate([stranded, np.zeros(ny), np.zeros(nx)])
+    links = []
+    for k in range(nx):
+        row = np.zeros(width)
+        row[k] = 1
+        row[nx + ny + k] = -gpus
+        links.append(row)
+    result = milp(
+        np.concatenate([np.zeros(nx + ny), np.ones(nx)]),
+        constraints=LinearConstraint(
+            np.array([*big, strand_row, *links]),
+            [*lo, gpus, least, *([-np.inf] * nx)],
+            [*hi, gpus, least, *([0.0] * nx)],
+        ),
+        integrality=np.ones(width),
+        bounds=Bounds(np.zeros(width), np.concatenate([np.full(nx + ny, np.inf), np.ones(nx)])),
+        options={"time_limit": time_limit, "mip_rel_gap": 0},
+    )
+    if result.x is None or not result.success:
+        return least, None
+    return least, round(result.fun)
 
 
 def mixed_request(rng: random.Random, table: Any, gpu: str, max_count: int) -> dict[str, Any]:
@@ -151,6 +221,10 @@ def run_instance(
     body = msgspec.to_builtins(response)
     errors = check_plan(table, request, body)
     best, milp_s, status = exact(table, request, time_limit)
+    least_stranded = fewest_layouts = None
+    if best is not None and best <= 64:
+        least_stranded, fewest_layouts = tie_breaks(table, request, best, time_limit)
+    layouts_used = len({g.layout for g in response.gpus})
     return {
         "table": table_id,
         "family": family,
@@ -163,6 +237,10 @@ def run_instance(
         "milp_gpus": best,
         "milp_status": status,
         "gap_gpus": None if best is None else response.gpus_used - best,
+        "stranded": response.utilization.compute_slices_stranded,
+        "milp_least_stranded": least_stranded,
+        "layouts": layouts_used,
+        "milp_fewest_layouts": fewest_layouts,
         "planner_s": round(ours_s, 5),
         "milp_s": round(milp_s, 5),
         "check_errors": errors,
@@ -200,6 +278,30 @@ def scale_test(tables: dict[str, Any]) -> dict[str, Any]:
         "milp_s": round(milp_s, 3),
         "planner_s_runs": [round(r, 3) for r in runs],
         "check_errors": check_plan(table, request, body)[:5],
+    }
+
+
+def _tie_summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """How the greedy tie-breaks compare with the lexicographic MILP optimum."""
+    rated = [c for c in cases if c["gap_gpus"] == 0 and c["milp_least_stranded"] is not None]
+    with_layouts = [
+        c
+        for c in rated
+        if c["milp_fewest_layouts"] is not None and c["stranded"] == c["milp_least_stranded"]
+    ]
+    return {
+        "instances": len(rated),
+        "stranded_equal_to_milp": sum(c["stranded"] == c["milp_least_stranded"] for c in rated),
+        "stranded_excess_max": max(
+            (c["stranded"] - c["milp_least_stranded"] for c in rated), default=None
+        ),
+        "layouts_rated": len(with_layouts),
+        "layouts_equal_to_milp": sum(
+            c["layouts"] == c["milp_fewest_layouts"] for c in with_layouts
+        ),
+        "layouts_excess_max": max(
+            (c["layouts"] - c["milp_fewest_layouts"] for c in with_layouts), default=None
+        ),
     }
 
 
@@ -241,6 +343,7 @@ def main() -> None:
             ),
         },
         "proven_optimal": sum(c["proven_optimal"] for c in cases),
+        "tie_breaks_up_to_64_gpus": _tie_summary(small_cases),
         "planner_s": {
             "median": statistics.median(c["planner_s"] for c in cases),
             "max": max(c["planner_s"] for c in cases),

@@ -29,7 +29,6 @@ from gpuplan.core.mig.model import MigGpu
 from gpuplan.core.mig.packing import pack
 from gpuplan.core.mig.plan import (
     Demand,
-    GpuPlan,
     _expand,
     _stranded,
     build_gpu,
@@ -47,6 +46,7 @@ from gpuplan.core.mig.schema import (
     Unplaced,
 )
 from gpuplan.core.mig.tables import profile_index
+from gpuplan.core.mig.tiebreak import GpuPlan
 
 Gi = tuple[int, int, bool, str | None]
 """``(profile index, start, in use, workload)``."""

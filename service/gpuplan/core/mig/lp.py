@@ -41,29 +41,46 @@ class LpResult:
     scaled down by the best pattern's price are feasible for the full LP's dual)."""
 
 
-def price(
-    layouts: Sequence[Sequence[int]],
-    eligible: Sequence[Sequence[int]],
-    weights: Sequence[float],
-    classes: int,
-) -> tuple[float, Column | None]:
-    """The layout and assignment of greatest total weight (uncapped), with its value.
-
-    ``eligible[p]`` lists the classes a GI of profile ``p`` can serve.
-    """
-    best_class = []
+def _best_classes(
+    eligible: Sequence[Sequence[int]], weights: Sequence[float]
+) -> list[tuple[int, float]]:
+    """For each profile, the class of greatest positive weight it serves (-1: none)."""
+    best = []
     for options in eligible:
         top, top_w = -1, _EPS
         for j in options:
             if weights[j] > top_w:
                 top, top_w = j, weights[j]
-        best_class.append((top, top_w))
+        best.append((top, top_w))
+    return best
+
+
+def price(
+    layouts: Sequence[Sequence[int]],
+    eligible: Sequence[Sequence[int]],
+    weights: Sequence[float],
+    classes: int,
+    penalty: Sequence[float] | None = None,
+) -> tuple[float, Column | None]:
+    """The layout and assignment of greatest total weight (uncapped), with its value.
+
+    ``eligible[p]`` lists the classes a GI of profile ``p`` can serve. With a
+    ``penalty`` per layout (its extra cost), only layouts whose every GI serves a class
+    are priced, so that the penalty is that of the pattern itself (the layouts are
+    closed under dropping a GI, so the pattern without an idle GI is priced too).
+    """
+    best_class = _best_classes(eligible, weights)
     best_value, best = 0.0, None
     for k, counts in enumerate(layouts):
         value = 0.0
         for p, n in enumerate(counts):
             if n:
+                if penalty is not None and best_class[p][0] < 0:
+                    value = -1.0
+                    break
                 value += n * best_class[p][1]
+        if penalty is not None and value > 0:
+            value -= penalty[k]
         if value > best_value + _EPS:
             best_value, best = value, k
     if best is None:
@@ -84,6 +101,7 @@ def solve(
     eligible: Sequence[Sequence[int]],
     demand: Sequence[int],
     max_iterations: int = 2000,
+    penalty: Sequence[float] | None = None,
 ) -> LpResult:
     """Minimise GPUs in the LP sense: min sum(x) s.t. sum(x_c * cover_c) = demand, x >= 0.
 
@@ -98,7 +116,7 @@ def solve(
     basis: list[Column] = []
     for j in range(m):
         weights = [1.0 if i == j else 0.0 for i in range(m)]
-        _, column = price(layouts, eligible, weights, m)
+        _, column = price(layouts, eligible, weights, m, penalty)
         assert column is not None, "class without an eligible profile"
         # keep only class j on it
         assign = tuple(a if a == j else -1 for a in column.assign)
@@ -109,9 +127,10 @@ def solve(
     duals = [0.0] * m
     bound = 0.0
     for _ in range(max_iterations):
-        # duals = c_B^T B^-1 with all costs 1: column sums of the inverse
-        duals = [sum(inverse[r][i] for r in range(m)) for i in range(m)]
-        value, column = price(layouts, eligible, duals, m)
+        # duals = c_B^T B^-1; every GPU costs 1, plus its layout's penalty if any
+        costs = [1.0 + (penalty[c.layout] if penalty is not None else 0.0) for c in basis]
+        duals = [sum(costs[r] * inverse[r][i] for r in range(m)) for i in range(m)]
+        value, column = price(layouts, eligible, duals, m, penalty)
         dual_value = sum(d * p for d, p in zip(demand, duals, strict=True))
         bound = max(bound, dual_value / max(1.0, value))
         # Rounding can make a basic column look improving by a hair: that is optimal too.

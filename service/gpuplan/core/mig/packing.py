@@ -249,6 +249,43 @@ class _Packer:
         return out
 
 
+def _rounded(packer: _Packer, relaxed: lp.LpResult, demand: Sequence[int]) -> list[Gpu]:
+    """The LP's columns rounded down, plus the residual packed exactly (or greedily)."""
+    gpus: list[Gpu] = []
+    residual = list(demand)
+    for column, x in zip(relaxed.columns, relaxed.x, strict=True):
+        times = math.floor(x + 1e-9)
+        if times <= 0:
+            continue
+        times = min([times, *(residual[j] // c for j, c in enumerate(column.cover) if c)])
+        gpus.extend([(packer.useful[column.layout], column.assign)] * times)
+        residual = [a - times * b for a, b in zip(residual, column.cover, strict=True)]
+    rest = packer.greedy(list(residual), relaxed.duals)
+    try:
+        exact_rest = packer.minimum(tuple(residual), 0, len(rest))
+        if exact_rest is not None:
+            rest = exact_rest
+    except _Budget:
+        pass
+    return gpus + rest
+
+
+def _stranding(geo: Geometry, gpus: Sequence[Gpu]) -> int:
+    """Stranded compute of a packing, its idle GIs dropped."""
+    total = 0
+    for layout, assign in gpus:
+        used = [0] * len(geo.table.profiles)
+        at = 0
+        for p, n in enumerate(geo.layouts[layout]):
+            for _ in range(n):
+                if assign[at] >= 0:
+                    used[p] += 1
+                at += 1
+        key = tuple(used)
+        total += geo.stranded[geo.index[key]] if any(key) else 0
+    return total
+
+
 def pack(
     geo: Geometry,
     eligible: Sequence[frozenset[int]],
@@ -266,29 +303,15 @@ def pack(
     packer = _Packer(geo, eligible, node_budget)
     relaxed = lp.solve(packer.layouts, packer.by_profile, demand)
     bound = max(math.ceil(relaxed.bound - 1e-6), packer.bound(demand), 1)
-    # Rounded-down LP packing plus the residual.
-    gpus: list[Gpu] = []
-    residual = list(demand)
-    for column, x in zip(relaxed.columns, relaxed.x, strict=True):
-        times = math.floor(x + 1e-9)
-        if times <= 0:
-            continue
-        times = min([times, *(residual[j] // c for j, c in enumerate(column.cover) if c)])
-        gpus.extend([(packer.useful[column.layout], column.assign)] * times)
-        residual = [a - times * b for a, b in zip(residual, column.cover, strict=True)]
-    greedy_rest = packer.greedy(list(residual), relaxed.duals)
-    rest = greedy_rest
-    try:
-        exact_rest = packer.minimum(tuple(residual), 0, len(greedy_rest))
-        if exact_rest is not None:
-            rest = exact_rest
-    except _Budget:
-        pass
-    best = gpus + rest
+    # The same LP with a tiny cost per stranded compute slice (at most 7e-6 a GPU, so
+    # it never outweighs a GPU below 100,000 GPUs) picks, among the optimal fractional
+    # packings, one that strands little; its rounding is tried first.
+    penalty = [1e-6 * geo.stranded[k] for k in packer.useful]
+    weighted = lp.solve(packer.layouts, packer.by_profile, demand, penalty=penalty)
+    candidates = [_rounded(packer, weighted, demand), _rounded(packer, relaxed, demand)]
     # The plain greedy on the whole demand sometimes beats the rounding.
-    whole = packer.greedy(list(demand), relaxed.duals)
-    if len(whole) < len(best):
-        best = whole
+    candidates.append(packer.greedy(list(demand), relaxed.duals))
+    best = min(candidates, key=lambda c: (len(c), _stranding(geo, c)))
     proven = len(best) == bound
     if not proven and bound <= exact_limit:
         packer.failed.clear()

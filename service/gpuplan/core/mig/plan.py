@@ -35,6 +35,7 @@ from gpuplan.core.mig.schema import (
     Utilization,
 )
 from gpuplan.core.mig.tables import profile_index, resolve, resource_name
+from gpuplan.core.mig.tiebreak import GpuPlan, reduce_stranding
 
 GiB = 2**30
 
@@ -106,14 +107,6 @@ def classify(table: MigGpu, request: PlanRequest) -> Demand:
     return Demand(classes, [by_class[c] for c in classes], unplaced)
 
 
-@dataclass
-class GpuPlan:
-    """One GPU: its counts and, per profile, the workloads its GIs serve in start order."""
-
-    counts: Counts
-    served: dict[int, list[str]]
-
-
 def _expand(
     demand: Demand, gpus: Sequence[tuple[int, tuple[int, ...]]], geo: Geometry
 ) -> list[GpuPlan]:
@@ -141,45 +134,6 @@ def _expand(
             out.append(GpuPlan(tuple(kept), dict(served)))
     assert all(h == len(q) for h, q in zip(heads, queues, strict=True)), "packing left demand"
     return out
-
-
-def _reduce_stranding(geo: Geometry, demand: Demand, plans: list[GpuPlan]) -> None:
-    """Tie-break: give a GI's workload a richer eligible profile when that strands less.
-
-    3g.40gb + 3g.40gb strands one compute slice; serving one of the two workloads with
-    4g.40gb (if it is eligible for it) uses the slice without adding a GPU.
-    """
-    table = geo.table
-    eligible_of: dict[str, frozenset[int]] = {}
-    for cls, members in zip(demand.classes, demand.members, strict=True):
-        for name, _ in members:
-            eligible_of[name] = cls
-    for plan in plans:
-        improved = True
-        while improved:
-            improved = False
-            current = _stranded(geo, plan.counts)
-            for p, names in list(plan.served.items()):
-                for i, name in enumerate(names):
-                    for q in sorted(
-                        eligible_of[name], key=lambda k: table.profiles[k].compute_slices
-                    ):
-                        if table.profiles[q].compute_slices <= table.profiles[p].compute_slices:
-                            continue
-                        counts = list(plan.counts)
-                        counts[p] -= 1
-                        counts[q] += 1
-                        key = tuple(counts)
-                        if key in geo.index and geo.stranded[geo.index[key]] < current:
-                            plan.counts = key
-                            del names[i]
-                            plan.served.setdefault(q, []).append(name)
-                            improved = True
-                            break
-                    if improved:
-                        break
-                if improved:
-                    break
 
 
 def workloads_on(plans: Sequence[GpuPlan]) -> dict[str, int]:
@@ -329,7 +283,11 @@ def plan(
     counts = [sum(n for _, n in members) for members in demand.members]
     packing = pack(geo, demand.classes, counts)
     plans = _expand(demand, packing.gpus, geo)
-    _reduce_stranding(geo, demand, plans)
+    reduce_stranding(
+        geo,
+        {n: c for c, m in zip(demand.classes, demand.members, strict=True) for n, _ in m},
+        plans,
+    )
     unplaced = list(demand.unplaced)
     if request.max_gpus is not None and len(plans) > request.max_gpus:
         # Keep the fullest GPUs; report the workloads of the others.
