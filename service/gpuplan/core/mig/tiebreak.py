@@ -2,8 +2,9 @@
 
 The packer minimises GPUs; among packings with that many GPUs the plan should strand
 as little compute as it can (3g.40gb + 3g.40gb fills the memory with one compute slice
-no GI can use). Two local moves, applied until neither helps, each lowering the total
-stranded compute, so they end:
+no GI can use), then use as few distinct layouts as it can. Two local moves, applied
+until neither helps, each lowering (stranded compute, distinct layouts)
+lexicographically, so they end (and a budget of evaluated moves bounds them):
 
 - **upgrade**: serve a workload on a GPU with a richer eligible profile (one of two
   3-slice workloads on 4g.40gb instead of 3g.40gb);
@@ -16,12 +17,15 @@ The moves are greedy: bench/mig_packing.py measures them against the lexicograph
 MILP optimum.
 """
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gpuplan.core.mig.geometry import Counts, Geometry
 
 _MAX_ROUNDS = 500
+_MAX_TRIES = 300_000
+"""Candidate moves evaluated in all, so that the search is bounded on any input."""
 
 
 @dataclass
@@ -35,11 +39,12 @@ class GpuPlan:
 def reduce_stranding(
     geo: Geometry, eligible_of: Mapping[str, frozenset[int]], plans: list[GpuPlan]
 ) -> None:
-    """Apply upgrades and swaps in place until neither lowers the stranded compute."""
+    """Apply upgrades, then swaps, in place until none lowers (stranded, layouts)."""
     for plan in plans:
         _upgrade(geo, eligible_of, plan)
+    budget = [_MAX_TRIES]
     for _ in range(_MAX_ROUNDS):
-        if not _swap_once(geo, eligible_of, plans):
+        if not _swap_once(geo, eligible_of, plans, budget):
             break
     # A move may have emptied a GPU (only when the packing was not minimal).
     plans[:] = [plan for plan in plans if any(plan.counts)]
@@ -88,26 +93,40 @@ def _signature(plan: GpuPlan, eligible_of: Mapping[str, frozenset[int]]) -> tupl
 
 
 def _swap_once(
-    geo: Geometry, eligible_of: Mapping[str, frozenset[int]], plans: list[GpuPlan]
+    geo: Geometry,
+    eligible_of: Mapping[str, frozenset[int]],
+    plans: list[GpuPlan],
+    budget: list[int],
 ) -> bool:
-    """Find and apply one swap or move that lowers the stranded total; False if none."""
+    """Apply one swap or move that lowers (stranded compute, distinct layouts)."""
     groups: dict[tuple[object, ...], list[int]] = {}
+    histogram: Counter[Counts] = Counter()
     for i, plan in enumerate(plans):
         if any(plan.counts):
+            histogram[plan.counts] += 1
             group = groups.setdefault(_signature(plan, eligible_of), [])
             if len(group) < 2:  # two of a kind are enough to try a swap within the kind
                 group.append(i)
-    stranded = [g[0] for g in groups.values() if _stranded(geo, plans[g[0]].counts) > 0]
-    for a in stranded:
+    # Stranding GPUs first: they are where the first criterion can still improve.
+    firsts = sorted((g[0] for g in groups.values()), key=lambda i: -_stranded(geo, plans[i].counts))
+    for a in firsts:
         for group in groups.values():
             b = group[0] if group[0] != a else (group[1] if len(group) > 1 else None)
-            if b is not None and _try(geo, eligible_of, plans[a], plans[b]):
+            if b is not None and _try(geo, eligible_of, plans[a], plans[b], histogram, budget):
                 return True
+            if budget[0] <= 0:
+                return False
     return False
 
 
-def _try(geo: Geometry, eligible_of: Mapping[str, frozenset[int]], a: GpuPlan, b: GpuPlan) -> bool:
-    before = _stranded(geo, a.counts) + _stranded(geo, b.counts)
+def _try(  # noqa: PLR0917 - private helper of _swap_once
+    geo: Geometry,
+    eligible_of: Mapping[str, frozenset[int]],
+    a: GpuPlan,
+    b: GpuPlan,
+    histogram: Counter[Counts],
+    budget: list[int],
+) -> bool:
     a_items = [(p, n) for p, names in a.served.items() for n in names]
     b_items = [(p, n) for p, names in b.served.items() for n in names]
     for pa, na in a_items:
@@ -115,7 +134,8 @@ def _try(geo: Geometry, eligible_of: Mapping[str, frozenset[int]], a: GpuPlan, b
         for pa2 in sorted(eligible_of[na]):
             # move na to b
             new_b = _moved(b.counts, add=pa2)
-            if _better(geo, rest_a, new_b, before):
+            budget[0] -= 1
+            if _better(geo, histogram, (a.counts, b.counts), (rest_a, new_b)):
                 _apply(a, b, (pa, na), None, pa2, None, rest_a, new_b)
                 return True
             for pb, nb in b_items:
@@ -124,19 +144,39 @@ def _try(geo: Geometry, eligible_of: Mapping[str, frozenset[int]], a: GpuPlan, b
                 rest_b = _moved(new_b, remove=pb)
                 for pb2 in sorted(eligible_of[nb]):
                     new_a = _moved(rest_a, add=pb2)
-                    if _better(geo, new_a, rest_b, before):
+                    budget[0] -= 1
+                    if _better(geo, histogram, (a.counts, b.counts), (new_a, rest_b)):
                         _apply(a, b, (pa, na), (pb, nb), pa2, pb2, new_a, rest_b)
                         return True
+            if budget[0] <= 0:
+                return False
     return False
 
 
-def _better(geo: Geometry, a: Counts, b: Counts, before: int) -> bool:
-    if a not in geo.index and any(a):
-        return False
-    if b not in geo.index:
-        return False
-    after = (_stranded(geo, a) if any(a) else 0) + _stranded(geo, b)
-    return after < before
+def _better(
+    geo: Geometry,
+    histogram: Counter[Counts],
+    old: tuple[Counts, Counts],
+    new: tuple[Counts, Counts],
+) -> bool:
+    """Whether ``new`` layouts of two GPUs lower (stranded compute, distinct layouts)."""
+    for counts in new:
+        if any(counts) and counts not in geo.index:
+            return False
+    stranded = sum(_stranded(geo, c) for c in new) - sum(_stranded(geo, c) for c in old)
+    if stranded != 0:
+        return stranded < 0
+    change: Counter[Counts] = Counter()
+    for counts in old:
+        change[counts] -= 1
+    for counts in new:
+        if any(counts):
+            change[counts] += 1
+    layouts = 0
+    for counts, delta in change.items():
+        before, after = histogram[counts], histogram[counts] + delta
+        layouts += (after > 0) - (before > 0)
+    return layouts < 0
 
 
 def _apply(  # noqa: PLR0917 - private helper of _try
