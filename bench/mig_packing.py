@@ -13,6 +13,9 @@ independently (``bench/mig_check.py``):
 where x_k counts GPUs with layout k and y[j,p] the class-j workloads served by
 profile p. It reports, side by side, the GPU counts (gap), the planner's lower bound,
 and both run times; every plan is also checked GI by GI by the independent checker.
+For optima up to 64 GPUs two more stages rate the tie-breaks: with the GPU count fixed,
+the least stranded compute, then with that fixed too, the fewest distinct layouts
+(binary z_k per layout, x_k <= GPUs * z_k).
 
 Two families of instances: ``scaled`` (1-6 classes sized to about a target number of
 GPUs, 1 to 2,000) and ``mixed`` (2-10 classes with small odd counts, where rounding an
