@@ -13,7 +13,7 @@ from typing import Any
 class Case:
     name: str
     config: dict[str, Any]
-    mode: str = "training"  # training | inference
+    mode: str = "training"  # training | finetune_lora | inference
     precision: str = "fp32"  # fp32 | bf16 | amp_bf16
     attention: str = "sdpa"
     optimizer: str = "adamw"
@@ -22,6 +22,8 @@ class Case:
     seq: int = 256
     accumulation: int = 1
     new_tokens: int = 0
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
     tags: tuple[str, ...] = field(default=())
 
 
@@ -129,6 +131,53 @@ PHI3 = dict(
     pad_token_id=0,
 )
 
+QWEN2_MOE = dict(
+    model_type="qwen2_moe",
+    vocab_size=4000,
+    hidden_size=192,
+    intermediate_size=512,
+    moe_intermediate_size=128,
+    shared_expert_intermediate_size=256,
+    num_hidden_layers=3,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    num_experts=4,
+    num_experts_per_tok=2,
+    max_position_embeddings=2048,
+)
+DEEPSEEK_V3 = dict(
+    model_type="deepseek_v3",
+    vocab_size=4000,
+    hidden_size=192,
+    intermediate_size=512,
+    moe_intermediate_size=128,
+    num_hidden_layers=3,
+    first_k_dense_replace=1,
+    num_attention_heads=6,
+    num_key_value_heads=6,
+    n_routed_experts=4,
+    n_shared_experts=1,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    q_lora_rank=96,
+    kv_lora_rank=64,
+    qk_nope_head_dim=32,
+    qk_rope_head_dim=16,
+    v_head_dim=32,
+    max_position_embeddings=2048,
+)
+FALCON = dict(
+    model_type="falcon",
+    vocab_size=6000,
+    hidden_size=256,
+    num_hidden_layers=4,
+    num_attention_heads=8,
+    max_position_embeddings=2048,
+)
+GEMMA2 = dict(GEMMA, model_type="gemma2", num_key_value_heads=2)
+ROBERTA = dict(BERT, model_type="roberta", max_position_embeddings=1026, pad_token_id=1)
+
 # Shapes where the peak falls elsewhere than the loss: activations dominate (large
 # hidden, small vocabulary), or the model states and the optimizer step do.
 LLAMA_ACT = dict(
@@ -154,6 +203,14 @@ FAST = [
     Case("llama bf16 sdpa", LLAMA, precision="bf16", tags=("fast",)),
     Case("gpt2 fp32 eager", GPT2, attention="eager", tags=("fast",)),
     Case("llama inference fp32", LLAMA, mode="inference", batch=4, seq=512, tags=("fast",)),
+    Case(
+        "llama lora bf16 q,v",
+        LLAMA,
+        mode="finetune_lora",
+        precision="bf16",
+        lora_rank=8,
+        tags=("fast",),
+    ),
 ]
 
 GRID = [
@@ -223,4 +280,33 @@ GRID = [
         new_tokens=16,
     ),
     Case("qwen2 inference bf16 long", QWEN2, mode="inference", precision="bf16", batch=1, seq=2048),
+    Case("neox inference bf16", NEOX, mode="inference", precision="bf16", batch=8, seq=512),
+    Case("phi3 inference fp32 decode", PHI3, mode="inference", batch=4, seq=256, new_tokens=8),
+    Case("falcon inference fp32", FALCON, mode="inference", batch=4, seq=512),
+    Case("qwen2_moe fp32 sdpa", QWEN2_MOE),
+    Case("deepseek_v3 fp32 sdpa", DEEPSEEK_V3),
+    Case("falcon fp32 sdpa", FALCON),
+    Case("gemma2 fp32 eager", GEMMA2, attention="eager"),
+    Case("roberta bf16 sdpa", ROBERTA, precision="bf16"),
+    Case("llama fp32 sgd momentum", LLAMA, optimizer="sgd_momentum"),
+    Case("llama states fp32 adafactor", LLAMA_STATES, optimizer="adafactor", batch=1, seq=32),
+    Case("llama fp16 sdpa", LLAMA, precision="fp16"),
+    Case("llama lora fp32 q,v", LLAMA, mode="finetune_lora", lora_rank=8),
+    Case(
+        "llama lora bf16 all-linear",
+        LLAMA_ACT,
+        mode="finetune_lora",
+        precision="bf16",
+        lora_rank=16,
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        batch=2,
+    ),
+    Case(
+        "qwen2 lora bf16 eager",
+        QWEN2,
+        mode="finetune_lora",
+        precision="bf16",
+        attention="eager",
+        lora_rank=8,
+    ),
 ]

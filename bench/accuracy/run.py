@@ -18,10 +18,15 @@ from bench.accuracy.cases import FAST, GRID, Case
 from bench.accuracy.measure import Measured, measure_inference, measure_training
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Workload
+from gpuplan.core.memory.schema import EstimateRequest, Lora, ModelSpec, Workload
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "amp_bf16": torch.float32}
+DTYPES = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+    "amp_bf16": torch.float32,
+}
 
 
 def request_for(case: Case) -> EstimateRequest:
@@ -37,6 +42,9 @@ def request_for(case: Case) -> EstimateRequest:
             gradient_checkpointing=case.checkpointing,  # type: ignore[arg-type]
             gradient_accumulation_steps=case.accumulation,
             max_new_tokens=case.new_tokens,
+            lora=Lora(rank=case.lora_rank, target_modules=list(case.lora_targets))
+            if case.mode == "finetune_lora"
+            else None,
         ),
         runtime="cpu",
     )
@@ -57,6 +65,11 @@ def run_case(case: Case) -> Measured:
         )
         if case.checkpointing == "full":
             model.gradient_checkpointing_enable()
+        if case.mode == "finetune_lora":
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(r=case.lora_rank, target_modules=list(case.lora_targets))
+            model = get_peft_model(model, lora)
         return model
 
     def batch() -> dict[str, Any]:
@@ -67,10 +80,16 @@ def run_case(case: Case) -> Measured:
 
     if case.mode == "inference":
         return measure_inference(build, batch, case.new_tokens)
+
+    def trainable(m: Any) -> list[Any]:
+        return [p for p in m.parameters() if p.requires_grad]
+
     optimizers = {
-        "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=1e-4),
-        "adam": lambda m: torch.optim.Adam(m.parameters(), lr=1e-4),
-        "sgd": lambda m: torch.optim.SGD(m.parameters(), lr=1e-4),
+        "adamw": lambda m: torch.optim.AdamW(trainable(m), lr=1e-4),
+        "adam": lambda m: torch.optim.Adam(trainable(m), lr=1e-4),
+        "sgd": lambda m: torch.optim.SGD(trainable(m), lr=1e-4),
+        "sgd_momentum": lambda m: torch.optim.SGD(trainable(m), lr=1e-4, momentum=0.9),
+        "adafactor": lambda m: torch.optim.Adafactor(trainable(m), lr=1e-2),
     }
     autocast = torch.bfloat16 if case.precision == "amp_bf16" else None
     return measure_training(

@@ -12,6 +12,9 @@ from pathlib import Path
 import click
 
 from gpuplan import __version__
+from gpuplan.cli_estimate import estimate_command
+from gpuplan.cli_mig import mig as mig_command
+from gpuplan.cli_recommend import recommend as recommend_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -102,6 +105,6 @@ def version() -> None:
     click.echo(__version__)
 
 
-from gpuplan.cli_mig import mig  # noqa: E402
-
-main.add_command(mig)
+main.add_command(estimate_command)
+main.add_command(recommend_command)
+main.add_command(mig_command)

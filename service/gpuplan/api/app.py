@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
-from gpuplan.api.routes import docs, gpus, health, meta, mig
+from gpuplan.api.routes import docs, gpus, health, memory, meta, mig
+from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.runtime import Runtime, runtime_of
 from gpuplan.catalog_file import load_catalog
 from gpuplan.fleet.connection import connect
@@ -24,6 +25,9 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     meta.version,
     gpus.list_gpus,
     gpus.get_gpu,
+    memory.estimate_memory,
+    memory.list_models,
+    recommend_routes.recommendations,
     mig.mig_profiles,
     mig.mig_validate,
     mig.mig_plan,

@@ -24,6 +24,7 @@ from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
 from gpuplan.api.runtime import runtime
 from gpuplan.core.catalog import UnknownGpu
+from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.mig import MigInputError
 from gpuplan.core.record import Record
 
@@ -134,6 +135,22 @@ def on_unsupported_media_type(
     )
 
 
+def on_invalid_request(request: Request[Any, Any, Any], exc: InvalidRequest) -> Response[Problem]:
+    """The core refused the content of a well-formed request: 422, naming each field."""
+    errors = [FieldError(path=path, reason=reason) for path, reason in exc.errors]
+    first = errors[0] if errors else FieldError(path="$", reason=str(exc))
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return problem_response(
+        Problem(
+            type=TYPE_PREFIX + "validation",
+            title=_title(422),
+            status=422,
+            detail=f"invalid value at {first.path}: {first.reason}{more}",
+            errors=errors or [first],
+        )
+    )
+
+
 def on_unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Response[Problem]:
     closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
     return problem_response(
@@ -216,6 +233,7 @@ def on_server_error(request: Request[Any, Any, Any], exc: Exception) -> Response
 EXCEPTION_HANDLERS = {
     InvalidInput: on_invalid_input,
     UnsupportedMediaType: on_unsupported_media_type,
+    InvalidRequest: on_invalid_request,
     UnknownGpu: on_unknown_gpu,
     MigInputError: on_mig_input,
     HTTPException: on_http_exception,

@@ -1,9 +1,7 @@
 """Errors of the memory core that name the offending input field."""
 
+from gpuplan.core.errors import InvalidRequest
 
-class InvalidModel(ValueError):
-    """The model description cannot be used; ``errors`` pairs a JSONPath with a reason."""
 
-    def __init__(self, errors: list[tuple[str, str]]) -> None:
-        super().__init__("; ".join(f"{path}: {reason}" for path, reason in errors))
-        self.errors = errors
+class InvalidModel(InvalidRequest):
+    """The model or workload description cannot be used (see :class:`InvalidRequest`)."""

@@ -7,10 +7,11 @@ reads the clock, the environment or the network.
 """
 
 import math
+from functools import cache
 
 import msgspec
 
-from gpuplan.core.catalog import Catalog, GpuSpec
+from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims, dims_for
 from gpuplan.core.memory.errors import InvalidModel
@@ -20,13 +21,14 @@ from gpuplan.core.memory.inference import (
     KV_BYTES,
     inference_peak,
     kv_bytes_per_token,
+    mask_bytes,
     prefill_retained_per_token,
 )
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
 from gpuplan.core.memory.numerics import Numerics, numerics_for
 from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
-from gpuplan.core.memory.presets import presets
+from gpuplan.core.memory.presets import VisionActivations, presets
 from gpuplan.core.memory.schema import (
     ArchitectureSummary,
     Breakdown,
@@ -39,6 +41,7 @@ from gpuplan.core.memory.schema import (
 )
 from gpuplan.core.memory.states import ModelStates, adapted_modules, bare_states, model_states
 from gpuplan.core.memory.training import LayerGrads, training_peak
+from gpuplan.core.memory.vision import vision_peak
 from gpuplan.core.record import Record
 
 HEADROOM = 0.20
@@ -60,12 +63,13 @@ class _Peak(Record, kw_only=True):
 def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     """Peak GPU memory of the request's job on one GPU.
 
-    Raises :class:`InvalidModel` (naming the field) and ``UnknownGpu``.
+    Raises :class:`InvalidModel`, naming the offending field.
     """
     w = request.workload
-    gpu = catalog.get(request.gpu) if request.gpu is not None else None
-    arch, bare, assumptions = resolve_model(request.model)
-    _check_workload(arch, w)
+    gpu = _gpu(catalog, request.gpu)
+    model = resolve_model(request.model)
+    arch, bare, assumptions = model.arch, model.parameters, list(model.notes)
+    _check_workload(arch, w, vision=model.vision is not None)
     if arch is None:
         assert bare is not None
         counts = None
@@ -82,7 +86,30 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     num = numerics_for(w.precision, request.runtime)
     assumptions.extend(_describe(w, request.runtime))
     warnings: list[str] = []
-    if arch is None or counts is None:
+    if model.vision is not None:
+        states = bare_states(total_parameters, w, runtime=request.runtime)
+        size = w.image_size or model.vision.reference_image_size
+        seen = vision_peak(
+            model.vision,
+            states,
+            num,
+            training=w.mode != "inference",
+            batch=w.batch_size,
+            image_size=size,
+            accumulating=w.gradient_accumulation_steps > 1,
+        )
+        peak = _Peak(
+            gradients=seen.gradients,
+            activations=seen.activations,
+            temporary=seen.temporary,
+            kv_cache=0.0,
+            phase=seen.phase,
+        )
+        assumptions.append(
+            f"activations: measured per sample at {model.vision.reference_image_size} px, "
+            f"scaled to {size} px by area ({model.vision.source})"
+        )
+    elif arch is None or counts is None:
         states = bare_states(total_parameters, w, runtime=request.runtime)
         peak = _Peak(
             gradients=states.gradients,
@@ -129,8 +156,31 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     )
 
 
-def resolve_model(spec: ModelSpec) -> tuple[Architecture | None, int | None, list[str]]:
-    """(architecture, parameter count given bare, assumptions) of a model spec."""
+def _gpu(catalog: Catalog, name: str | None) -> GpuSpec | None:
+    if name is None:
+        return None
+    try:
+        return catalog.get(name)
+    except UnknownGpu as exc:
+        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+        raise InvalidModel(
+            [("$.gpu", f"no GPU in the catalog is named {name!r}{closest}")]
+        ) from None
+
+
+class ResolvedModel(Record, kw_only=True):
+    """A model spec, read: its architecture, or its bare size and measured activations."""
+
+    arch: Architecture | None
+    parameters: int | None
+    """A parameter count given as such (bare, or overriding the hinted shape's)."""
+
+    vision: VisionActivations | None = None
+    notes: list[str]
+
+
+def resolve_model(spec: ModelSpec) -> ResolvedModel:
+    """Read a model spec; raise :class:`InvalidModel` naming the field if it is unusable."""
     given = [k for k in ("hf_config", "name", "parameters") if getattr(spec, k) is not None]
     if len(given) != 1:
         raise InvalidModel(
@@ -141,29 +191,46 @@ def resolve_model(spec: ModelSpec) -> tuple[Architecture | None, int | None, lis
                 )
             ]
         )
+    if spec.hints is not None and spec.parameters is None:
+        raise InvalidModel([("$.model.hints", "hints describe a bare parameters count")])
     if spec.hf_config is not None:
         arch, notes = from_hf_config(spec.hf_config)
-        return arch, None, notes
+        return ResolvedModel(arch=arch, parameters=None, notes=notes)
     if spec.name is not None:
-        preset = presets().get(spec.name.lower())
-        if preset is None:
-            raise InvalidModel(
-                [
-                    (
-                        "$.model.name",
-                        f"no preset named {spec.name!r}; known: {', '.join(sorted(presets()))}",
-                    )
-                ]
-            )
-        arch, notes = from_hf_config(preset.config)
-        return arch, None, [f"preset {preset.name}: {preset.source}", *notes]
+        return _preset_model(spec.name.lower())
+    return _bare_model(spec)
+
+
+@cache
+def _preset_model(name: str) -> ResolvedModel:
+    """A preset, read once per process (presets are immutable data)."""
+    preset = presets().get(name)
+    if preset is None:
+        raise InvalidModel(
+            [
+                (
+                    "$.model.name",
+                    f"no preset named {name!r}; known: {', '.join(sorted(presets()))}",
+                )
+            ]
+        )
+    note = f"preset {preset.name}: {preset.source}"
+    if preset.config is None:
+        return ResolvedModel(
+            arch=None, parameters=preset.parameters, vision=preset.activations, notes=[note]
+        )
+    arch, notes = from_hf_config(preset.config)
+    return ResolvedModel(arch=arch, parameters=None, notes=[note, *notes])
+
+
+def _bare_model(spec: ModelSpec) -> ResolvedModel:
     assert spec.parameters is not None
     hints = spec.hints
     if hints is None or hints.num_layers is None or hints.hidden_size is None:
-        return (
-            None,
-            spec.parameters,
-            ["parameters only: model states, no activation or KV-cache terms"],
+        return ResolvedModel(
+            arch=None,
+            parameters=spec.parameters,
+            notes=["parameters only: model states, no activation or KV-cache terms"],
         )
     h = hints.hidden_size
     heads = hints.num_attention_heads or max(h // 128, 1)
@@ -182,10 +249,10 @@ def resolve_model(spec: ModelSpec) -> tuple[Architecture | None, int | None, lis
     if not hints.gated_mlp:
         arch = msgspec.structs.replace(arch, mlp_gated=False, activation="gelu")
     shape = "a Llama-style decoder" if hints.gated_mlp else "a decoder with a GELU MLP"
-    return (
-        arch,
-        spec.parameters,
-        [
+    return ResolvedModel(
+        arch=arch,
+        parameters=spec.parameters,
+        notes=[
             f"parameters with hints: read as {shape} of the hinted shape"
             + ("" if hints.vocab_size else ", vocabulary 32000")
             + ("" if hints.intermediate_size else ", feed-forward width from the hidden size")
@@ -204,19 +271,26 @@ def _layer_costs(
     )
     p = w.parallelism
     local = -(-arch.num_layers // p.pipeline)
+    # Layers of one shape cost the same: price each distinct shape once (an 80-layer
+    # model has one or two), which keeps an estimate well under 100 µs.
+    priced: dict[tuple[int, int, int, int], LayerCost] = {}
     costs = []
     for index in range(local):
         layer = counts.layers[index]
-        cost = layer_cost(arch, d, num, step, moe_layer=_is_moe(layer))
-        if num.amp and step.training:
-            # Autocast caches a half-precision copy of each weight it casts; each linear
-            # keeps that copy for its backward, until the layer's backward has run.
-            split = _split(layer, p)
-            cost = msgspec.structs.replace(
-                cost,
-                saved=cost.saved + 2 * (layer.attention + layer.mlp) / split,
-                mlp_saved=cost.mlp_saved + 2 * layer.mlp / split,
-            )
+        key = (layer.attention, layer.mlp, layer.norms, layer.active_mlp)
+        cost = priced.get(key)
+        if cost is None:
+            cost = layer_cost(arch, d, num, step, moe_layer=_is_moe(layer))
+            if num.amp and step.training:
+                # Autocast caches a half-precision copy of each weight it casts; each
+                # linear keeps that copy for its backward, until the layer's backward.
+                split = _split(layer, p)
+                cost = msgspec.structs.replace(
+                    cost,
+                    saved=cost.saved + 2 * (layer.attention + layer.mlp) / split,
+                    mlp_saved=cost.mlp_saved + 2 * layer.mlp / split,
+                )
+            priced[key] = cost
         costs.append(cost)
     return costs
 
@@ -244,13 +318,14 @@ def _training(
         share = states.gradients / max(len(costs), 1) / 2
         grads = [LayerGrads(mlp=share, attention=share) for _ in costs]
     else:
-        grads = [
-            LayerGrads(
+        kinds = {
+            id(layer): LayerGrads(
                 mlp=layer.mlp / _split(layer, p) * per_param,
                 attention=(layer.attention / p.tensor + layer.norms) * per_param,
             )
-            for layer in counts.layers[: len(costs)]
-        ]
+            for layer in counts.layers
+        }  # one per kind of layer (the layers of a kind share one record)
+        grads = [kinds[id(layer)] for layer in counts.layers[: len(costs)]]
     if w.gradient_checkpointing == "selective":
         assumptions.append(
             "selective checkpointing recomputes the attention core (Korthikanti et al.): its s x s tensors are not kept"
@@ -308,7 +383,7 @@ def _inference(
         retained_per_token=prefill_retained_per_token(arch, num.matmul, p.tensor),
         max_new_tokens=w.max_new_tokens,
         matmul_bytes=num.matmul,
-        eager=w.attention == "eager",
+        mask_bytes=mask_bytes(arch, num.matmul, eager=w.attention == "eager", cpu=num.cpu),
     )
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
@@ -330,6 +405,7 @@ def _trainable(w: Workload) -> Trainable:
         full=False,
         lora_rank=lora.rank if lora else 16,
         adapted=adapted_modules(lora.target_modules if lora else ["q_proj", "v_proj"]),
+        upcast=w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16"),
     )
 
 
@@ -362,9 +438,51 @@ def _scaled(counts: ParameterCount, total: int) -> ParameterCount:
     )
 
 
-def _check_workload(arch: Architecture | None, w: Workload) -> None:
+def _check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> None:
+    errors = _check_vision(w) if vision else _check_shape(arch, w)
+    p = w.parallelism
+    if p.cpu_offload.parameters and p.zero_stage < 3:
+        errors.append(
+            (
+                "$.workload.parallelism.cpu_offload.parameters",
+                "parameter offload needs zero_stage 3",
+            )
+        )
+    if w.mode not in ("finetune_qlora", "inference") and w.weight_quantization != "none":
+        errors.append(
+            (
+                "$.workload.weight_quantization",
+                "quantized weights apply to inference (finetune_qlora implies nf4)",
+            )
+        )
+    if errors:
+        raise InvalidModel(errors)
+
+
+def _check_vision(w: Workload) -> list[tuple[str, str]]:
     errors = []
     p = w.parallelism
+    if w.sequence_length is not None:
+        errors.append(("$.workload.sequence_length", "a vision model takes image_size"))
+    if w.gradient_checkpointing != "none":
+        errors.append(
+            (
+                "$.workload.gradient_checkpointing",
+                "not modelled for vision presets (their activations are measured without it)",
+            )
+        )
+    if p.tensor > 1 or p.pipeline > 1 or p.expert > 1:
+        errors.append(("$.workload.parallelism", "vision presets support data parallelism only"))
+    if w.mode in ("finetune_lora", "finetune_qlora"):
+        errors.append(("$.workload.mode", "LoRA modes apply to transformer models"))
+    return errors
+
+
+def _check_shape(arch: Architecture | None, w: Workload) -> list[tuple[str, str]]:
+    errors = []
+    p = w.parallelism
+    if w.image_size is not None:
+        errors.append(("$.workload.image_size", "applies to vision presets only"))
     if arch is not None:
         if w.sequence_length is None:
             errors.append(("$.workload.sequence_length", "required for a transformer model"))
@@ -389,22 +507,7 @@ def _check_workload(arch: Architecture | None, w: Workload) -> None:
                     "expert parallelism needs an MoE model whose experts it divides",
                 )
             )
-    if p.cpu_offload.parameters and p.zero_stage < 3:
-        errors.append(
-            (
-                "$.workload.parallelism.cpu_offload.parameters",
-                "parameter offload needs zero_stage 3",
-            )
-        )
-    if w.mode not in ("finetune_qlora", "inference") and w.weight_quantization != "none":
-        errors.append(
-            (
-                "$.workload.weight_quantization",
-                "quantized weights apply to inference (finetune_qlora implies nf4)",
-            )
-        )
-    if errors:
-        raise InvalidModel(errors)
+    return errors
 
 
 def _describe(w: Workload, runtime: str) -> list[str]:

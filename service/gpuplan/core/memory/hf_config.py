@@ -382,9 +382,7 @@ def _bert(r: _Reader, model_type: str) -> Architecture:
         learned_positions=r.int(
             "max_position_embeddings", default=514 if model_type == "roberta" else 512
         ),
-        token_types=r.int(
-            "type_vocab_size", default=1 if model_type == "roberta" else 2, minimum=0
-        ),
+        token_types=r.int("type_vocab_size", default=2, minimum=0),  # both config classes' default
         qkv_bias=True,
         output_bias=True,
         mlp_bias=True,

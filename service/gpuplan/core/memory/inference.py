@@ -42,17 +42,30 @@ def kv_bytes_per_token(arch: Architecture, kv_dtype_bytes: float, tp: int = 1) -
 def prefill_retained_per_token(arch: Architecture, matmul_bytes: int, tp: int = 1) -> float:
     """Bytes per token per layer the prefill's cache holds beyond k and v themselves.
 
-    Hugging Face's cache stores the tensors it is handed. Where the projection is
-    fused (GPT-2's c_attn, GPT-NeoX's and Falcon's query_key_value, Phi-3's qkv_proj),
-    v (and for GPT-2 k) are views of the fused output, so the whole output stays alive
-    until the first generated token replaces them with concatenated copies.
+    None: Hugging Face's ``DynamicCache`` (transformers 5) concatenates the prefill's
+    keys and values onto an empty tensor, which copies them, so a fused projection's
+    output (GPT-2's ``c_attn``, GPT-NeoX's ``query_key_value``) dies with its layer
+    instead of staying alive as the storage of cached views, as it did when the
+    cache stored the tensors it was handed. Kept as a function: a serving engine
+    that caches views would put its figure here.
     """
-    q = arch.num_heads // tp * arch.head_dim
-    k = max(arch.num_kv_heads // tp, 1) * arch.head_dim
-    if arch.family == "gpt2":
-        return matmul_bytes * q  # c_attn's q third
-    if arch.family in ("neox", "falcon") or arch.model_type == "phi3":
-        return matmul_bytes * (q + k)  # the fused output (q, k, v) beside the rotated k
+    del arch, matmul_bytes, tp
+    return 0.0
+
+
+def mask_bytes(arch: Architecture, matmul_bytes: int, *, eager: bool, cpu: bool) -> float:
+    """Bytes per (query, key) pair of the attention mask the prefill materializes once.
+
+    Eager attention adds a mask of the activation dtype to the scores. With SDPA,
+    Hugging Face passes ``is_causal`` and no mask, except Falcon, which always builds a
+    boolean mask; the math path its multi-query attention takes (see layers._core)
+    converts it to the scores' dtype (fp32 on the CPU's upcast path).
+    """
+    if eager:
+        return float(matmul_bytes)
+    if arch.family == "falcon":
+        math_dtype = 4 if cpu else matmul_bytes
+        return 1.0 + (math_dtype if arch.num_kv_heads < arch.num_heads else 0.0)
     return 0.0
 
 
@@ -66,18 +79,19 @@ def inference_peak(
     retained_per_token: float,
     max_new_tokens: int,
     matmul_bytes: int,
-    eager: bool,
+    mask_bytes: float,
 ) -> InferencePeak:
     window = arch.sliding_window
     prompt = d.seq if not window else min(d.seq, window)
     final = d.seq + max_new_tokens if not window else min(d.seq + max_new_tokens, window)
-    kv_prefill = kv_per_token * prompt * d.batch * local_layers
     kv_final = kv_per_token * final * d.batch * local_layers
     # The layer's own temporaries around its input, the materialized causal mask eager
     # attention adds (one for all layers), and the last position's logits.
-    mask = matmul_bytes * d.batch * d.seq * d.seq if eager else 0.0
+    mask = mask_bytes * d.batch * d.seq * d.seq
+    # A serving engine reserves the cache of the tokens still to come before the
+    # prefill runs (vLLM's blocks, a static cache): the prefill sees the final size.
     prefill = InferencePeak(
-        kv_cache=kv_prefill + retained_per_token * prompt * d.batch * local_layers,
+        kv_cache=kv_final + retained_per_token * prompt * d.batch * local_layers,
         # The layer input, and the embedding output the model's forward still holds.
         activations=layer.input + matmul_bytes * d.hidden_full,
         temporary=layer.forward_peak + mask + (matmul_bytes + FP32) * d.batch * arch.vocab_size,

@@ -32,6 +32,10 @@ class Trainable(Record, kw_only=True):
     adapted: frozenset[str] = frozenset()
     """Hugging Face names of the linears with adapters (q_proj, v_proj, gate_proj, ...)."""
 
+    upcast: bool = False
+    """PEFT runs fp32 adapters on a half-precision base: each adapted linear casts its
+    input to fp32 (``x.to(lora_A.weight.dtype)``), and ``lora_A`` keeps that copy."""
+
     def saves(self, *modules: str) -> bool:
         """Does autograd keep the input of these linears (trainable, or adapted)?"""
         return self.full or any(m in self.adapted for m in modules)
@@ -104,20 +108,32 @@ def _core(
     the scores and their softmax; the layer adds the residual stream around it.
     """
     eager = step.eager
-    # CPU SDPA has no fused kernel with dropout: its math path materializes the scores,
-    # in fp32 for half inputs (it upcasts q, k and v first).
-    math_fallback = not eager and dropout and num.cpu
-    m = FP32 if math_fallback else num.matmul
+    # SDPA falls back to its math path, which materializes the scores, when no fused
+    # kernel takes the call: on the CPU with dropout, and everywhere for Falcon's
+    # multi-query attention, which hands SDPA one key/value head for all query heads
+    # without ``enable_gqa`` (the fused kernels need equal head counts). The CPU's math
+    # path computes in fp32 for half inputs (it upcasts q, k and v first). MLA's value
+    # heads are narrower than its query/key heads, which only CUDA's memory-efficient
+    # kernel accepts: on the CPU that is the math path too.
+    multi_query = arch.family == "falcon" and d.kv_heads < d.heads
+    mla = arch.mla
+    narrow_v = mla is not None and mla.v_head_dim != mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    math_fallback = not eager and ((dropout and num.cpu) or multi_query or (narrow_v and num.cpu))
+    m = FP32 if math_fallback and num.cpu and num.matmul != FP32 else num.matmul
     if eager or math_fallback:
         repeated = d.kv_heads < d.heads
         k = m * (d.query if repeated else d.key)  # repeat_kv copies k and v to every head
         v = m * d.query if repeated or math_fallback else v_storage
+        if mla is not None:  # values of v_head_dim per head
+            v = m * d.tokens * d.heads * mla.v_head_dim
         fp32_softmax = arch.family in _FP32_SOFTMAX and not math_fallback
         probs = (FP32 + (m if m != FP32 else 0)) * d.scores if fp32_softmax else m * d.scores
         if arch.attention_softcap:
             probs += m * d.scores  # tanh keeps its output
         if dropout:
-            probs += (num.dropout_mask + m) * d.scores  # mask (or CPU noise) and output
+            # The mask (CUDA: a bool; CPU: a noise tensor, fp32 on the upcast math path)
+            # and the dropped-out probabilities.
+            probs += ((m if math_fallback else num.dropout_mask) + m) * d.scores
         # Scores, then softmax: fp32 output from half scores, which the CPU kernel first
         # converts to an fp32 copy (CUDA's kernel reads the half input directly).
         convert = FP32 * d.scores if fp32_softmax and m != FP32 and num.cpu else 0.0
@@ -181,35 +197,50 @@ def llama_layer(
     m, e, ef = num.matmul, d.hidden, d.hidden_full
     fused = arch.model_type == "phi3"  # qkv_proj and gate_up_proj
     norm = _rms_norm(arch, e, num, t.full)
-    attn_in = _inputs(
-        ef,
-        num,
-        (1 if fused else 3) if t.full else t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj"),
+    qkv_adapters = t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj")
+    attn_in = (
+        FP32 * ef * qkv_adapters
+        if t.upcast
+        else _inputs(ef, num, (1 if fused else 3) if t.full else qkv_adapters)
     )
+    rank_bytes = FP32 if t.upcast else m  # lora_B keeps lora_A's output
     lora = (
-        t.lora_rank * d.tokens * m * t.adapters("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
+        t.lora_rank
+        * d.tokens
+        * rank_bytes
+        * t.adapters("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
     )
     qk_norm = (FP32 + m) * (d.query + d.key) if arch.qk_norm else 0.0
+    if arch.mla is not None:
+        # Latent attention: the q and kv low-rank projections each go through an
+        # RMSNorm (see _rms_norm) whose output the up-projection keeps.
+        q_rank = float(d.tokens * arch.mla.q_lora_rank)
+        kv_rank = float(d.tokens * arch.mla.kv_lora_rank)
+        qk_norm += _rms_norm(arch, q_rank, num, t.full) + m * q_rank
+        qk_norm += _rms_norm(arch, kv_rank, num, t.full) + m * kv_rank
     v_storage = m * (d.query + 2 * d.key) if fused else m * d.key  # phi3's v is a view of qkv
     core, core_bw, core_fw = _core(arch, d, num, step, dropout=False, v_storage=v_storage)
-    out_in = m * d.query if (not eager or t.saves("o_proj")) else 0.0
+    out_in = m * d.query if (not eager or (t.saves("o_proj") and not t.upcast)) else 0.0
+    if t.upcast and t.adapters("o_proj"):
+        out_in += FP32 * d.query
     post_norms = 2 * (FP32 + (FP32 if t.full else 0.0)) * e if arch.norms_per_layer == 4 else 0.0
     if moe_layer:
         mlp, mlp_bw, mlp_fw = _moe(arch, d, num)  # forward: gathered tokens and expert temporaries
         mlp_in = _inputs(ef, num, 1)  # the router, and the gathered copies, read it
     else:
-        mlp = _gated_mlp(d.ffn, m, t.saves("down_proj"))
+        mlp = _gated_mlp(d.ffn, m, t.saves("down_proj") and not t.upcast)
         mlp += (
             t.lora_rank
             * d.tokens
-            * m
+            * rank_bytes
             * t.adapters("gate_proj", "up_proj", "down_proj", "gate_up_proj")
         )
-        mlp_in = _inputs(
-            ef,
-            num,
-            (1 if fused else 2) if t.full else t.adapters("gate_proj", "up_proj", "gate_up_proj"),
-        )
+        gate_up = t.adapters("gate_proj", "up_proj", "gate_up_proj")
+        if t.upcast:
+            mlp += FP32 * d.ffn * t.adapters("down_proj")
+            mlp_in = FP32 * ef * gate_up
+        else:
+            mlp_in = _inputs(ef, num, (1 if fused else 2) if t.full else gate_up)
         mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn  # act(gate), up and their product
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half

@@ -86,25 +86,27 @@ def _is_moe_layer(arch: Architecture, index: int) -> bool:
 
 def count_parameters(arch: Architecture) -> ParameterCount:
     h, v = arch.hidden_size, arch.vocab_size
-    layers = []
     attention = _attention(arch)
     norms = arch.norms_per_layer * _norm(arch, h)
-    for index in range(arch.num_layers):
-        moe = arch.moe
-        if moe is not None and _is_moe_layer(arch, index):
-            expert = _dense_mlp(arch, moe.expert_intermediate_size)
-            shared = (
-                _dense_mlp(arch, moe.shared_intermediate_size)
-                if moe.shared_intermediate_size
-                else 0
-            )
-            router = h * moe.num_experts
-            gate = h if moe.shared_expert_gate else 0
-            mlp = moe.num_experts * expert + shared + router + gate
-            active = moe.experts_per_token * expert + shared + router + gate
-        else:
-            mlp = active = _dense_mlp(arch, arch.intermediate_size)
-        layers.append(LayerParameters(attention=attention, mlp=mlp, norms=norms, active_mlp=active))
+    dense_mlp = _dense_mlp(arch, arch.intermediate_size)
+    dense = LayerParameters(attention=attention, mlp=dense_mlp, norms=norms, active_mlp=dense_mlp)
+    sparse = dense
+    moe = arch.moe
+    if moe is not None:
+        expert = _dense_mlp(arch, moe.expert_intermediate_size)
+        shared = (
+            _dense_mlp(arch, moe.shared_intermediate_size) if moe.shared_intermediate_size else 0
+        )
+        router = h * moe.num_experts
+        gate = h if moe.shared_expert_gate else 0
+        sparse = LayerParameters(
+            attention=attention,
+            mlp=moe.num_experts * expert + shared + router + gate,
+            norms=norms,
+            active_mlp=moe.experts_per_token * expert + shared + router + gate,
+        )
+    # Records are values: the layers of one kind share one.
+    layers = [sparse if _is_moe_layer(arch, i) else dense for i in range(arch.num_layers)]
     word = arch.word_embed_dim or h
     embedding = v * word + arch.learned_positions * h + arch.token_types * h
     if arch.word_embed_dim:

@@ -68,7 +68,7 @@ def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -
     tp, pp, ep = p.tensor, p.pipeline, p.expert
     layers_per_stage = -(-arch.num_layers // pp)
     per_layer = []
-    for lp in counts.layers:
+    for lp in {id(lp): lp for lp in counts.layers}.values():  # each kind of layer once
         mlp = lp.mlp
         if arch.moe is not None and lp.mlp != lp.active_mlp and ep > 1:
             mlp = lp.mlp // ep

@@ -75,32 +75,49 @@ def training_peak(
     )
     so_far = total_grads if accumulating else head_grads
     below = sum(kept)
-    for index in range(len(layers) - 1, -1, -1):
-        lc, lg = layers[index], grads[index]
-        below -= kept[index]
-        # Under full checkpointing the layer's activations are recomputed just now.
-        own = lc.saved + (lc.input if full else 0.0)  # plus the kept input, when recomputing
-        fresh_mlp = lg.mlp if accumulating else 0.0
-        fresh_attn = lg.attention if accumulating else 0.0
-        mlp_grads = so_far + (0.0 if accumulating else lg.mlp)
-        moments.append(
-            Moment(
-                phase="backward (layers)",
-                gradients=mlp_grads,
-                activations=below + own + head.embedding_saved,
-                temporary=residual_grad + lc.mlp_backward + fresh_mlp + states.gather,
-            )
-        )
-        moments.append(
-            Moment(
-                phase="backward (layers)",
-                gradients=mlp_grads + (0.0 if accumulating else lg.attention),
-                activations=below + own - lc.mlp_saved + head.embedding_saved,
-                temporary=residual_grad + lc.attention_backward + fresh_attn + states.gather,
-            )
-        )
+    layer_peak: tuple[float, tuple[float, float, float]] = (-1.0, (0.0, 0.0, 0.0))
+    # The backward walks the layers top-down. Along a run of identical layers every
+    # moment's total changes by the same amount per layer (activations released,
+    # gradients born), so it is monotonic and its maximum lies at an end of the run:
+    # evaluating the ends is exact, and keeps a 126-layer estimate cheap.
+    index = len(layers) - 1
+    while index >= 0:
+        run = 1
+        while index - run >= 0 and _same(layers, grads, kept, index - run, index):
+            run += 1
+        for position in sorted({index, index - run + 1}, reverse=True):
+            skipped = index - position  # identical layers already walked in this run
+            lc, lg = layers[position], grads[position]
+            below_here = below - kept[position] * (skipped + 1)
+            done = so_far + (0.0 if accumulating else (lg.mlp + lg.attention) * skipped)
+            # Under full checkpointing the layer's activations are recomputed now.
+            own = lc.saved + (lc.input if full else 0.0)
+            fresh_mlp = lg.mlp if accumulating else 0.0
+            fresh_attn = lg.attention if accumulating else 0.0
+            mlp_grads = done + (0.0 if accumulating else lg.mlp)
+            # The MLP half of the layer's backward, then its attention half.
+            for moment in (
+                (
+                    mlp_grads,
+                    below_here + own + head.embedding_saved,
+                    residual_grad + lc.mlp_backward + fresh_mlp + states.gather,
+                ),
+                (
+                    mlp_grads + (0.0 if accumulating else lg.attention),
+                    below_here + own - lc.mlp_saved + head.embedding_saved,
+                    residual_grad + lc.attention_backward + fresh_attn + states.gather,
+                ),
+            ):
+                total = moment[0] + moment[1] + moment[2]
+                if total > layer_peak[0]:
+                    layer_peak = (total, moment)
+        below -= kept[index] * run
         if not accumulating:
-            so_far += lg.mlp + lg.attention
+            so_far += (grads[index].mlp + grads[index].attention) * run
+        index -= run
+    if layer_peak[0] >= 0:
+        g, a, t = layer_peak[1]
+        moments.append(Moment(phase="backward (layers)", gradients=g, activations=a, temporary=t))
     moments.append(
         Moment(
             phase="backward (embedding)",
@@ -118,3 +135,9 @@ def training_peak(
         )
     )
     return max(moments, key=lambda mo: mo.gradients + mo.activations + mo.temporary)
+
+
+def _same(
+    layers: list[LayerCost], grads: list[LayerGrads], kept: list[float], a: int, b: int
+) -> bool:
+    return layers[a] == layers[b] and grads[a] == grads[b] and kept[a] == kept[b]

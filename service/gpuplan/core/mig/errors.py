@@ -1,12 +1,19 @@
-"""Errors the MIG planner raises for input it cannot plan; the API answers them 422."""
+"""Errors the MIG planner raises for input it cannot plan; the API answers them 422.
+
+A :class:`MigInputError` is an :class:`~gpuplan.core.errors.InvalidRequest` (one field,
+one reason) that also says which kind of problem it is (its problem ``type``) and,
+for a name the planner does not know, the closest names it does.
+"""
 
 from collections.abc import Sequence
 from typing import Literal
 
+from gpuplan.core.errors import InvalidRequest
+
 MigErrorKind = Literal["mig-unsupported", "unknown-profile", "validation"]
 
 
-class MigInputError(ValueError):
+class MigInputError(InvalidRequest):
     """A request names something the planner cannot use; ``path`` is its JSONPath."""
 
     def __init__(
@@ -16,7 +23,7 @@ class MigInputError(ValueError):
         kind: MigErrorKind = "validation",
         suggestions: Sequence[str] = (),
     ) -> None:
-        super().__init__(f"{path}: {reason}")
+        super().__init__([(path, reason)])
         self.path = path
         self.reason = reason
         self.kind = kind

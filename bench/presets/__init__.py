@@ -1,0 +1,1 @@
+"""Derivations of built-in preset figures (see derive_vision.py)."""

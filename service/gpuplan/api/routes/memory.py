@@ -1,0 +1,33 @@
+"""Memory planning over HTTP: the analytic estimate and the built-in model presets."""
+
+from typing import Any
+
+from litestar import Request
+
+from gpuplan.api.routing import operation
+from gpuplan.api.runtime import runtime
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.presets import ModelList, model_list
+from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
+
+
+@operation("POST", "/v1/memory/estimate", body=EstimateRequest, tags=["memory"])
+async def estimate_memory(
+    request: Request[Any, Any, Any], body: EstimateRequest
+) -> EstimateResponse:
+    """Estimate the peak GPU memory of a training, fine-tuning or inference job.
+
+    The model is a Hugging Face `config.json` (`hf_config`, read offline), a built-in
+    preset (`name`, see `GET /v1/models`) or a bare `parameters` count. The answer is
+    per GPU: `peak_bytes` (tensor bytes at the peak, what
+    `torch.cuda.max_memory_allocated` reports), `total_bytes` (plus framework
+    overhead) and `required_bytes` (plus 20% planning headroom), with the breakdown
+    at the peak and the assumptions made. With `gpu`, a fit verdict is added.
+    """
+    return estimate(body, runtime(request).catalog)
+
+
+@operation("GET", "/v1/models", tags=["memory"])
+async def list_models(request: Request[Any, Any, Any]) -> ModelList:
+    """List the built-in model presets with their parameter counts and sources."""
+    return model_list()

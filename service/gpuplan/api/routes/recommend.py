@@ -1,0 +1,36 @@
+"""POST /v1/recommendations: which GPU, how many, and what it costs, for one job."""
+
+from typing import Any
+
+from litestar import Request
+
+from gpuplan.api.problems import FieldError, InvalidInput
+from gpuplan.api.routing import operation
+from gpuplan.api.runtime import runtime
+from gpuplan.core.memory.errors import InvalidModel
+from gpuplan.core.recommend import (
+    InvalidRecommendation,
+    RecommendRequest,
+    RecommendResponse,
+    recommend,
+)
+
+
+@operation("POST", "/v1/recommendations", body=RecommendRequest, tags=["recommend"])
+async def recommendations(
+    request: Request[Any, Any, Any], body: RecommendRequest
+) -> RecommendResponse:
+    """Rank every catalog GPU and GPU count for a job by fit, time, cost and energy.
+
+    The body is a memory-estimate request (`model`, `workload`) plus the `objective`
+    (`cheapest`, `fastest`, `energy`, `balanced`), `constraints`, and the work: `training`
+    (tokens, samples or epochs) or `inference` (requests per second, prompt and output
+    lengths). The answer ranks each GPU's best plan, places the workload in the seed
+    guide's scenario matrix, and advises changes that make it fit the preferred or the
+    cheapest GPU. A request the core cannot plan answers 422 naming the field.
+    """
+    try:
+        return recommend(body, runtime(request).catalog)
+    except (InvalidModel, InvalidRecommendation) as exc:
+        errors = [FieldError(path=path, reason=reason) for path, reason in exc.errors]
+        raise InvalidInput(422, "validation", str(exc), errors) from None

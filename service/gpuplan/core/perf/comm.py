@@ -1,0 +1,80 @@
+"""Communication model: which link a group of GPUs talks over, and ring collectives.
+
+A ring all-reduce of ``B`` bytes over ``k`` GPUs sends ``2(k−1)/k · B`` bytes out of
+every GPU (reduce-scatter, then all-gather) in ``2(k−1)`` steps, so it takes
+``2(k−1)/k · B / bw + 2(k−1)·α`` where ``bw`` is the per-direction bandwidth of the
+slowest link in the ring and ``α`` the start-up latency of a step (the α-β model;
+Thakur et al. 2005, as NCCL's rings implement it). A reduce-scatter or all-gather
+alone is half of that.
+
+Links come from the catalog: NVLink / Infinity Fabric per direction inside its
+domain (``max_gpus``; a bridge joins 2), PCIe per direction otherwise, and the
+inter-node network for a group that spans nodes. Tensor parallelism over PCIe is
+therefore slow by the numbers, not by a fudge factor: its per-layer all-reduces see
+a link 10-30x slower than NVLink.
+"""
+
+from typing import Literal
+
+from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.perf.efficiency import efficiency_data
+from gpuplan.core.record import Record
+
+LinkKind = Literal["nvlink", "pcie", "network", "none"]
+
+
+class Link(Record, kw_only=True):
+    kind: LinkKind
+    bytes_per_s: float
+    """Per direction."""
+
+    latency_s: float
+
+
+def group_link(gpu: GpuSpec, size: int, *, gpus_per_node: int, network_bytes_per_s: float) -> Link:
+    """The slowest link a ring of ``size`` GPUs of this model crosses.
+
+    Inside one scale-up domain (``gpu_link.max_gpus``) the ring runs over NVLink or
+    Infinity Fabric; otherwise inside a node over PCIe; a ring that spans nodes also
+    crosses the network, whose NICs hang off PCIe, so it runs at the slowest of them.
+    """
+    lat = efficiency_data().latency
+    if size <= 1:
+        return Link(kind="none", bytes_per_s=float("inf"), latency_s=0.0)
+    pcie = gpu.interconnect.pcie
+    pcie_bw = float(pcie.per_direction_bytes_per_s) if pcie else network_bytes_per_s
+    nv = gpu.interconnect.gpu_link
+    if nv is not None and size <= nv.max_gpus:
+        return Link(
+            kind="nvlink",
+            bytes_per_s=float(nv.per_direction_bytes_per_s),
+            latency_s=lat.nvlink_seconds,
+        )
+    if size <= gpus_per_node:
+        return Link(kind="pcie", bytes_per_s=pcie_bw, latency_s=lat.pcie_seconds)
+    return Link(
+        kind="network",
+        bytes_per_s=min(network_bytes_per_s, pcie_bw),
+        latency_s=lat.network_seconds,
+    )
+
+
+def all_reduce_seconds(nbytes: float, size: int, link: Link) -> float:
+    """Ring all-reduce of ``nbytes`` (the message each GPU holds) over ``size`` GPUs."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    return 2 * (size - 1) / size * nbytes / link.bytes_per_s + 2 * (size - 1) * link.latency_s
+
+
+def all_gather_seconds(nbytes: float, size: int, link: Link) -> float:
+    """Ring all-gather (or reduce-scatter) producing ``nbytes`` on every GPU."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    return (size - 1) / size * nbytes / link.bytes_per_s + (size - 1) * link.latency_s
+
+
+def transfer_seconds(nbytes: float, link: Link) -> float:
+    """A point-to-point send (pipeline stages)."""
+    if nbytes <= 0 or link.kind == "none":
+        return 0.0
+    return nbytes / link.bytes_per_s + link.latency_s

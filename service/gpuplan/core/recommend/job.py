@@ -1,0 +1,164 @@
+"""The job as the search sees it: the request resolved once, before any GPU is tried."""
+
+import math
+from typing import TypeVar
+
+import msgspec
+
+from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
+from gpuplan.core.catalog.model import Precision as CatalogPrecision
+from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.estimate import resolve_model
+from gpuplan.core.memory.parameters import count_parameters
+from gpuplan.core.memory.schema import Parallelism, Workload
+from gpuplan.core.perf.cost import EnergyInputs, OnPremInputs
+from gpuplan.core.perf.efficiency import efficiency_data
+from gpuplan.core.perf.flops import TokenFlops, token_flops
+from gpuplan.core.recommend.errors import InvalidRecommendation
+from gpuplan.core.recommend.schema import InferenceVolume, PriceOverride, RecommendRequest
+from gpuplan.core.record import Record
+
+DEFAULT_OUTPUT_TOKENS = 256
+
+T = TypeVar("T")
+
+
+class Job(Record, kw_only=True):
+    kind: str
+    """``training`` or ``inference``."""
+
+    workload: Workload
+    """The request's workload with the parallelism left to the search."""
+
+    arch: Architecture | None
+    flops: TokenFlops
+    parameters: int
+    tokens: float
+    """Training: tokens to train on. Inference: unused (0)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    requests_per_second: float | None
+    duration_hours: float
+    energy: EnergyInputs
+    owned: OnPremInputs
+    overlap: float
+    measured: dict[str, dict[CatalogPrecision, float]]
+    """Catalog id -> precision -> measured FLOP/s."""
+
+    prices: dict[str, PriceOverride]
+    """Catalog id -> the request's price override."""
+
+
+def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
+    """Check the request as a whole and resolve every name in it to a catalog id."""
+    w = request.workload
+    errors: list[tuple[str, str]] = []
+    if request.runtime == "cpu":
+        errors.append(("$.runtime", "a recommendation plans GPUs; use cuda or rocm"))
+    model = resolve_model(request.model)
+    arch, bare = model.arch, model.parameters
+    counts = count_parameters(arch) if arch is not None else None
+    total = bare if bare is not None else (counts.total if counts is not None else 0)
+    inference = w.mode == "inference"
+    tokens = 0.0
+    seq = w.sequence_length or 1
+    if not inference:
+        tv = request.training
+        if tv is None:
+            errors.append(
+                (
+                    "$.training",
+                    "training work is required: training_tokens, samples, or epochs with dataset_samples",
+                )
+            )
+        else:
+            forms = [
+                tv.training_tokens is not None,
+                tv.samples is not None,
+                tv.epochs is not None or tv.dataset_samples is not None,
+            ]
+            if sum(forms) != 1:
+                errors.append(
+                    (
+                        "$.training",
+                        "give exactly one of training_tokens, samples, or epochs with dataset_samples",
+                    )
+                )
+            elif tv.training_tokens is not None:
+                tokens = float(tv.training_tokens)
+            elif tv.samples is not None:
+                tokens = float(tv.samples) * seq
+            elif tv.epochs is None or tv.dataset_samples is None:
+                errors.append(("$.training", "epochs and dataset_samples go together"))
+            else:
+                tokens = tv.epochs * tv.dataset_samples * seq
+        if request.inference is not None:
+            errors.append(("$.inference", "inference work applies to workload.mode inference"))
+    elif request.training is not None:
+        errors.append(("$.training", "training work applies to training and fine-tuning modes"))
+    iv = request.inference or InferenceVolume()
+    prompt = iv.prompt_tokens or w.sequence_length or 1
+    output = iv.output_tokens or w.max_new_tokens or DEFAULT_OUTPUT_TOKENS
+    measured = _by_id(request.measured_flops, catalog, "$.measured_flops", errors)
+    prices = _by_id(request.constraints.prices, catalog, "$.constraints.prices", errors)
+    if errors:
+        raise InvalidRecommendation(errors)
+    c = request.constraints
+    base = msgspec.structs.replace(
+        w,
+        sequence_length=prompt if inference and arch is not None else w.sequence_length,
+        max_new_tokens=output if inference else w.max_new_tokens,
+        parallelism=Parallelism(sequence_parallel=w.parallelism.sequence_parallel),
+    )
+    overlap = request.efficiency.comm_overlap
+    return Job(
+        kind="inference" if inference else "training",
+        workload=base,
+        arch=arch,
+        flops=token_flops(arch, counts, total),
+        parameters=total,
+        tokens=tokens,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        requests_per_second=iv.requests_per_second,
+        duration_hours=iv.duration_hours,
+        energy=EnergyInputs(
+            electricity_usd_per_kwh=c.electricity_usd_per_kwh,
+            pue=c.pue,
+            power_fraction_of_tdp=c.power_fraction_of_tdp,
+        ),
+        owned=OnPremInputs(
+            amortization_years=c.amortization_years, utilization=c.on_prem_utilization
+        ),
+        overlap=overlap if overlap is not None else efficiency_data().overlap.backward_fraction,
+        measured=measured,
+        prices=prices,
+    )
+
+
+def _by_id(
+    table: dict[str, T], catalog: Catalog, path: str, errors: list[tuple[str, str]]
+) -> dict[str, T]:
+    out: dict[str, T] = {}
+    for name, value in table.items():
+        try:
+            out[catalog.get(name).id] = value
+        except UnknownGpu as exc:
+            hint = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+            errors.append((f"{path}.{name}", f"no GPU in the catalog is named {name!r}{hint}"))
+    return out
+
+
+def resolve_gpu(name: str, catalog: Catalog, path: str) -> GpuSpec:
+    try:
+        return catalog.get(name)
+    except UnknownGpu as exc:
+        hint = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+        raise InvalidRecommendation(
+            [(path, f"no GPU in the catalog is named {name!r}{hint}")]
+        ) from None
+
+
+def ceil_div(a: float, b: float) -> int:
+    return max(math.ceil(a / b - 1e-12), 1)

@@ -1,0 +1,239 @@
+"""The recommendation: every candidate GPU's best plan, ranked by the objective.
+
+``recommend`` resolves the job once, asks each candidate GPU for its plans (the
+memory oracle shares estimator runs between GPUs, since a layout's memory is the
+same on every card but for one overhead term), keeps each GPU's best plan for the
+objective, scores the plans against the best one, and adds the scenario class, the
+advice for the preferred or cheapest GPU, and the hybrid comparison.
+"""
+
+from gpuplan.core.catalog import Catalog, GpuSpec
+from gpuplan.core.recommend.advice import advise
+from gpuplan.core.recommend.errors import InvalidRecommendation
+from gpuplan.core.recommend.fit import MemoryOracle
+from gpuplan.core.recommend.hybrid import compare_hybrid
+from gpuplan.core.recommend.job import Job, resolve_gpu, resolve_job
+from gpuplan.core.recommend.plans import (
+    GpuContext,
+    Plan,
+    gpu_context,
+    inference_plans,
+    objective_key,
+    training_plans,
+)
+from gpuplan.core.recommend.scenario import classify
+from gpuplan.core.recommend.schema import (
+    Constraints,
+    Objective,
+    Recommendation,
+    RecommendRequest,
+    RecommendResponse,
+    SearchStats,
+)
+
+
+def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
+    """Rank every candidate GPU and count for the request's job.
+
+    Raises :class:`InvalidRecommendation` and the estimator's ``InvalidModel``, each
+    naming the offending field.
+    """
+    job = resolve_job(request, catalog)
+    c = request.constraints
+    candidates = candidate_gpus(catalog, c)
+    oracle = MemoryOracle(request.model, catalog)
+    # The job as given, on one GPU: refused with the estimator's own field errors.
+    base = oracle.first(job.workload)
+    trainable = base.trainable_parameters
+    contexts: dict[str, GpuContext] = {}
+    best: list[Plan] = []
+    extra: list[Plan] = []
+    misses: list[Plan] = []
+    considered = 0
+    for gpu in candidates:
+        ctx = gpu_context(gpu, job, request.efficiency.mfu, request.efficiency.mbu, c)
+        contexts[gpu.id] = ctx
+        plans, miss = _plans(job, ctx, oracle, c, objective=request.objective, trainable=trainable)
+        considered += len(plans)
+        admissible = [p for p in plans if p.admissible]
+        if admissible:
+            ranked = sorted(admissible, key=lambda p: objective_key(p, request.objective))
+            best.append(ranked[0])
+            if request.all_counts:
+                extra.extend(ranked[1:])
+        elif plans:
+            misses.append(sorted(plans, key=lambda p: p.count)[0])
+        else:
+            misses.append(miss)
+    scored = _score([*best, *extra], request.objective)
+    scored.sort(key=lambda r: (-r[1], objective_key(r[0], request.objective), r[0].gpu.id))
+    out = [_recommendation(p, s) for p, s in scored]
+    out.extend(
+        _recommendation(p, 0.0) for p in sorted(misses, key=lambda p: (not p.fits, p.gpu.id))
+    )
+    advice = advise(
+        request,
+        job,
+        catalog=catalog,
+        oracle=oracle,
+        contexts=contexts,
+        candidates=candidates,
+        trainable=trainable,
+    )
+    hybrid = (
+        compare_hybrid(request, job, catalog, oracle, trainable)
+        if c.deployment == "hybrid" or request.hybrid is not None
+        else None
+    )
+    unverified = sorted({u for p in best for u in p.unverified})
+    warnings = list(base.warnings)
+    if not best:
+        warnings.append(
+            "no GPU in the candidate set fits the job within the constraints; see advice"
+        )
+    if oracle.exhausted:
+        warnings.append(
+            "the search reached its bound of memory estimates; larger counts or some advice may be missing"
+        )
+    return RecommendResponse(
+        objective=request.objective,
+        workload_kind="inference" if job.kind == "inference" else "training",
+        recommendations=out[: request.limit],
+        scenario=classify(base.required_bytes, catalog),
+        advice=advice,
+        hybrid=hybrid,
+        assumptions=_assumptions(job, request),
+        unverified=unverified,
+        warnings=warnings,
+        search=SearchStats(
+            gpus=len(candidates), plans_considered=considered, estimates=oracle.calls
+        ),
+    )
+
+
+def _plans(
+    job: Job,
+    ctx: GpuContext,
+    oracle: MemoryOracle,
+    c: Constraints,
+    *,
+    objective: Objective,
+    trainable: int,
+) -> tuple[list[Plan], Plan]:
+    if ctx.rate is None:
+        miss = Plan(
+            gpu=ctx.gpu,
+            count=1,
+            layout=None,
+            required=0,
+            fits=False,
+            admissible=False,
+            reasons=[f"{ctx.gpu.id} has no matmul path for {job.workload.precision}"],
+        )
+        return [], miss
+    if job.kind == "inference":
+        return inference_plans(job, ctx, oracle, c)
+    return training_plans(job, ctx, oracle, c, objective=objective, trainable=trainable)
+
+
+def candidate_gpus(catalog: Catalog, c: Constraints) -> list[GpuSpec]:
+    include = {
+        resolve_gpu(n, catalog, f"$.constraints.include[{i}]").id for i, n in enumerate(c.include)
+    }
+    exclude = {
+        resolve_gpu(n, catalog, f"$.constraints.exclude[{i}]").id for i, n in enumerate(c.exclude)
+    }
+    gpus = [
+        g
+        for g in catalog
+        if (not include or g.id in include)
+        and g.id not in exclude
+        and (not c.vendors or g.vendor in c.vendors)
+    ]
+    if not gpus:
+        raise InvalidRecommendation([("$.constraints", "the constraints leave no GPU to consider")])
+    return gpus
+
+
+def _score(plans: list[Plan], objective: Objective) -> list[tuple[Plan, float]]:
+    """Score in (0, 1]: the best plan's figure over this plan's (balanced: geometric mean)."""
+    if not plans:
+        return []
+    priced = [p for p in plans if p.cost_usd is not None]
+
+    def ratio(value: float | None, best: float) -> float:
+        if value is None or value <= 0:
+            return 0.0 if value is None else 1.0
+        return best / value
+
+    speeds = [p.speed_s for p in plans if p.speed_s is not None]
+    fastest = min(speeds) if speeds else 0.0
+    out = []
+    for p in plans:
+        if objective == "fastest":
+            s = ratio(p.speed_s, fastest)
+        elif objective == "energy":
+            s = ratio(p.energy_kwh, min(q.energy_kwh or 0.0 for q in plans))
+        else:
+            cheapest = min((q.cost_usd or 0.0) for q in priced) if priced else 0.0
+            money = ratio(p.cost_usd, cheapest) if priced else 1.0
+            s = money if objective == "cheapest" else (money * ratio(p.speed_s, fastest)) ** 0.5
+        out.append((p, round(s, 6)))
+    return out
+
+
+def _recommendation(p: Plan, score: float) -> Recommendation:
+    usable = p.gpu.usable_memory_bytes
+    reasons = list(p.reasons)
+    if not p.fits:
+        if p.layout is not None:
+            reasons.insert(
+                0,
+                f"does not fit: needs {p.required / 2**30:.1f} GiB per GPU even at {p.count} GPU(s) "
+                f"(most sharded layout tried), {usable / 2**30:.1f} GiB usable",
+            )
+        elif not reasons:
+            reasons.append("no layout could be estimated for this GPU")
+    return Recommendation(
+        gpu=p.gpu.id,
+        name=p.gpu.name,
+        count=p.count,
+        fits=p.fits,
+        layout=p.layout,
+        required_bytes_per_gpu=p.required,
+        usable_memory_bytes=usable,
+        memory_utilization=round(p.required / usable, 4),
+        throughput=p.throughput,
+        time_hours=p.time_hours,
+        usd_per_hour=p.usd_per_hour,
+        cost_usd=p.cost_usd,
+        cost_basis=p.cost_basis,  # type: ignore[arg-type]
+        energy_kwh=p.energy_kwh,
+        flops_per_watt=p.flops_per_watt,
+        latency=p.latency,
+        source=p.source,  # type: ignore[arg-type]
+        score=score if p.fits and p.admissible else 0.0,
+        reasons=reasons,
+        unverified=p.unverified,
+    )
+
+
+def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
+    c = request.constraints
+    notes = [
+        "memory per GPU is the estimator's required_bytes (20% headroom included) for the layout chosen",
+        "the search owns workload.parallelism: counts 1, 2, 4, ... up to max_gpus_per_job, first fitting layout "
+        "of: DDP, ZeRO-2, ZeRO-3, tensor parallel in the node + ZeRO-3, tensor x pipeline parallel",
+        f"energy: board power = TDP x {c.power_fraction_of_tdp:.0%}, x PUE {c.pue:g}; host CPUs and network not included",
+    ]
+    if job.kind == "training":
+        notes.append(
+            f"training: {job.tokens:,.0f} tokens; time = hardware FLOPs (6N + attention, + recompute) / (peak x MFU) "
+            f"plus exposed communication (overlap {job.overlap:.0%} of backward)"
+        )
+    else:
+        notes.append(
+            f"inference: prompt {job.prompt_tokens} and output {job.output_tokens} tokens per request, "
+            f"batch {job.workload.batch_size} per replica; cost and energy over {job.duration_hours:g} h"
+        )
+    return notes

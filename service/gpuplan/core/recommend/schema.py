@@ -1,0 +1,292 @@
+"""The recommendation's request and response: the schema of the API, the CLI and plan files.
+
+The request is the memory estimate's request (model, workload, runtime) plus what a
+recommendation needs beyond memory: the objective, the constraints, and the volume of
+work (tokens to train, or a request rate to serve). Bounds keep every search finite.
+"""
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from gpuplan.core.catalog.model import Precision as CatalogPrecision
+from gpuplan.core.catalog.model import Vendor
+from gpuplan.core.memory.schema import ModelSpec, Runtime, Workload
+from gpuplan.core.record import Record
+
+Objective = Literal["cheapest", "fastest", "energy", "balanced"]
+Deployment = Literal["cloud", "on_prem", "hybrid"]
+RequiredInterconnect = Literal["any", "nvlink"]
+GpuName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+Positive = Annotated[float, msgspec.Meta(gt=0, le=1e15)]
+Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+
+MAX_GPUS = 1024
+"""The most GPUs one job may be planned on; counts are searched in powers of two."""
+
+
+class PriceOverride(Record, kw_only=True):
+    """Your prices for a GPU, replacing the catalog's (which carry an ``as_of`` date)."""
+
+    cloud_usd_per_gpu_hour: Positive | None = None
+    purchase_usd: Positive | None = None
+
+
+class Constraints(Record, kw_only=True):
+    """What the answer must respect."""
+
+    vendors: Annotated[list[Vendor], msgspec.Meta(max_length=3)] = []
+    include: Annotated[list[GpuName], msgspec.Meta(max_length=64)] = []
+    """Only these GPUs (any lookup name); empty means the whole catalog."""
+
+    exclude: Annotated[list[GpuName], msgspec.Meta(max_length=64)] = []
+    max_gpus_per_job: Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS)] = 64
+    max_usd_per_hour: Positive | None = None
+    """Ceiling on the job's price per wall-clock hour (all its GPUs)."""
+
+    max_total_usd: Positive | None = None
+    deployment: Deployment = "cloud"
+    """``cloud``: on-demand prices. ``on_prem``: purchase amortized plus electricity.
+    ``hybrid``: the cheaper known basis per GPU, and the owned-pool + cloud-burst comparison."""
+
+    electricity_usd_per_kwh: Annotated[float, msgspec.Meta(ge=0, le=10)] = 0.15
+    pue: Annotated[float, msgspec.Meta(ge=1, le=3)] = 1.4
+    """Power usage effectiveness of the data centre (facility power / IT power)."""
+
+    amortization_years: Annotated[float, msgspec.Meta(gt=0, le=20)] = 3.0
+    on_prem_utilization: Fraction = 0.6
+    """Share of an owned GPU's hours that are busy; idle hours are charged to busy ones."""
+
+    power_fraction_of_tdp: Fraction = 0.8
+    """Average board power of a running job as a share of TDP."""
+
+    required_interconnect: RequiredInterconnect = "any"
+    """``nvlink``: multi-GPU plans only on GPUs with a scale-up link (NVLink, Infinity Fabric)."""
+
+    gpus_per_node: Annotated[int, msgspec.Meta(ge=1, le=72)] = 8
+    network_bytes_per_s_per_gpu: Annotated[float, msgspec.Meta(gt=0, le=1e13)] = 50e9
+    """Inter-node bandwidth per GPU and direction (default 400 Gb/s, one NIC per GPU)."""
+
+    prices: Annotated[dict[GpuName, PriceOverride], msgspec.Meta(max_length=64)] = {}
+    preferred_gpu: GpuName | None = None
+    """Advice explains how to make the job fit this GPU (default: the cheapest per hour)."""
+
+
+class TrainingVolume(Record, kw_only=True):
+    """Work of a training job: tokens, or samples, or epochs over a dataset."""
+
+    training_tokens: Annotated[int, msgspec.Meta(ge=1, le=10**16)] | None = None
+    samples: Annotated[int, msgspec.Meta(ge=1, le=10**14)] | None = None
+    """Sequences to train on (each of ``workload.sequence_length`` tokens)."""
+
+    epochs: Annotated[float, msgspec.Meta(gt=0, le=10_000)] | None = None
+    dataset_samples: Annotated[int, msgspec.Meta(ge=1, le=10**13)] | None = None
+
+
+class InferenceVolume(Record, kw_only=True):
+    """Work of a serving job: a sustained request rate over a period."""
+
+    requests_per_second: Annotated[float, msgspec.Meta(gt=0, le=1e7)] | None = None
+    """Sustained rate to serve; absent: one replica, reported at its own rate."""
+
+    prompt_tokens: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
+    """Default: ``workload.sequence_length``."""
+
+    output_tokens: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | None = None
+    """Default: ``workload.max_new_tokens``, or 256 when that is 0."""
+
+    duration_hours: Annotated[float, msgspec.Meta(gt=0, le=87_600)] = 730.0
+    """Period the cost and energy are for (default: one month, 730 h)."""
+
+
+class Efficiency(Record, kw_only=True):
+    """Overrides of the speed model's defaults (docs/recommendation.md)."""
+
+    mfu: Fraction | None = None
+    """Model FLOPs utilization for training and prefill, all GPUs."""
+
+    mbu: Fraction | None = None
+    """Memory-bandwidth utilization of decode, all GPUs."""
+
+    comm_overlap: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    """Share of backward behind which gradient communication hides."""
+
+
+class HybridSpec(Record, kw_only=True):
+    """The owned pool + cloud burst comparison (deployment ``hybrid``)."""
+
+    owned_gpu: GpuName = "rtx-4090-24gb"
+    owned_count: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 8
+    burst_gpu: GpuName = "a100-sxm4-80gb"
+    jobs_per_month: Annotated[float, msgspec.Meta(gt=0, le=1e6)] = 1.0
+    """How often the request's job runs in a month (inference: ignored; its duration is the month)."""
+
+
+class RecommendRequest(Record, kw_only=True):
+    """Which GPU, how many, and what it costs, for one job."""
+
+    model: ModelSpec
+    workload: Workload
+    runtime: Runtime = "cuda"
+    objective: Objective = "balanced"
+    constraints: Constraints = msgspec.field(default_factory=Constraints)
+    training: TrainingVolume | None = None
+    """Training work (modes training, finetune_lora, finetune_qlora)."""
+
+    inference: InferenceVolume | None = None
+    """Serving work (mode inference); defaults apply when absent."""
+
+    efficiency: Efficiency = msgspec.field(default_factory=Efficiency)
+    measured_flops: Annotated[
+        dict[GpuName, dict[CatalogPrecision, Annotated[float, msgspec.Meta(gt=0, le=1e18)]]],
+        msgspec.Meta(max_length=64),
+    ] = {}
+    """Live-fleet measured dense FLOP/s per GPU (any lookup name) and catalog precision
+    (``bf16``, ``fp8``, …); replaces the datasheet peak for that GPU (``source: measured``)."""
+
+    hybrid: HybridSpec | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+    """Most recommendations returned."""
+
+    all_counts: bool = False
+    """Return every fitting GPU count, not only each GPU's best for the objective."""
+
+
+# ---------------------------------------------------------------- response
+
+
+class Layout(Record, kw_only=True):
+    """How the job is split over its GPUs."""
+
+    tensor: int
+    pipeline: int
+    data: int
+    """Data-parallel ranks (inference: replicas)."""
+
+    zero_stage: int
+    cpu_offload_optimizer: bool = False
+
+
+class Throughput(Record, kw_only=True):
+    value: float
+    unit: str
+    """``tokens/s`` (trained, or generated for inference)."""
+
+
+class Latency(Record, kw_only=True):
+    """Serving latency of one replica at the planned batch."""
+
+    time_to_first_token_s: float
+    time_per_output_token_s: float
+    decode_bound: str
+
+
+class Recommendation(Record, kw_only=True):
+    """One GPU model at one count."""
+
+    gpu: str
+    """Catalog id."""
+
+    name: str
+    count: int
+    fits: bool
+    layout: Layout | None
+    required_bytes_per_gpu: int
+    """The estimator's ``required_bytes`` (with its 20% headroom) for one GPU of the layout."""
+
+    usable_memory_bytes: int
+    memory_utilization: float
+    throughput: Throughput | None
+    time_hours: float | None
+    """Training: wall-clock time of the job. Inference: the period planned for."""
+
+    usd_per_hour: float | None
+    cost_usd: float | None
+    cost_basis: Literal["cloud", "on_prem"] | None
+    energy_kwh: float | None
+    flops_per_watt: float | None
+    """Delivered model FLOP/s per watt of board power."""
+
+    latency: Latency | None = None
+    source: Literal["catalog", "measured"] = "catalog"
+    """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""
+
+    score: float
+    """Objective score in [0, 1]: 1 for the best plan; 0 when it does not fit or is excluded."""
+
+    reasons: list[str]
+    unverified: list[str] = []
+    """Inputs of this plan that are not confirmed by a primary source."""
+
+
+class Scenario(Record, kw_only=True):
+    """Where the workload sits in the seed guide's scenario matrix."""
+
+    class_: Literal[
+        "light_inference",
+        "medium_training",
+        "large_distributed_training",
+        "supercomputing_research",
+    ] = msgspec.field(name="class")
+    required_bytes: int
+    """One-GPU, unsharded ``required_bytes`` the class is chosen by."""
+
+    band: str
+    hardware_class: list[str]
+    cost_effectiveness: str
+    rule: str
+
+
+class Advice(Record, kw_only=True):
+    """One change that makes the job fit (or fit better) on a GPU, with its effect."""
+
+    change: str
+    gpu: str
+    count: int
+    required_bytes_before: int
+    required_bytes_after: int
+    fits_after: bool
+    time_factor: float | None
+    """Job time after / before on this GPU (1.33 = 33% slower); None when not timed."""
+
+    detail: str
+
+
+class HybridOption(Record, kw_only=True):
+    name: Literal["all_cloud", "all_on_prem", "hybrid"]
+    monthly_usd: float | None
+    detail: str
+
+
+class HybridComparison(Record, kw_only=True):
+    owned_gpu: str
+    burst_gpu: str
+    owned_gpu_hours_per_month: float | None
+    """Work of a month in owned-GPU hours."""
+
+    burst_gpu_hours_per_month: float | None
+    options: list[HybridOption]
+    break_even_utilization: float | None
+    """Busy share of the month above which an owned GPU beats renting the same work."""
+
+    detail: str
+
+
+class SearchStats(Record, kw_only=True):
+    gpus: int
+    plans_considered: int
+    estimates: int
+    """Memory estimates run (the search stops at a fixed bound)."""
+
+
+class RecommendResponse(Record, kw_only=True):
+    objective: Objective
+    workload_kind: Literal["training", "inference"]
+    recommendations: list[Recommendation]
+    scenario: Scenario
+    advice: list[Advice]
+    hybrid: HybridComparison | None
+    assumptions: list[str]
+    unverified: list[str]
+    warnings: list[str]
+    search: SearchStats

@@ -1,0 +1,43 @@
+"""The estimator against real PyTorch steps on this CPU (the fast subset of the grid).
+
+Each case builds a small transformers model from a config, takes real steps with
+real tensors, and reads the peak of allocated bytes from the profiler's memory
+events (bench/accuracy/measure.py). The full grid is `python -m bench.accuracy.run`;
+its committed results are checked against the targets here too.
+"""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+from bench.accuracy.cases import FAST  # noqa: E402
+from bench.accuracy.run import request_for, run_case  # noqa: E402
+
+from gpuplan.core.catalog import builtin_catalog  # noqa: E402
+from gpuplan.core.memory.estimate import estimate  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "accuracy.json"
+
+
+@pytest.mark.parametrize("case", FAST, ids=[c.name for c in FAST])
+def test_fast_case_within_target(case: object) -> None:
+    torch.set_num_threads(1)
+    measured = run_case(case)  # type: ignore[arg-type]
+    estimated = estimate(request_for(case), builtin_catalog())  # type: ignore[arg-type]
+    adapters = estimated.trainable_parameters if case.mode == "finetune_lora" else 0  # type: ignore[attr-defined]
+    assert estimated.parameters + adapters == measured.parameters
+    error = (estimated.peak_bytes - measured.peak_bytes) / measured.peak_bytes
+    assert abs(error) <= 0.05, f"{case}: {error:+.2%}"
+
+
+def test_committed_grid_meets_the_targets() -> None:
+    results = json.loads(RESULTS.read_text())
+    errors = [abs(row["error"]) for row in results["rows"]]
+    assert len(errors) >= 30
+    assert statistics.median(errors) <= 0.05
+    assert max(errors) <= 0.10

@@ -1,0 +1,294 @@
+"""The analytic memory estimator: reference numbers, config parsing, and its physics.
+
+Reference figures are from shared/reference/memory.md §7; parameter counts of every
+supported ``model_type`` are checked against transformers itself (a model built
+from the same config on the meta device, so no memory and no hub).
+"""
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.errors import InvalidModel
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.hf_config import from_hf_config
+from gpuplan.core.memory.inference import kv_bytes_per_token
+from gpuplan.core.memory.parameters import count_parameters
+from gpuplan.core.memory.presets import model_list, presets
+from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
+
+CATALOG = builtin_catalog()
+KiB, GiB = 1 << 10, 1 << 30
+
+
+def run(model: dict[str, Any], **workload: Any) -> EstimateResponse:
+    body: dict[str, Any] = {"model": model, "workload": {"mode": "training", **workload}}
+    for key in ("runtime", "method", "gpu"):
+        if key in workload:
+            body[key] = body["workload"].pop(key)
+    return estimate(msgspec.convert(body, EstimateRequest), CATALOG)
+
+
+# -- reference numbers -------------------------------------------------------------
+
+
+def test_llama_2_7b_parameter_count() -> None:
+    assert run({"name": "llama-2-7b"}, sequence_length=8).parameters == 6_738_415_616
+
+
+def test_every_transformer_preset_matches_its_stated_count() -> None:
+    for preset in presets().values():
+        if preset.config is not None and preset.parameters is not None:
+            arch, _ = from_hf_config(preset.config)
+            assert count_parameters(arch).total == preset.parameters, preset.name
+
+
+@pytest.mark.parametrize(("name", "kib_per_token"), [("llama-2-7b", 512), ("llama-3.1-8b", 128)])
+def test_fp16_kv_cache_per_token(name: str, kib_per_token: int) -> None:
+    arch, _ = from_hf_config(presets()[name].config or {})
+    assert kv_bytes_per_token(arch, 2) * arch.num_layers == kib_per_token * KiB
+
+
+def test_kv_cache_in_an_inference_estimate() -> None:
+    # Llama-2-7B, bf16, 4k context: 512 KiB x 4096 tokens = 2 GiB per sequence.
+    r = run({"name": "llama-2-7b"}, mode="inference", sequence_length=4096, batch_size=8)
+    assert r.breakdown.kv_cache_bytes == 16 * GiB
+
+
+def test_mixed_precision_adam_is_16_bytes_per_parameter() -> None:
+    r = run({"name": "llama-2-7b"}, sequence_length=8, precision="amp_bf16", optimizer="adamw")
+    b = r.breakdown
+    states = b.weights_bytes + b.gradients_bytes + b.optimizer_state_bytes + b.master_weights_bytes
+    assert states == 16 * r.parameters
+    # DeepSpeed-style mixed precision (ZeRO): 2 + 2 + 4 master + 8 Adam, still 16.
+    z = run({"name": "llama-2-7b"}, sequence_length=8, precision="bf16",
+            parallelism={"zero_stage": 1, "data": 1})  # fmt: skip
+    zb = z.breakdown
+    assert (
+        zb.weights_bytes + zb.gradients_bytes + zb.optimizer_state_bytes + zb.master_weights_bytes
+        == 16 * z.parameters
+    )
+
+
+def test_gpt3_175b_fp16_weights_are_350_gb() -> None:
+    r = run({"name": "gpt-3-175b"}, mode="inference", sequence_length=1, precision="fp16")
+    assert r.breakdown.weights_bytes == pytest.approx(350e9, rel=0.01)
+
+
+# -- parsing: every supported model_type counts as transformers does ----------------
+
+TINY: dict[str, dict[str, Any]] = {
+    "llama": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
+    "mistral": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
+    "qwen2": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
+    "qwen3": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 300},
+    "gemma": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 300},
+    "gemma2": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300},
+    "phi3": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "pad_token_id": 0},
+    "mixtral": {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "num_local_experts": 4, "num_experts_per_tok": 2},
+    "qwen2_moe": {"hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 48, "shared_expert_intermediate_size": 96, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300, "num_experts": 4, "num_experts_per_tok": 2},
+    "deepseek_v3": {"hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 32, "num_hidden_layers": 3, "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 300, "n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 1, "topk_group": 1, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16},
+    "gpt2": {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128, "vocab_size": 300},
+    "gpt_neox": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 128},
+    "opt": {"hidden_size": 64, "ffn_dim": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 128, "word_embed_proj_dim": 32},
+    "falcon": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300},
+    "bert": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 128},
+    "roberta": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 130},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_parameter_count_equals_transformers(model_type: str) -> None:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model(model_type, **TINY[model_type])
+    auto = (
+        transformers.AutoModelForMaskedLM
+        if model_type in ("bert", "roberta")
+        else transformers.AutoModelForCausalLM
+    )
+    with torch.device("meta"):
+        model = auto.from_config(config)
+    real = sum(p.numel() for p in model.parameters())
+    arch, _ = from_hf_config({"model_type": model_type, **TINY[model_type]})
+    assert count_parameters(arch).total == real
+
+
+def test_unknown_model_type_reads_as_llama_and_says_so() -> None:
+    config = {**TINY["llama"], "model_type": "my_decoder"}
+    r = run({"hf_config": config}, sequence_length=16)
+    assert r.architecture is not None
+    assert r.architecture.model_type == "my_decoder"
+    assert any("not one we know" in a for a in r.assumptions)
+
+
+def test_missing_fields_are_named() -> None:
+    with pytest.raises(InvalidModel) as caught:
+        run({"hf_config": {"model_type": "llama", "hidden_size": 64}}, sequence_length=8)
+    paths = {path for path, _ in caught.value.errors}
+    assert {
+        "$.model.hf_config.num_hidden_layers",
+        "$.model.hf_config.num_attention_heads",
+        "$.model.hf_config.vocab_size",
+        "$.model.hf_config.intermediate_size",
+    } <= paths
+
+
+@pytest.mark.parametrize(
+    ("model", "workload", "path"),
+    [
+        ({"name": "no-such-model"}, {"sequence_length": 8}, "$.model.name"),
+        ({"name": "llama-2-7b"}, {}, "$.workload.sequence_length"),
+        ({"name": "llama-2-7b"}, {"sequence_length": 8, "parallelism": {"tensor": 3}}, "$.workload.parallelism.tensor"),
+        ({"name": "llama-2-7b"}, {"sequence_length": 8, "parallelism": {"expert": 2}}, "$.workload.parallelism.expert"),
+        ({"name": "llama-2-7b"}, {"sequence_length": 8, "weight_quantization": "int4"}, "$.workload.weight_quantization"),
+        ({"name": "resnet-50"}, {"sequence_length": 8}, "$.workload.sequence_length"),
+        ({"name": "llama-2-7b"}, {"sequence_length": 8, "gpu": "no-such-gpu"}, "$.gpu"),
+        ({"name": "llama-2-7b", "parameters": 7}, {"sequence_length": 8}, "$.model"),
+    ],
+)  # fmt: skip
+def test_semantic_errors_name_the_field(
+    model: dict[str, Any], workload: dict[str, Any], path: str
+) -> None:
+    with pytest.raises(InvalidModel) as caught:
+        run(model, **workload)
+    assert path in {p for p, _ in caught.value.errors}
+
+
+# -- physics ------------------------------------------------------------------------
+
+
+def _peak(**workload: Any) -> int:
+    return run({"name": "llama-3.1-8b"}, **workload).peak_bytes
+
+
+def test_more_work_never_needs_less_memory() -> None:
+    base = {"sequence_length": 4096, "batch_size": 8}  # activations hold the peak
+    assert _peak(**base) < _peak(**{**base, "batch_size": 16})
+    assert _peak(**base) < _peak(**{**base, "sequence_length": 8192})
+    assert _peak(**base, attention="sdpa") < _peak(**base, attention="eager")
+
+
+def test_memory_savers_save_memory() -> None:
+    base = {"sequence_length": 4096, "batch_size": 4, "precision": "bf16"}
+    full = _peak(**base)
+    assert _peak(**base, gradient_checkpointing="full") < full
+    assert _peak(**base, gradient_checkpointing="selective", attention="eager") < _peak(
+        **base, attention="eager"
+    )
+    dp = {"data": 8}
+    z1 = _peak(**base, parallelism={**dp, "zero_stage": 1})
+    z2 = _peak(**base, parallelism={**dp, "zero_stage": 2})
+    z3 = _peak(**base, parallelism={**dp, "zero_stage": 3})
+    assert z3 < z2 <= z1  # ZeRO-2 shards gradients, which the loss-time peak may not hold
+    assert z3 < z1
+    assert _peak(**base, parallelism={"tensor": 4}) < full
+    assert _peak(**base, parallelism={"pipeline": 4}) < full
+    assert _peak(**base, mode="finetune_lora") < full
+    assert _peak(**base, mode="finetune_qlora") < _peak(**base, mode="finetune_lora")
+    assert _peak(**base, optimizer="adamw_8bit") < full
+    assert _peak(**base, optimizer="sgd") < full
+
+
+def test_inference_quantization_and_kv_dtype() -> None:
+    base = {"mode": "inference", "sequence_length": 8192, "batch_size": 4, "precision": "bf16"}
+    full = run({"name": "llama-2-7b"}, **base)
+    int4 = run({"name": "llama-2-7b"}, **base, weight_quantization="int4")
+    fp8kv = run({"name": "llama-2-7b"}, **base, kv_cache_dtype="fp8")
+    assert int4.breakdown.weights_bytes < full.breakdown.weights_bytes / 3
+    assert fp8kv.breakdown.kv_cache_bytes * 2 == full.breakdown.kv_cache_bytes
+    longer = run({"name": "llama-2-7b"}, **base, max_new_tokens=1024)
+    assert longer.breakdown.kv_cache_bytes == full.breakdown.kv_cache_bytes * (8192 + 1024) // 8192
+
+
+def test_moe_activations_follow_active_experts_and_weights_all_experts() -> None:
+    r = run({"name": "mixtral-8x7b"}, mode="inference", sequence_length=16, precision="bf16")
+    assert r.parameters == 46_702_792_704
+    assert r.breakdown.weights_bytes == 2 * r.parameters
+
+
+def test_overhead_and_headroom() -> None:
+    cpu = run({"name": "gpt2"}, sequence_length=128, runtime="cpu")
+    cuda = run({"name": "gpt2"}, sequence_length=128)
+    assert cpu.breakdown.framework_overhead_bytes == 0
+    assert cpu.total_bytes == cpu.peak_bytes
+    assert cuda.total_bytes == cuda.peak_bytes + cuda.breakdown.framework_overhead_bytes
+    assert cuda.breakdown.framework_overhead_bytes >= 256 << 20  # a CUDA context at least
+    assert cuda.required_bytes == pytest.approx(cuda.total_bytes * 1.2, abs=1)
+    nccl = run({"name": "gpt2"}, sequence_length=128, parallelism={"data": 8})
+    assert nccl.breakdown.framework_overhead_bytes > cuda.breakdown.framework_overhead_bytes
+
+
+def test_fit_verdict_against_usable_memory() -> None:
+    base = {"mode": "inference", "sequence_length": 4096, "precision": "bf16"}
+    l4 = run({"name": "llama-2-7b"}, **base, gpu="NVIDIA L4")
+    t4 = run({"name": "llama-2-7b"}, **base, gpu="t4-16gb")
+    assert l4.fit is not None
+    assert l4.fit.fits
+    assert l4.fit.gpu == "l4-24gb"
+    assert t4.fit is not None
+    assert not t4.fit.fits
+
+
+def test_rule_of_thumb_is_the_seed_formula_with_a_warning() -> None:
+    r = run({"parameters": 1_000_000_000}, method="rule_of_thumb")
+    assert r.peak_bytes == pytest.approx(2e9 * 1.3)
+    assert r.warnings
+    assert "underestimates" in r.warnings[0]
+    analytic = run({"name": "llama-2-7b"}, sequence_length=2048, precision="amp_bf16")
+    thumb = run({"name": "llama-2-7b"}, sequence_length=2048, method="rule_of_thumb")
+    assert thumb.peak_bytes < analytic.peak_bytes / 2
+
+
+def test_bare_parameters_warn_that_activations_are_missing() -> None:
+    r = run({"parameters": 7_000_000_000}, mode="inference", precision="bf16")
+    assert r.breakdown.weights_bytes == 14_000_000_000
+    assert r.warnings
+
+
+def test_hints_enable_activation_terms() -> None:
+    hinted = run(
+        {"parameters": 7_000_000_000, "hints": {"num_layers": 32, "hidden_size": 4096}},
+        sequence_length=2048,
+    )
+    assert hinted.breakdown.activations_bytes > 0 or hinted.peak_phase == "optimizer step"
+    assert hinted.parameters == 7_000_000_000
+
+
+def test_vision_presets_scale_with_batch_and_area() -> None:
+    one = run({"name": "resnet-50"}, batch_size=64, precision="fp32")
+    two = run({"name": "resnet-50"}, batch_size=128, precision="fp32")
+    big = run({"name": "resnet-50"}, batch_size=64, image_size=448, precision="fp32")
+    assert one.parameters == 25_557_032
+    assert two.breakdown.activations_bytes == pytest.approx(
+        2 * one.breakdown.activations_bytes, rel=1e-6
+    )
+    assert big.breakdown.activations_bytes == pytest.approx(
+        4 * one.breakdown.activations_bytes, rel=1e-6
+    )
+    half = run({"name": "resnet-50"}, batch_size=64, precision="amp_bf16")
+    assert half.breakdown.activations_bytes == pytest.approx(
+        one.breakdown.activations_bytes / 2, rel=1e-6
+    )
+
+
+def test_models_list_has_every_required_preset() -> None:
+    names = {m.name for m in model_list().models}
+    assert {
+        "llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b",
+        "llama-3.1-405b", "mistral-7b", "mixtral-8x7b", "qwen2.5-7b", "qwen2.5-72b",
+        "gpt-3-175b", "gpt2", "bert-base", "bert-large", "resnet-50", "resnet-152",
+        "vit-b-16", "yolov5s", "yolov5m", "yolov5l", "stable-diffusion-1.5-unet", "sdxl-unet",
+    } <= names  # fmt: skip
+
+
+def test_estimates_are_deterministic() -> None:
+    a = msgspec.json.encode(
+        run({"name": "mixtral-8x7b"}, sequence_length=512, gpu="h100-sxm5-80gb")
+    )
+    b = msgspec.json.encode(
+        run({"name": "mixtral-8x7b"}, sequence_length=512, gpu="h100-sxm5-80gb")
+    )
+    assert a == b

@@ -1,0 +1,487 @@
+"""The recommendation core: properties, published anchors, and the speed model's parts."""
+
+import time
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import Catalog, builtin_catalog
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Workload
+from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
+from gpuplan.core.perf.efficiency import efficiency_class, efficiency_data
+from gpuplan.core.perf.flops import token_flops, training_flops_per_token
+from gpuplan.core.perf.speed import LayoutLinks, TrainingShape, training_step
+from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
+from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
+from gpuplan.core.recommend.scenario import classify
+from gpuplan.core.recommend.schema import RecommendResponse
+
+GiB = 1 << 30
+CATALOG = builtin_catalog()
+
+
+def req(**body: Any) -> RecommendRequest:
+    return msgspec.convert(body, RecommendRequest)
+
+
+def by_gpu(response: RecommendResponse) -> dict[str, Any]:
+    return {r.gpu: r for r in response.recommendations}
+
+
+def llama7b_inference(batch: int, **extra: Any) -> RecommendRequest:
+    # 3,840 prompt + 256 generated tokens: a 4,096-token context per sequence.
+    return req(
+        model={"name": "llama-2-7b"},
+        workload={"mode": "inference", "sequence_length": 3840, "batch_size": batch},
+        inference={"output_tokens": 256},
+        objective="cheapest",
+        limit=500,
+        **extra,
+    )
+
+
+def train(model: str, tokens: int = 10**9, **workload: Any) -> dict[str, Any]:
+    return {
+        "model": {"name": model},
+        "workload": {"mode": "training", "sequence_length": 4096, **workload},
+        "training": {"training_tokens": tokens},
+        "limit": 500,
+    }
+
+
+# ---------------------------------------------------------------- memory through the estimator
+
+
+@pytest.mark.parametrize(
+    "gpu", ["h100-sxm5-80gb", "a100-sxm4-80gb", "t4-16gb", "mi300x-192gb", "rtx-4090-24gb"]
+)
+def test_oracle_equals_the_estimator_on_each_gpu(gpu: str) -> None:
+    model = ModelSpec(name="llama-2-7b")
+    workload = Workload(
+        mode="training",
+        sequence_length=2048,
+        parallelism=Parallelism(tensor=2, data=2, zero_stage=3),
+    )
+    spec = CATALOG.get(gpu)
+    runtime = "rocm" if spec.vendor == "amd" else "cuda"
+    direct = estimate(
+        EstimateRequest(model=model, workload=workload, gpu=gpu, runtime=runtime), CATALOG
+    )
+    assert MemoryOracle(model, CATALOG).required(workload, spec) == direct.required_bytes
+
+
+# ---------------------------------------------------------------- anchors
+
+
+def test_llama2_7b_4k_batch1_fits_a_24gb_card_not_a_16gb_one() -> None:
+    out = by_gpu(recommend(llama7b_inference(1), CATALOG))
+    for card in ("rtx-4090-24gb", "rtx-3090-24gb", "l4-24gb"):
+        assert out[card].fits
+        assert out[card].count == 1
+        assert out[card].required_bytes_per_gpu <= CATALOG.get(card).usable_memory_bytes
+    for card in ("t4-16gb", "v100-sxm2-16gb"):
+        # One 16 GB card is not enough: either no plan, or a tensor-parallel pair.
+        r = out[card]
+        assert not r.fits or r.layout.tensor >= 2
+        w = Workload(mode="inference", sequence_length=3840, max_new_tokens=256)
+        one = estimate(
+            EstimateRequest(model=ModelSpec(name="llama-2-7b"), workload=w, gpu=card), CATALOG
+        )
+        assert one.fit is not None
+        assert not one.fit.fits
+
+
+def test_llama2_7b_4k_batch8_needs_more_than_24gb_for_its_16gib_cache() -> None:
+    w = Workload(mode="inference", sequence_length=4096, batch_size=8)
+    one = estimate(EstimateRequest(model=ModelSpec(name="llama-2-7b"), workload=w), CATALOG)
+    assert one.breakdown.kv_cache_bytes == 16 * GiB  # 8 x 4,096 tokens x 512 KiB
+    assert one.required_bytes > 24 * GiB
+    out = by_gpu(recommend(llama7b_inference(8), CATALOG))
+    assert out["rtx-4090-24gb"].layout.tensor >= 2  # a 24 GB card needs a partner
+    assert out["a100-sxm4-80gb"].layout.tensor == 1
+
+
+def test_llama2_70b_full_training_needs_several_80gb_gpus_with_sharding() -> None:
+    body = train("llama-2-70b", gradient_checkpointing="full", precision="bf16")
+    body["constraints"] = {"include": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}
+    body["objective"] = "cheapest"
+    response = recommend(req(**body), CATALOG)
+    for r in response.recommendations:
+        assert r.fits
+        assert r.count > 1
+        lay = r.layout
+        assert lay.zero_stage >= 1 or lay.tensor > 1 or lay.pipeline > 1
+    assert response.scenario.class_ == "supercomputing_research"
+
+
+def test_llama2_pretraining_speed_matches_the_published_gpu_hours() -> None:
+    """Llama 2 (Touvron et al. 2023, Table 2, recalled): 7B took 184,320 and 70B 1,720,320
+    A100-80GB GPU-hours for 2T tokens, i.e. about 3,014 and 323 tokens/s per GPU."""
+    published = {"llama-2-7b": 2e12 / 184_320 / 3600, "llama-2-70b": 2e12 / 1_720_320 / 3600}
+    for model, per_gpu in published.items():
+        body = train(model, gradient_checkpointing="full" if "70b" in model else "none")
+        body["constraints"] = {"include": ["a100-sxm4-80gb"]}
+        body["objective"] = "cheapest"
+        r = recommend(req(**body), CATALOG).recommendations[0]
+        ours = r.throughput.value / r.count
+        assert 0.7 * per_gpu < ours < 1.4 * per_gpu, (model, ours, per_gpu)
+
+
+def test_documented_mfu_ranges() -> None:
+    """Defaults sit inside published large-run MFU (Llama 3: 38-43% on H100; Megatron:
+    52-54% on A100) or below them for parts without a published figure."""
+    for cls in efficiency_data().classes:
+        assert 0.25 <= cls.mfu <= 0.55
+        assert 0.5 <= cls.mbu <= 0.85
+        assert cls.source
+    assert 0.38 <= efficiency_class(CATALOG.get("h100-sxm5-80gb")).mfu <= 0.43
+    assert efficiency_class(CATALOG.get("a100-sxm4-80gb")).mfu <= 0.542
+
+
+def test_a_single_gpu_plan_delivers_exactly_the_mfu() -> None:
+    body = train("llama-2-7b")
+    body["objective"] = "cheapest"
+    body["constraints"] = {"include": ["h100-sxm5-80gb"], "power_fraction_of_tdp": 1.0}
+    r = recommend(req(**body), CATALOG).recommendations[0]
+    assert r.count == 1
+    gpu = CATALOG.get("h100-sxm5-80gb")
+    delivered = r.flops_per_watt * gpu.tdp_watts
+    assert delivered / gpu.peak_flops["bf16"] == pytest.approx(0.40, rel=1e-9)
+
+
+# ---------------------------------------------------------------- properties
+
+
+def _scaled_catalog(factor: float) -> Catalog:
+    return Catalog(
+        [
+            msgspec.structs.replace(g, usable_memory_bytes=int(g.usable_memory_bytes * factor))
+            for g in CATALOG
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        train("llama-2-7b", gradient_checkpointing="selective"),
+        train("llama-2-13b", precision="amp_bf16"),
+        {
+            "model": {"name": "llama-2-7b"},
+            "workload": {"mode": "inference", "sequence_length": 4096, "batch_size": 4},
+            "limit": 500,
+        },
+    ],
+)
+def test_more_memory_never_makes_a_fitting_plan_unfit(body: dict[str, Any]) -> None:
+    body = {**body, "objective": "cheapest"}
+    before = by_gpu(recommend(req(**body), CATALOG))
+    after = by_gpu(recommend(req(**body), _scaled_catalog(1.5)))
+    for gpu, r in before.items():
+        if r.fits:
+            assert after[gpu].fits, gpu
+            # every layout that fitted still fits, so the best plan is never worse
+            assert (after[gpu].cost_usd or 0) <= (r.cost_usd or 0) * (1 + 1e-9), gpu
+            assert after[gpu].time_hours * after[gpu].count <= r.time_hours * r.count * (1 + 1e-9)
+
+
+def test_cost_rises_with_price() -> None:
+    body = train("llama-2-7b")
+    body["objective"] = "cheapest"
+    base = by_gpu(recommend(req(**body), CATALOG))
+    h100 = base["h100-sxm5-80gb"]
+    for factor in (1.5, 3.0):
+        price = CATALOG.get("h100-sxm5-80gb").price.cloud_on_demand.usd_per_gpu_hour * factor
+        body["constraints"] = {"prices": {"H100 SXM": {"cloud_usd_per_gpu_hour": price}}}
+        out = by_gpu(recommend(req(**body), CATALOG))
+        assert out["h100-sxm5-80gb"].cost_usd == pytest.approx(h100.cost_usd * factor)
+        assert out["a100-sxm4-80gb"].cost_usd == pytest.approx(base["a100-sxm4-80gb"].cost_usd)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        train("llama-2-7b", mode="finetune_lora"),
+        train("gpt2", sequence_length=1024, batch_size=8),
+        train("mistral-7b", mode="finetune_qlora"),
+        {
+            "model": {"name": "llama-3.1-8b"},
+            "workload": {"mode": "inference", "sequence_length": 2048},
+            "limit": 500,
+        },
+    ],
+)
+def test_a_job_that_fits_one_gpu_is_never_given_more_under_cheapest(body: dict[str, Any]) -> None:
+    request = req(**{**body, "objective": "cheapest"})
+    oracle = MemoryOracle(request.model, CATALOG)
+    one = msgspec.structs.replace(
+        request.workload,
+        parallelism=Parallelism(),
+        max_new_tokens=256 if request.workload.mode == "inference" else 0,
+    )
+    checked = 0
+    for r in recommend(request, CATALOG).recommendations:
+        gpu = CATALOG.get(r.gpu)
+        if oracle.required(one, gpu) <= gpu.usable_memory_bytes:
+            assert r.count == 1, r.gpu
+            checked += 1
+    assert checked >= 5
+
+
+def test_more_gpus_never_lower_the_gpu_hours() -> None:
+    body = train("llama-2-7b", gradient_checkpointing="full")
+    body["objective"] = "fastest"
+    body["all_counts"] = True
+    body["constraints"] = {"include": ["h100-sxm5-80gb"]}
+    plans = sorted(recommend(req(**body), CATALOG).recommendations, key=lambda r: r.count)
+    assert len(plans) >= 3
+    hours = [r.time_hours * r.count for r in plans]
+    assert hours == sorted(hours)
+    assert plans[-1].time_hours < plans[0].time_hours
+
+
+def test_the_answer_is_deterministic() -> None:
+    body = train("llama-2-7b")
+    one = msgspec.json.encode(recommend(req(**body), CATALOG))
+    assert one == msgspec.json.encode(recommend(req(**body), CATALOG))
+
+
+def test_every_request_is_bounded() -> None:
+    body = train("llama-3.1-405b", gradient_checkpointing="full")
+    body["objective"] = "fastest"
+    body["constraints"] = {"max_gpus_per_job": 1024}
+    start = time.perf_counter()
+    response = recommend(req(**body), CATALOG)
+    assert time.perf_counter() - start < 5
+    assert response.search.estimates <= MAX_ESTIMATES
+    assert any(r.fits for r in response.recommendations)
+
+
+# ---------------------------------------------------------------- speed-model parts
+
+
+def test_ring_all_reduce() -> None:
+    link = Link(kind="nvlink", bytes_per_s=100e9, latency_s=0.0)
+    assert all_reduce_seconds(1e9, 8, link) == pytest.approx(2 * 7 / 8 * 1e9 / 100e9)
+    assert all_reduce_seconds(1e9, 1, link) == 0.0
+
+
+def test_links_come_from_the_catalog() -> None:
+    def link(gpu: str, n: int) -> Link:
+        return group_link(CATALOG.get(gpu), n, gpus_per_node=8, network_bytes_per_s=50e9)
+
+    assert link("h100-sxm5-80gb", 8).kind == "nvlink"
+    assert link("h100-sxm5-80gb", 8).bytes_per_s == 450e9  # 900 GB/s both ways
+    assert link("rtx-4090-24gb", 2).kind == "pcie"
+    assert link("a100-pcie-80gb", 2).kind == "nvlink"  # a 2-GPU bridge
+    assert link("a100-pcie-80gb", 4).kind == "pcie"
+    assert link("h100-sxm5-80gb", 16).kind == "network"
+
+
+def test_tensor_parallel_over_pcie_is_penalized() -> None:
+    arch_flops = token_flops(None, None, 7_000_000_000)
+    shape = TrainingShape(
+        batch_size=1, seq=4096, accumulation=1, checkpointing="none", causal_skip=True,
+        frozen_base=False, hidden_size=4096, num_layers=32, activation_bytes=2,
+        trainable_parameters=7_000_000_000, parameters=7_000_000_000, gradient_bytes=2,
+        weight_bytes=2,
+    )  # fmt: skip
+
+    def step(link: Link) -> float:
+        links = LayoutLinks(tensor=link, pipeline=link, data=link, host=link)
+        return training_step(
+            arch_flops, shape, tp=8, pp=1, dp=1, zero_stage=0, offload_optimizer=False,
+            rate=1e14, links=links, overlap=0.8,
+        ).seconds  # fmt: skip
+
+    nvlink = step(Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6))
+    pcie = step(Link(kind="pcie", bytes_per_s=31.5e9, latency_s=25e-6))
+    assert pcie > 1.3 * nvlink
+
+
+def test_recompute_adds_about_one_forward() -> None:
+    from gpuplan.core.memory.estimate import resolve_model
+    from gpuplan.core.memory.parameters import count_parameters
+
+    arch = resolve_model(ModelSpec(name="llama-2-7b")).arch
+    t = token_flops(arch, count_parameters(arch), 0)
+    plain = training_flops_per_token(
+        t, 4096, causal_skip=True, checkpointing="none", frozen_base=False
+    )
+    full = training_flops_per_token(
+        t, 4096, causal_skip=True, checkpointing="full", frozen_base=False
+    )
+    sel = training_flops_per_token(
+        t, 4096, causal_skip=True, checkpointing="selective", frozen_base=False
+    )
+    assert plain[0] == full[0] == sel[0]  # model FLOPs do not count recompute
+    assert full[1] / plain[1] == pytest.approx(4 / 3, rel=1e-9)
+    assert 1.0 < sel[1] / plain[1] < 1.05
+    # 6N + PaLM's 12·L·H·Q·T, halved for a causal kernel
+    n = t.matmul_parameters
+    assert plain[0] == pytest.approx(6 * n + 6 * 32 * 4096 * 4096)
+
+
+def test_moe_counts_active_parameters() -> None:
+    from gpuplan.core.memory.estimate import resolve_model
+    from gpuplan.core.memory.parameters import count_parameters
+
+    arch = resolve_model(ModelSpec(name="mixtral-8x7b")).arch
+    counts = count_parameters(arch)
+    t = token_flops(arch, counts, counts.total)
+    assert counts.total > 46e9
+    assert 12e9 < t.matmul_parameters < 14e9  # two of eight experts per token
+
+
+def test_measured_flops_replace_the_datasheet_peak() -> None:
+    body = train("llama-2-7b")
+    body["objective"] = "cheapest"
+    body["constraints"] = {"include": ["h100-sxm5-80gb", "a100-sxm4-80gb"]}
+    catalog_only = by_gpu(recommend(req(**body), CATALOG))
+    body["measured_flops"] = {"NVIDIA H100 80GB HBM3": {"bf16": 4.9475e14}}  # half the peak
+    measured = by_gpu(recommend(req(**body), CATALOG))
+    h100 = measured["h100-sxm5-80gb"]
+    assert h100.source == "measured"
+    assert measured["a100-sxm4-80gb"].source == "catalog"
+    assert h100.time_hours == pytest.approx(2 * catalog_only["h100-sxm5-80gb"].time_hours, rel=1e-6)
+
+
+# ---------------------------------------------------------------- scenario, advice, hybrid
+
+
+@pytest.mark.parametrize(
+    ("gib", "cls"),
+    [
+        (3, "light_inference"),
+        (6, "light_inference"),
+        (12, "medium_training"),
+        (24, "medium_training"),
+        (40, "large_distributed_training"),
+        (80, "large_distributed_training"),
+        (81, "supercomputing_research"),
+    ],
+)
+def test_scenario_bands_and_the_rule_between_them(gib: float, cls: str) -> None:
+    assert classify(int(gib * GiB), CATALOG).class_ == cls
+
+
+def test_advice_makes_a_job_fit_the_preferred_gpu_with_computed_effects() -> None:
+    body = train("llama-2-7b", precision="fp32", batch_size=4)
+    body["constraints"] = {"preferred_gpu": "RTX 4090"}
+    response = recommend(req(**body), CATALOG)
+    advice = {a.change: a for a in response.advice if a.gpu == "rtx-4090-24gb"}
+    assert "amp_bf16" in advice
+    assert "gradient_checkpointing=full" in advice
+    assert advice["gradient_checkpointing=full"].time_factor == pytest.approx(4 / 3, rel=0.02)
+    assert advice["amp_bf16"].time_factor <= 0.5  # tensor cores instead of fp32 FMA
+    combos = [a for a in advice.values() if "+" in a.change]
+    assert len(combos) == 1  # no single change fits 7B full training in 24 GB
+    assert combos[0].fits_after
+    assert "mode=finetune_lora" in combos[0].change
+    # the effect is the estimator's own number
+    w = Workload(
+        mode="training",
+        sequence_length=4096,
+        batch_size=4,
+        precision="fp32",
+        optimizer="adamw_8bit",
+    )
+    direct = estimate(
+        EstimateRequest(model=ModelSpec(name="llama-2-7b"), workload=w, gpu="rtx-4090-24gb"),
+        CATALOG,
+    )
+    assert advice["optimizer=adamw_8bit"].required_bytes_after == direct.required_bytes
+
+
+def test_zero_3_advice_names_the_fewest_gpus() -> None:
+    body = train("llama-2-7b", gradient_checkpointing="full")
+    body["constraints"] = {"preferred_gpu": "rtx-4090"}
+    advice = {
+        a.change: a for a in recommend(req(**body), CATALOG).advice if a.gpu == "rtx-4090-24gb"
+    }
+    zero = advice["zero_stage=3"]
+    assert zero.fits_after
+    assert zero.count >= 2
+    oracle = MemoryOracle(ModelSpec(name="llama-2-7b"), CATALOG)
+    gpu = CATALOG.get("rtx-4090-24gb")
+    fewer = Workload(
+        mode="training", sequence_length=4096, gradient_checkpointing="full",
+        parallelism=Parallelism(data=zero.count // 2, zero_stage=3),
+    )  # fmt: skip
+    assert oracle.required(fewer, gpu) > gpu.usable_memory_bytes
+    assert advice["mode=finetune_lora"].fits_after
+    assert advice["precision=fp8"].time_factor == pytest.approx(0.5, rel=0.05)  # Ada's FP8 path
+
+
+def test_a_single_change_that_fits_needs_no_combination() -> None:
+    body = train("gpt2", sequence_length=1024, precision="fp32", batch_size=32)
+    body["constraints"] = {"preferred_gpu": "rtx-3050-8gb"}
+    advice = [a for a in recommend(req(**body), CATALOG).advice if a.gpu == "rtx-3050-8gb"]
+    fitting = [a.change for a in advice if a.fits_after]
+    assert fitting == ["micro-batch 1 x gradient_accumulation 32"]
+    assert not any("+" in a.change for a in advice)
+
+
+def test_inference_advice_quantization_and_kv_dtype() -> None:
+    response = recommend(
+        req(
+            model={"name": "llama-2-13b"},
+            workload={"mode": "inference", "sequence_length": 4096, "batch_size": 4},
+            constraints={"preferred_gpu": "l4-24gb"},
+        ),
+        CATALOG,
+    )
+    changes = {a.change for a in response.advice if a.gpu == "l4-24gb"}
+    assert {"weight_quantization=int8", "weight_quantization=int4", "kv_cache_dtype=fp8"} <= changes
+
+
+def test_hybrid_comparison() -> None:
+    body = train("llama-2-7b", mode="finetune_lora", tokens=2 * 10**8)
+    body["constraints"] = {"deployment": "hybrid"}
+    body["hybrid"] = {
+        "owned_gpu": "rtx-4090-24gb",
+        "owned_count": 4,
+        "burst_gpu": "a100-sxm4-80gb",
+        "jobs_per_month": 20,
+    }
+    h = recommend(req(**body), CATALOG).hybrid
+    assert h is not None
+    options = {o.name: o for o in h.options}
+    assert set(options) == {"all_cloud", "all_on_prem", "hybrid"}
+    price = CATALOG.get("a100-sxm4-80gb").price.cloud_on_demand.usd_per_gpu_hour
+    assert options["all_cloud"].monthly_usd == pytest.approx(h.burst_gpu_hours_per_month * price)
+    assert h.break_even_utilization is not None
+    assert h.break_even_utilization > 0
+
+
+# ---------------------------------------------------------------- refused input
+
+
+def test_training_needs_its_volume() -> None:
+    body = train("llama-2-7b")
+    del body["training"]
+    with pytest.raises(InvalidRecommendation) as info:
+        recommend(req(**body), CATALOG)
+    assert info.value.errors[0][0] == "$.training"
+
+
+def test_unknown_gpu_in_constraints_names_the_field() -> None:
+    body = train("llama-2-7b")
+    body["constraints"] = {"include": ["h100-sxm5-80gb", "h900"]}
+    with pytest.raises(InvalidRecommendation) as info:
+        recommend(req(**body), CATALOG)
+    assert info.value.errors[0][0] == "$.constraints.include[1]"
+
+
+def test_the_estimate_bound_degrades_gracefully(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpuplan.core.recommend.fit as fit
+
+    monkeypatch.setattr(fit, "MAX_ESTIMATES", 5)
+    response = recommend(req(**train("llama-2-70b", gradient_checkpointing="full")), CATALOG)
+    assert response.search.estimates == 5
+    assert any("bound" in w for w in response.warnings)
+    for r in response.recommendations:  # whatever it reports as fitting does fit
+        if r.fits:
+            assert r.required_bytes_per_gpu <= r.usable_memory_bytes

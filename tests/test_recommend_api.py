@@ -1,0 +1,100 @@
+"""POST /v1/recommendations end to end, and its problem+json answers to bad input."""
+
+from typing import Any
+
+from litestar.testing import TestClient
+
+PATH = "/v1/recommendations"
+
+
+def _body(**over: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "inference", "sequence_length": 3840, "batch_size": 1},
+        "inference": {"output_tokens": 256, "requests_per_second": 1.5},
+        "objective": "cheapest",
+    }
+    body.update(over)
+    return body
+
+
+def test_recommendations(client: TestClient) -> None:  # type: ignore[type-arg]
+    response = client.post(PATH, json=_body())
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["objective"] == "cheapest"
+    assert body["workload_kind"] == "inference"
+    assert body["scenario"]["class"] == "medium_training"
+    first = body["recommendations"][0]
+    assert first["fits"]
+    assert first["score"] == 1.0
+    assert first["throughput"]["unit"] == "tokens/s"
+    assert first["cost_usd"] > 0
+    assert first["latency"]["time_per_output_token_s"] > 0
+    scores = [r["score"] for r in body["recommendations"]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_training_with_constraints(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = _body(
+        workload={"mode": "training", "sequence_length": 2048, "gradient_checkpointing": "full"},
+        training={"training_tokens": 10**9},
+        constraints={"vendors": ["nvidia"], "max_usd_per_hour": 40, "deployment": "hybrid"},
+        objective="fastest",
+    )
+    del body["inference"]
+    response = client.post(PATH, json=body)
+    assert response.status_code == 200, response.text
+    out = response.json()
+    for r in out["recommendations"]:
+        if r["score"] > 0:
+            assert r["usd_per_hour"] <= 40
+    assert {o["name"] for o in out["hybrid"]["options"]} == {"all_cloud", "all_on_prem", "hybrid"}
+
+
+def _problem(response: Any, status: int, path: str) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert body["status"] == status
+    assert path in [e["path"] for e in body.get("errors", [])], body
+
+
+def test_schema_violation_names_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
+    bad = _body(workload={"mode": "inference", "sequence_length": 4096, "batch_size": 0})
+    _problem(client.post(PATH, json=bad), 422, "$.workload.batch_size")
+    _problem(client.post(PATH, json=_body(objective="cheap")), 422, "$.objective")
+    _problem(client.post(PATH, json=_body(constraints={"pue": 0.5})), 422, "$.constraints.pue")
+    _problem(client.post(PATH, json=_body(budget=3)), 422, "$.budget")
+
+
+def test_core_refusals_name_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
+    missing_volume = _body(workload={"mode": "training", "sequence_length": 2048})
+    del missing_volume["inference"]
+    _problem(client.post(PATH, json=missing_volume), 422, "$.training")
+    unknown = _body(constraints={"exclude": ["h100-sxm5-80gb", "quantum-9000"]})
+    _problem(client.post(PATH, json=unknown), 422, "$.constraints.exclude[1]")
+    _problem(client.post(PATH, json=_body(model={"name": "llama-99b"})), 422, "$.model.name")
+    _problem(
+        client.post(PATH, json=_body(constraints={"vendors": ["intel"]})), 422, "$.constraints"
+    )
+
+
+def test_malformed_json(client: TestClient) -> None:  # type: ignore[type-arg]
+    response = client.post(PATH, content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    assert response.headers["content-type"].startswith("application/problem+json")
+
+
+def test_measured_flops_use_catalog_precisions(client: TestClient) -> None:  # type: ignore[type-arg]
+    bad = _body(measured_flops={"h100-sxm5-80gb": {"bf17": 1e14}})
+    response = client.post(PATH, json=bad)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    # msgspec reports a bad dict key as "at `key` in `$.measured_flops[...]`"
+    assert "$.measured_flops" in response.json()["detail"]
+    good = _body(measured_flops={"NVIDIA H100 80GB HBM3": {"bf16": 5e14}})
+    body = client.post(PATH, json=good).json()
+    sources = {r["gpu"]: r["source"] for r in body["recommendations"]}
+    assert sources["h100-sxm5-80gb"] == "measured"
+    assert sources["a100-sxm4-80gb"] == "catalog"
