@@ -41,11 +41,25 @@ def test_profiles_show_unverified_fields(client: TestClient) -> None:  # type: i
     assert body["profiles"][0]["sources"]["placements"][0]["kind"] == "derived"
 
 
-def test_unknown_gpu_is_404_problem(client: TestClient) -> None:  # type: ignore[type-arg]
-    response = client.get("/v1/mig/profiles?gpu=A1000")
-    assert response.status_code == 404
+@pytest.mark.parametrize(
+    ("method", "url", "body", "location"),
+    [("GET", "/v1/mig/profiles?gpu=A1000", None, "query"),
+     ("POST", "/v1/mig/plan", {"gpu": "A1000", "workloads": [{"name": "a", "profile": "1g.10gb"}]}, "body")],
+)  # fmt: skip
+def test_unknown_gpu_is_422_problem_with_suggestions(
+    client: TestClient,  # type: ignore[type-arg]
+    method: str,
+    url: str,
+    body: Any,
+    location: str,
+) -> None:
+    response = client.request(method, url, json=body)
+    assert response.status_code == 422
     assert response.headers["content-type"].startswith(PROBLEM)
-    assert response.json()["type"] == "urn:gpuplan:problem:unknown-gpu"
+    problem = response.json()
+    assert problem["errors"][0]["path"] == "$.gpu"
+    assert problem["errors"][0]["location"] == location
+    assert "a100-sxm4-80gb" in problem["suggestions"]
 
 
 def test_gpu_without_mig_is_422_problem(client: TestClient) -> None:  # type: ignore[type-arg]

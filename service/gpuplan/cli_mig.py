@@ -43,14 +43,10 @@ def _catalog() -> Any:
 
 
 def _run(fn: Any, request: Any) -> Any:
-    from gpuplan.core.catalog import UnknownGpu
     from gpuplan.core.mig import MigInputError
 
     try:
         return fn(request, _catalog())
-    except UnknownGpu as exc:
-        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        raise click.UsageError(f"no GPU in the catalog is named {exc.query!r}{closest}") from None
     except MigInputError as exc:
         raise click.UsageError(str(exc)) from None
 

@@ -171,7 +171,7 @@ def on_mig_input(request: Request[Any, Any, Any], exc: MigInputError) -> Respons
             title=_title(422),
             status=422,
             detail=f"invalid value at {exc.path}: {exc.reason}",
-            errors=[FieldError(path=exc.path, reason=exc.reason)],
+            errors=[FieldError(path=exc.path, reason=exc.reason, location=exc.location)],
             suggestions=exc.suggestions if exc.suggestions else msgspec.UNSET,
         )
     )

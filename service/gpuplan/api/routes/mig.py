@@ -9,7 +9,7 @@ from gpuplan.api.runtime import runtime
 from gpuplan.core import mig
 
 
-@operation("GET", "/v1/mig/profiles", query=mig.ProfilesQuery, problems=(404,), tags=["mig"])
+@operation("GET", "/v1/mig/profiles", query=mig.ProfilesQuery, tags=["mig"])
 async def mig_profiles(
     request: Request[Any, Any, Any], query: mig.ProfilesQuery
 ) -> mig.ProfilesResponse:
@@ -17,12 +17,12 @@ async def mig_profiles(
 
     `gpu` takes every catalog lookup form: `a100-sxm4-80gb`, `NVIDIA A100-SXM4-80GB`,
     `NVIDIA-A100-SXM4-80GB`, `0x20b2`. Fields not confirmed on hardware are listed in
-    each profile's `unverified`. A GPU without MIG answers 422.
+    each profile's `unverified`. An unknown GPU or one without MIG answers 422.
     """
     return mig.profiles(query, runtime(request).catalog)
 
 
-@operation("POST", "/v1/mig/validate", body=mig.ValidateRequest, problems=(404,), tags=["mig"])
+@operation("POST", "/v1/mig/validate", body=mig.ValidateRequest, tags=["mig"])
 async def mig_validate(
     request: Request[Any, Any, Any], body: mig.ValidateRequest
 ) -> mig.ValidateResponse:
@@ -35,7 +35,7 @@ async def mig_validate(
     return mig.validate(body, runtime(request).catalog)
 
 
-@operation("POST", "/v1/mig/plan", body=mig.PlanRequest, problems=(404,), tags=["mig"])
+@operation("POST", "/v1/mig/plan", body=mig.PlanRequest, tags=["mig"])
 async def mig_plan(request: Request[Any, Any, Any], body: mig.PlanRequest) -> mig.PlanResponse:
     """Pack workloads onto the fewest MIG-partitioned GPUs.
 

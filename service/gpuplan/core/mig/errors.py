@@ -22,8 +22,10 @@ class MigInputError(InvalidRequest):
         reason: str,
         kind: MigErrorKind = "validation",
         suggestions: Sequence[str] = (),
+        location: Literal["body", "query"] = "body",
     ) -> None:
         super().__init__([(path, reason)])
+        self.location = location
         self.path = path
         self.reason = reason
         self.kind = kind

@@ -13,7 +13,9 @@ from gpuplan.core.mig.tables import resolve, resource_name
 def profiles(
     query: ProfilesQuery, catalog: Catalog, tables: Sequence[MigGpu] | None = None
 ) -> ProfilesResponse:
-    spec, table = resolve(catalog, builtin_tables() if tables is None else tables, query.gpu)
+    spec, table = resolve(
+        catalog, builtin_tables() if tables is None else tables, query.gpu, location="query"
+    )
     return ProfilesResponse(
         gpu=spec.id,
         name=spec.name,

@@ -3,8 +3,9 @@
 import difflib
 import re
 from collections.abc import Sequence
+from typing import Literal
 
-from gpuplan.core.catalog import Catalog, GpuSpec
+from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.mig.model import MigGpu
 
@@ -14,14 +15,30 @@ _RESOURCE_FORM = re.compile(r"^(\d+g\.\d+gb)\.(.+)$")
 
 
 def resolve(
-    catalog: Catalog, tables: Sequence[MigGpu], query: str, path: str = "$.gpu"
+    catalog: Catalog,
+    tables: Sequence[MigGpu],
+    query: str,
+    path: str = "$.gpu",
+    location: Literal["body", "query"] = "body",
 ) -> tuple[GpuSpec, MigGpu]:
     """The catalog SKU ``query`` names (any lookup form) and its MIG table.
 
-    Raises :class:`~gpuplan.core.catalog.UnknownGpu` for an unknown name and
-    :class:`MigInputError` for a GPU without MIG.
+    Raises :class:`MigInputError` for an unknown name (with the closest ids) and for
+    a GPU without MIG.
     """
-    spec = catalog.get(query)
+    try:
+        spec = catalog.get(query)
+    except UnknownGpu as exc:
+        # A name given in a request's input is a bad value there (422), as elsewhere
+        # in the API; 404 is for a resource named by the URL path.
+        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+        raise MigInputError(
+            path,
+            f"no GPU in the catalog is named {query!r}{closest}",
+            "validation",
+            exc.suggestions,
+            location,
+        ) from None
     for table in tables:
         if spec.id in table.gpus:
             return spec, table
@@ -31,6 +48,7 @@ def resolve(
         f"`{spec.id}` does not support MIG; MIG-capable GPUs: {', '.join(capable)}",
         "mig-unsupported",
         capable,
+        location,
     )
 
 
