@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
-from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta
+from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta, mig
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
@@ -33,6 +33,9 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     fleet.fleet_flops,
     memory.list_models,
     trace_route.trace_memory,
+    mig.mig_profiles,
+    mig.mig_validate,
+    mig.mig_plan,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,

@@ -1,0 +1,34 @@
+"""MIG partition planning: profile and placement tables (data), layout validation,
+optimal packing of workloads onto GPUs, incremental plans and mig-parted output.
+
+Entry points, one per adapter call: :func:`profiles`, :func:`validate`, :func:`plan`.
+"""
+
+from gpuplan.core.mig.errors import MigInputError
+from gpuplan.core.mig.load import MigDataError, builtin_tables
+from gpuplan.core.mig.plan import plan
+from gpuplan.core.mig.profiles import profiles
+from gpuplan.core.mig.schema import (
+    PlanRequest,
+    PlanResponse,
+    ProfilesQuery,
+    ProfilesResponse,
+    ValidateRequest,
+    ValidateResponse,
+)
+from gpuplan.core.mig.validate import validate
+
+__all__ = [
+    "MigDataError",
+    "MigInputError",
+    "PlanRequest",
+    "PlanResponse",
+    "ProfilesQuery",
+    "ProfilesResponse",
+    "ValidateRequest",
+    "ValidateResponse",
+    "builtin_tables",
+    "plan",
+    "profiles",
+    "validate",
+]
