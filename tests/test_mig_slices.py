@@ -182,7 +182,9 @@ def test_taken_lost_and_shared_instances_are_never_offered() -> None:
     assert picked(answer) == [("n1", 0, "1g.18gb", 6)]
     assert (answer.instances, answer.free, answer.matched) == (6, 5, 1)
     text = " ".join(answer.notes)
-    assert "lost" in text and "compute instance(s)" in text and "no compute" in text
+    assert "lost" in text
+    assert "compute instance(s)" in text
+    assert "no compute" in text
 
 
 def test_gpu_and_node_filters() -> None:
@@ -198,10 +200,12 @@ def test_gpu_and_node_filters() -> None:
     ]
     assert picked(ask(fleet, node="b")) == [("b", 0, "1g.18gb", 0)]
     gone = ask(fleet, node="c")
-    assert gone.slices == [] and "'c' is not live" in gone.notes[0]
+    assert gone.slices == []
+    assert "'c' is not live" in gone.notes[0]
     with pytest.raises(MigInputError) as unknown:
         ask(fleet, gpu="h9000")
-    assert unknown.value.path == "$.gpu" and unknown.value.location == "query"
+    assert unknown.value.path == "$.gpu"
+    assert unknown.value.location == "query"
     with pytest.raises(MigInputError) as no_mig:
         ask(fleet, gpu="l40s")
     assert no_mig.value.kind == "mig-unsupported"
@@ -215,7 +219,8 @@ def test_empty_answers_say_why() -> None:
     assert ask([busy]).notes == ["all 1 MIG instances are in use"]
     small = node("n1", mig("n1", 0, "1g.18gb", 0, 16.0), mig("n1", 0, "2g.35gb", 2, 31.5))
     (note,) = ask([small], memory_gib=40, compute_slices=3).notes
-    assert "40.00 GiB" in note and "at most 31.50 GiB and 2 compute" in note
+    assert "40.00 GiB" in note
+    assert "at most 31.50 GiB and 2 compute" in note
 
 
 def test_limit_cuts_the_ranked_list_and_says_so() -> None:
