@@ -193,3 +193,29 @@ def test_bad_query_values_are_422(query: str, path: str) -> None:
     errors = response.json()["errors"]
     assert errors[0]["path"] == path
     assert errors[0]["location"] == "query"
+
+
+def test_a_node_without_placement_rights_still_offers_its_instances(
+    redis_url: str, key_prefix: str
+) -> None:
+    # Recorded A100 PCIe whose GPU-instance lookups answer NoPermission: the agent
+    # publishes the profile (parsed from the MIG device name) but no placement.
+    _publish(redis_url, key_prefix, snapshot("node-c", fixture="a100-pcie-mig"))
+    with _client(redis_url, key_prefix) as client:
+        body = client.get("/v1/mig/slices?memory_gib=19&compute_slices=3").json()
+        (item,) = body["slices"]
+        assert (item["profile"], item["placement_start"], item["placement_size"]) == (
+            "3g.20gb",
+            None,
+            None,
+        )
+        assert (item["catalog_id"], item["compute_slices"], item["unverified"]) == (
+            "a100-pcie-40gb",
+            3,
+            [],
+        )
+        assert item["resource"] == "nvidia.com/mig-3g.20gb"
+        # 19.5 GiB usable: a 20 GiB demand does not fit the "20gb" profile.
+        body = client.get("/v1/mig/slices?memory_gib=20").json()
+        assert body["slices"] == []
+        assert "at most 19.50 GiB and 3 compute slice(s)" in body["notes"][0]

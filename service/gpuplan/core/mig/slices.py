@@ -13,6 +13,7 @@ large workloads; ties go by node, GPU index and placement start, so the answer i
 the same on every call.
 """
 
+import heapq
 import math
 import re
 from collections.abc import Sequence
@@ -115,15 +116,19 @@ def _slice(m: MigInstance, known: _Known, compute: int, memory: int, need: int) 
     )
 
 
-def _rank(s: FreeSlice) -> tuple[int, int, str, int, bool, int, str]:
+Rank = tuple[int, int, str, int, bool, int, str]
+
+
+def _rank(m: MigInstance, compute: int, memory: int, need: int) -> Rank:
+    """Best fit first: surplus memory, surplus compute, then a total order."""
     return (
-        s.surplus_memory_bytes,
-        s.surplus_compute_slices,
-        s.node,
-        s.gpu_index,
-        s.placement_start is None,
-        s.placement_start or 0,
-        s.mig_uuid,
+        m.memory_bytes - memory,
+        compute - need,
+        m.node,
+        m.gpu_index,
+        m.placement_start is None,
+        m.placement_start or 0,
+        m.mig_uuid,
     )
 
 
@@ -150,7 +155,7 @@ def slices(
 
     cache: dict[tuple[str, str], _Known] = {}
     tally = _Tally()
-    fits: list[FreeSlice] = []
+    fits: list[tuple[Rank, MigInstance, _Known, int]] = []
     for node in live:
         down = {g.uuid for g in node.gpus if not g.up}
         shared = _shared_gis(node)
@@ -177,9 +182,10 @@ def slices(
                 tally.max_memory = max(tally.max_memory, m.memory_bytes)
                 tally.max_compute = max(tally.max_compute, compute)
                 if m.memory_bytes >= memory and compute >= need:
-                    fits.append(_slice(m, known, compute, memory, need))
-    fits.sort(key=_rank)
-    shown = fits[: query.limit]
+                    fits.append((_rank(m, compute, memory, need), m, known, compute))
+    # Only the answer's items are built: a large fleet may have many more fits.
+    best = heapq.nsmallest(query.limit, fits, key=lambda fit: fit[0])
+    shown = [_slice(m, known, compute, memory, need) for _, m, known, compute in best]
     return SlicesResponse(
         memory_bytes=memory,
         compute_slices=need,
