@@ -36,6 +36,7 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     mig.mig_profiles,
     mig.mig_validate,
     mig.mig_plan,
+    mig.mig_slices,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,
