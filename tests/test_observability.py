@@ -365,7 +365,7 @@ def test_free_mig_slices_evaluate_correctly(tmp_path: Path) -> None:
                 "exp_samples": [
                     {"labels": '{node="n1", gpu="0"}', "value": 1},
                     {"labels": '{node="n1", gpu="1"}', "value": 7},
-                    {"labels": '{node="n2", gpu="0"}', "value": 1},
+                    {"labels": '{node="n2", gpu="0"}', "value": 2},
                 ],
             }],
         }],
