@@ -397,3 +397,20 @@ def test_notes_name_the_service() -> None:
         notes = chart.render({}, name=RELEASE, namespace=NAMESPACE)["gpuplan/templates/NOTES.txt"]
     assert "svc/demo-gpuplan-api" in notes
     assert "CRDs" in notes  # no operator in an offline render: says how to scrape instead
+
+
+def test_packaged_chart_carries_the_dashboards_and_renders_the_same(tmp_path: Path) -> None:
+    archive = Path(helm.package(CHART, destination=tmp_path))
+    with helm.Chart.load_archive(archive.read_bytes()) as chart:
+        files = {f["name"] for f in chart.files}
+        rendered = chart.render(_values("full-values.yaml"), name=RELEASE, namespace=NAMESPACE)
+    assert {"files/dashboards/gpuplan-fleet.json", "files/prometheus/gpuplan.rules.yaml"} <= files
+    assert not any(name.startswith("ci/") for name in files)  # .helmignore
+    docs = [
+        d
+        for p, t in rendered.items()
+        if not p.endswith("NOTES.txt")
+        for d in yaml.safe_load_all(t)
+        if d
+    ]
+    assert docs == list(_render("full-values.yaml"))
