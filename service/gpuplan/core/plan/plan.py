@@ -38,15 +38,11 @@ from gpuplan.core.recommend.job import Job, resolve_job
 from gpuplan.core.recommend.schema import Layout, Recommendation, RecommendRequest
 from gpuplan.core.record import Record
 
-ALL = 500
-"""The recommendation is asked for every GPU (the catalog is far smaller), so the
-``fits`` GPU's best plan is found whatever ``limit`` shows."""
-
 ASSUMPTIONS = [
     "fits: per-GPU required_bytes (20% headroom included) at the target count, in the least "
     "memory-hungry layout the recommendation sizes at that count, against usable memory",
-    "max_cost_usd / max_time_hours: the best recommendation on the fits GPU (any count the "
-    "objective and constraints allow), else the top recommendation",
+    "max_cost_usd / max_time_hours: the recommendation's best plan on the fits GPU with at most "
+    "its count of GPUs, else the top recommendation",
     "min_memory_headroom: 1 - required/usable on the fits GPU at its count, else the top recommendation",
     "MIG: the smallest plain profile whose usable memory (as the driver reports it) holds the "
     "job's one-GPU required_bytes",
@@ -83,8 +79,20 @@ def plan(
     def required_on(gpu: GpuSpec) -> int | None:
         return oracle.required(one_gpu[0], gpu, one_gpu[1])
 
+    fits = (
+        (names.fits_gpu, request.targets.fits.count)
+        if names.fits_gpu and request.targets.fits
+        else None
+    )
+    chosen = _chosen(rec_request, rec.recommendations, fits, catalog)
     verdicts = _verdicts(
-        request, names, recs=rec.recommendations, job=job, oracle=oracle, required_on=required_on
+        request,
+        names,
+        recs=rec.recommendations,
+        chosen=chosen,
+        job=job,
+        oracle=oracle,
+        required_on=required_on,
     )
     mig = []
     for spec, table in mig_capable(catalog, tables):
@@ -104,7 +112,7 @@ def plan(
         passed=all(v.status == "pass" for v in verdicts),
         verdicts=verdicts,
         estimate=memory,
-        recommendations=rec.recommendations[: request.limit],
+        recommendations=rec.recommendations,
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,
@@ -135,6 +143,7 @@ def _verdicts(
     names: _Resolved,
     *,
     recs: list[Recommendation],
+    chosen: tuple[Recommendation | None, str],
     job: Job,
     oracle: MemoryOracle,
     required_on: Callable[[GpuSpec], int | None],
@@ -154,11 +163,10 @@ def _verdicts(
         ):
             sized, why = None, "constraints.required_interconnect is nvlink and it has none"
         verdicts.append(fits_verdict(t.fits, fits_gpu, sized, why))
-    chosen, basis = _chosen(recs, fits_gpu)
     if t.max_cost_usd is not None:
-        verdicts.append(cost_verdict(t.max_cost_usd, chosen, basis))
+        verdicts.append(cost_verdict(t.max_cost_usd, *chosen))
     if t.max_time_hours is not None:
-        verdicts.append(time_verdict(t.max_time_hours, chosen, basis))
+        verdicts.append(time_verdict(t.max_time_hours, *chosen))
     if names.mig is not None:
         spec, table, named = names.mig
         need = required_on(spec)
@@ -207,25 +215,42 @@ def _with_measured(request: PlanFile, measured: Sequence[MeasuredFlops] | None) 
 
 
 def _recommend_request(request: PlanFile, fits_gpu: GpuSpec | None) -> RecommendRequest:
-    fields = {
-        name: getattr(request, name)
-        for name in RecommendRequest.__struct_fields__
-        if name not in ("limit",)
-    }
+    fields = {name: getattr(request, name) for name in RecommendRequest.__struct_fields__}
     constraints = request.constraints
     if fits_gpu is not None and constraints.preferred_gpu is None:
         # Advice then explains how to make the job fit the GPU the plan targets.
         constraints = msgspec.structs.replace(constraints, preferred_gpu=fits_gpu.id)
     fields["constraints"] = constraints
-    return RecommendRequest(**fields, limit=ALL)
+    return RecommendRequest(**fields)
 
 
 def _chosen(
-    recs: list[Recommendation], fits_gpu: GpuSpec | None
+    rec_request: RecommendRequest,
+    recs: list[Recommendation],
+    fits: tuple[GpuSpec, int] | None,
+    catalog: Catalog,
 ) -> tuple[Recommendation | None, str]:
-    if fits_gpu is not None:
-        for r in recs:
-            if r.gpu == fits_gpu.id:
-                return r, f"best plan on {fits_gpu.id}"
-        return None, f"no plan on {fits_gpu.id}"
-    return (recs[0] if recs else None), "top recommendation"
+    """The plan the cost and time targets are checked against, and how it was chosen.
+
+    With a ``fits`` target: the recommendation's best plan on that GPU using at most
+    its ``count`` GPUs (the recommendation asked with ``include`` = that GPU and
+    ``max_gpus_per_job`` = the count), which is how it answers "we have N of these".
+    Without: the top recommendation.
+    """
+    target = rec_request.constraints
+    if fits is None:
+        return (recs[0] if recs else None), "top recommendation"
+    fits_gpu, count = fits[0], min(fits[1], target.max_gpus_per_job)
+    narrowed = msgspec.structs.replace(
+        rec_request,
+        constraints=msgspec.structs.replace(target, include=[fits_gpu.id], max_gpus_per_job=count),
+        hybrid=None,
+        all_counts=False,
+        limit=1,
+    )
+    basis = f"best plan on at most {count} x {fits_gpu.id}"
+    try:
+        found = recommend(narrowed, catalog).recommendations
+    except InvalidRecommendation:
+        return None, f"{fits_gpu.id} is ruled out by the constraints"
+    return (found[0] if found else None), basis

@@ -51,7 +51,8 @@ class Targets(Record, kw_only=True):
     """Per-GPU ``required_bytes`` (20% headroom included) ≤ usable memory on ``count`` GPUs."""
 
     max_cost_usd: Annotated[float, msgspec.Meta(gt=0, le=1e12)] | None = None
-    """Cost of the best plan on the ``fits`` GPU (else of the top recommendation)."""
+    """Cost of the best plan on at most ``fits.count`` of the ``fits`` GPU (else of the top
+    recommendation)."""
 
     max_time_hours: Annotated[float, msgspec.Meta(gt=0, le=1e7)] | None = None
     """Time of the same plan (training: wall clock; inference: the period planned for)."""

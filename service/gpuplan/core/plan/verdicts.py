@@ -5,9 +5,10 @@ Semantics (docs/ci.md):
 - ``fits``: the job's per-GPU ``required_bytes`` (the estimator's, 20% headroom
   included) at ``count`` GPUs, in the least memory-hungry layout the recommendation
   sizes at that count, is at most the GPU's usable memory.
-- ``max_cost_usd`` / ``max_time_hours``: the best recommendation on the ``fits`` GPU
-  (at the count the objective picks), or the top recommendation when no ``fits``
-  target is given. A plan that does not fit, or has no price, fails.
+- ``max_cost_usd`` / ``max_time_hours``: the recommendation's best plan (for the
+  objective) on the ``fits`` GPU using at most its ``count`` GPUs, or the top
+  recommendation when no ``fits`` target is given. A plan that does not fit, or has
+  no price, fails.
 - ``min_memory_headroom``: 1 − required/usable on the ``fits`` GPU at its count (else
   of the top recommendation) is at least the value.
 - ``mig_profile_at_most``: the job's one-GPU ``required_bytes`` fits the named
@@ -60,18 +61,16 @@ def fits_verdict(target: FitsTarget, gpu: GpuSpec, sized: Sized | None, why_not:
     )
 
 
-def _unusable(rec: Recommendation | None, what: str) -> str | None:
+def _unusable(rec: Recommendation | None, what: str, basis: str) -> str | None:
     if rec is None:
-        return (
-            f"no recommendation to take the {what} from (no candidate GPU within the constraints)"
-        )
+        return f"no plan to take the {what} from ({basis})"
     if not rec.fits:
         return f"{rec.gpu} does not fit the job within the constraints, so it has no {what}"
     return None
 
 
 def cost_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdict:
-    problem = _unusable(rec, "cost")
+    problem = _unusable(rec, "cost", basis)
     if problem is None and rec is not None and rec.cost_usd is None:
         problem = f"{rec.gpu} has no price ({'; '.join(rec.reasons[-1:])})"
     if problem is not None or rec is None or rec.cost_usd is None:
@@ -102,7 +101,7 @@ def cost_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdic
 
 
 def time_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdict:
-    problem = _unusable(rec, "time")
+    problem = _unusable(rec, "time", basis)
     if problem is None and rec is not None and rec.time_hours is None:
         problem = f"{rec.gpu} has no time estimate"
     if problem is not None or rec is None or rec.time_hours is None:
