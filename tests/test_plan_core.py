@@ -1,5 +1,6 @@
 """The plan core: each target's semantics against the cores it builds on, ids, determinism."""
 
+import re
 from typing import Any
 
 import msgspec
@@ -104,6 +105,21 @@ def test_fits_at_a_count_shards_like_the_recommendation(catalog: Catalog) -> Non
     at_four = [r for r in rec.recommendations if r.count == 4 and r.fits]
     assert at_four
     assert all(r.required_bytes_per_gpu >= four.actual for r in at_four)
+
+
+def test_more_gpus_never_need_more_memory_per_gpu(catalog: Catalog) -> None:
+    previous = None
+    for count in (1, 2, 3, 4, 6, 8, 16):
+        v = _verdict(
+            _plan(catalog, LLAMA_TRAINING, fits={"gpu": "a100-sxm4-80gb", "count": count}), "fits"
+        )
+        assert isinstance(v.actual, int)
+        assert v.layout is not None
+        tensor, pipeline, data = (int(x) for x in re.findall(r"[tpd](\d+)", v.layout)[:3])
+        assert tensor * pipeline * data == count
+        if previous is not None:
+            assert v.actual <= previous
+        previous = v.actual
 
 
 def test_headroom_is_one_minus_required_over_usable(catalog: Catalog) -> None:
@@ -290,7 +306,9 @@ def test_fleet_measurements_replace_the_datasheet_but_not_the_request(catalog: C
     assert isinstance(t1.actual, float)
     assert t1.actual > t0.actual * 1.5
     assert measured.plan_id != datasheet.plan_id
-    own = msgspec.convert({**doc, "measured_flops": {"a100-sxm4-80gb": {"bf16": peak}}}, PlanFile)
+    own = msgspec.convert(
+        {**doc, "measured_flops": {"NVIDIA A100-SXM4-80GB": {"bf16": peak}}}, PlanFile
+    )
     assert _verdict(plan(own, catalog, [slow]), "max_time_hours").actual == pytest.approx(
         _verdict(plan(own, catalog), "max_time_hours").actual
     )

@@ -65,7 +65,7 @@ def plan(
     """Check the plan's targets; raises :class:`~gpuplan.core.errors.InvalidRequest`
     subclasses naming the offending field."""
     tables = builtin_tables() if mig_tables is None else mig_tables
-    request = _with_measured(request, measured)
+    request = _with_measured(request, measured, catalog)
     names = _resolve_targets(request.targets, catalog, tables)
     rec_request = _recommend_request(request, names.fits_gpu)
     try:
@@ -200,17 +200,28 @@ def _gpu(catalog: Catalog, name: str, path: str) -> GpuSpec:
         raise InvalidPlan([(path, f"no GPU in the catalog is named {name!r}{hint}")]) from None
 
 
-def _with_measured(request: PlanFile, measured: Sequence[MeasuredFlops] | None) -> PlanFile:
-    """The fleet's measured FLOP/s under the request's own (the request wins)."""
+def _with_measured(
+    request: PlanFile, measured: Sequence[MeasuredFlops] | None, catalog: Catalog
+) -> PlanFile:
+    """The fleet's measured FLOP/s merged under the request's own, per GPU and precision.
+
+    The request's names are resolved to catalog ids first, so ``NVIDIA H100 80GB HBM3``
+    in the request and ``h100-sxm5-80gb`` from the fleet are one GPU; the request wins.
+    A name the catalog does not know is kept, for the recommendation to refuse by path.
+    """
     if not measured:
         return request
     merged: dict[str, dict[str, float]] = {}
     for m in sorted(measured, key=lambda m: (m.catalog_id, m.dtype)):
         if m.dtype in PRECISIONS and m.median_flops_per_second > 0:
             merged.setdefault(m.catalog_id, {})[m.dtype] = m.median_flops_per_second
-    for gpu, rates in request.measured_flops.items():
+    for name, rates in request.measured_flops.items():
+        try:
+            key = catalog.get(name).id
+        except UnknownGpu:
+            key = name
         for dtype, value in rates.items():
-            merged.setdefault(gpu, {})[dtype] = value
+            merged.setdefault(key, {})[dtype] = value
     return msgspec.convert({**msgspec.to_builtins(request), "measured_flops": merged}, PlanFile)
 
 

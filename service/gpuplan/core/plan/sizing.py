@@ -28,7 +28,13 @@ class Sized(Record, kw_only=True):
 def layouts_at(job: Job, count: int, c: Constraints) -> list[tuple[Layout, int]]:
     """``(layout sized, replicas)`` the recommendation would consider at ``count`` GPUs."""
     if job.kind != "inference":
-        return [(lay, 1) for lay in training_ladder(job, count, c)]
+        # The ladder is built for powers of two; at other counts a layout must still
+        # use every GPU (tensor x pipeline x data = count).
+        return [
+            (lay, 1)
+            for lay in training_ladder(job, count, c)
+            if lay.tensor * lay.pipeline * lay.data == count
+        ]
     arch = job.arch
     out = [(Layout(tensor=1, pipeline=1, data=1, zero_stage=0), count)]
     for t in TP_DEGREES:
