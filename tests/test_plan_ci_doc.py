@@ -53,7 +53,7 @@ def test_the_plan_step_reports_every_plan_and_the_worst_exit(tmp_path: Path) -> 
     subprocess.run(["bash", "-e", "-c", script], cwd=tmp_path, env=env, check=True)
     report = (tmp_path / "report.md").read_text(encoding="utf-8")
     assert report.startswith("<!-- gpuplan-report -->")
-    assert "### ✅ gpuplan: all 3 targets pass" in report
+    assert "### ✅ gpuplan: all 4 targets pass" in report
     assert "### ❌ gpuplan: 2 of 2 targets fail" in report
     assert "$: Object missing required field `model`" in report  # c.yaml: invalid
     assert output.read_text(encoding="utf-8").strip() == "status=2"
