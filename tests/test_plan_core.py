@@ -350,3 +350,12 @@ def test_missing_work_volume_names_the_field(catalog: Catalog) -> None:
 def test_unknown_target_is_refused_by_the_schema() -> None:
     with pytest.raises(msgspec.ValidationError, match=r"\$\.targets"):
         msgspec.convert({**LLAMA_INFERENCE, "targets": {"fit": {"gpu": "NVIDIA L4"}}}, PlanFile)
+
+
+def test_a_hybrid_plan_carries_the_recommendations_hybrid_comparison(catalog: Catalog) -> None:
+    base = {**LLAMA_TRAINING, "constraints": {"deployment": "hybrid"}}
+    report = _plan(catalog, base, fits={"gpu": "a100-sxm4-80gb", "count": 4})
+    rec = recommend(msgspec.convert(base, RecommendRequest), catalog)
+    assert report.hybrid is not None
+    assert report.hybrid == rec.hybrid
+    assert _plan(catalog, LLAMA_TRAINING, fits={"gpu": "a100-sxm4-80gb"}).hybrid is None

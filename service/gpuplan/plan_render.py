@@ -67,6 +67,8 @@ def markdown(report: PlanReport) -> str:
                 f"- `{a.gpu}` ×{a.count}: **{a.change}**: {a.required_bytes_before / GiB:.1f} → "
                 f"{a.required_bytes_after / GiB:.1f} GiB, {verdict}{factor}. {_cell(a.detail)}"
             )
+    if report.hybrid is not None:
+        lines += ["", f"**Hybrid**: {_cell(report.hybrid.detail)}"]
     for w in report.warnings:
         lines += ["", f"> ⚠️ {_cell(w)}"]
     holding = [m for m in report.mig if m.profile is not None]
@@ -123,5 +125,7 @@ def table(report: PlanReport) -> str:
         verdict = "fits" if a.fits_after else "still too big"
         factor = f", time x{a.time_factor:.2f}" if a.time_factor is not None else ""
         out.append(f"advice [{a.gpu}]: {a.change}: {verdict}{factor}. {a.detail}")
+    if report.hybrid is not None:
+        out.append(f"hybrid: {report.hybrid.detail}")
     out += [f"warning: {w}" for w in report.warnings]
     return "\n".join(out) + "\n"

@@ -116,6 +116,7 @@ def plan(
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,
+        hybrid=rec.hybrid,
         assumptions=[*ASSUMPTIONS, *rec.assumptions],
         unverified=unverified,
         warnings=rec.warnings,

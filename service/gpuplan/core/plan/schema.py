@@ -15,6 +15,7 @@ from gpuplan.core.memory.schema import EstimateResponse
 from gpuplan.core.recommend.schema import (
     Advice,
     GpuName,
+    HybridComparison,
     Recommendation,
     RecommendRequest,
     Scenario,
@@ -143,6 +144,9 @@ class PlanReport(Record, kw_only=True):
     scenario: Scenario
     mig: list[MigFit]
     advice: list[Advice]
+    hybrid: HybridComparison | None
+    """Owned pool + cloud burst comparison, with ``constraints.deployment: hybrid`` or ``hybrid``."""
+
     assumptions: list[str]
     unverified: list[str]
     warnings: list[str]
