@@ -125,6 +125,9 @@ def test_api_gives_the_local_answer_and_the_same_exit_codes(tmp_path: Path) -> N
             assert remote.exit_code == local.exit_code == 0, remote.output
             assert remote.output == local.output
         assert _run(str(failing), "--api", base).exit_code == 1
+        wrong = _run(str(good), "--api", base + "/nothing")
+        assert wrong.exit_code == 3, wrong.output
+        assert "404" in wrong.output
         refused = _run(str(invalid), "--api", base)
         assert refused.exit_code == 2
         assert "$.targets.fits.gpu" in refused.output

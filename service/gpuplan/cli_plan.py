@@ -19,6 +19,8 @@ import msgspec
 
 SCHEMA_ID = "https://gpuplan.invalid/api/plan.schema.json"
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_UNAVAILABLE = 0, 1, 2, 3
+INVALID_STATUSES = frozenset({400, 413, 415, 422})
+"""Answers that blame the plan file (malformed, too large, refused); others blame the server."""
 
 
 def plan_file_schema() -> dict[str, Any]:
@@ -106,8 +108,9 @@ def _remote(doc: Any, api: str, timeout: float) -> Any:
             payload = response.read()
     except urllib.error.HTTPError as exc:
         text = exc.read()
-        if 400 <= exc.code < 500:
+        if exc.code in INVALID_STATUSES:
             raise _Invalid(_problem_text(exc.code, text)) from None
+        # 404/405: no such route there (a wrong URL, an older server); 5xx: it failed.
         raise _Unavailable(f"{api} answered {exc.code}: {_problem_text(exc.code, text)}") from None
     except (urllib.error.URLError, OSError) as exc:
         raise _Unavailable(f"cannot reach {api}: {getattr(exc, 'reason', exc)}") from None
