@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 
 import yaml
+from click.testing import CliRunner
+
+from gpuplan.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,3 +60,13 @@ def test_the_plan_step_reports_every_plan_and_the_worst_exit(tmp_path: Path) -> 
     assert "### ❌ gpuplan: 2 of 2 targets fail" in report
     assert "$: Object missing required field `model`" in report  # c.yaml: invalid
     assert output.read_text(encoding="utf-8").strip() == "status=2"
+
+
+def test_the_quoted_report_is_what_the_command_prints() -> None:
+    text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
+    match = re.search(r"```markdown\n(.*?)```\n", text, re.S)
+    assert match
+    example = str(ROOT / "examples" / "llm-finetune-one-gpu.yaml")
+    result = CliRunner().invoke(main, ["plan", example, "--format", "markdown"])
+    assert result.exit_code == 1
+    assert result.output.startswith(match[1]), "docs/ci.md quotes a stale report"
