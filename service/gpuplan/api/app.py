@@ -37,6 +37,7 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     mig.mig_profiles,
     mig.mig_validate,
     mig.mig_plan,
+    mig.mig_slices,
     plan_route.plan_job,
     meta.metrics,
     docs.openapi_json,

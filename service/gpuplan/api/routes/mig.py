@@ -1,9 +1,11 @@
-"""MIG planning over HTTP: profiles of a GPU, layout validation, and packing plans."""
+"""MIG planning over HTTP: profiles of a GPU, layout validation, packing plans, and
+free instances of the live fleet."""
 
 from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.routes.fleet import read_nodes
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
 from gpuplan.core import mig
@@ -46,3 +48,20 @@ async def mig_plan(request: Request[Any, Any, Any], body: mig.PlanRequest) -> mi
     incrementally around instances in use.
     """
     return mig.plan(body, runtime(request).catalog)
+
+
+@operation("GET", "/v1/mig/slices", query=mig.SlicesQuery, problems=(503,), tags=["mig"])
+async def mig_slices(request: Request[Any, Any, Any], query: mig.SlicesQuery) -> mig.SlicesResponse:
+    """Free MIG instances across the live fleet that fit a workload, best fit first.
+
+    An instance fits when its usable memory (as its agent read it from the driver,
+    never the number in the profile name) covers `memory_gib` and it has at least
+    `compute_slices`. Best fit: least surplus memory, then least surplus compute, then
+    node, GPU index and placement start. Filter by `node` and by `gpu` model (any
+    catalog lookup form). Each item gives the Kubernetes resource name and whether the
+    profile's data is unverified. An empty fleet is an empty list with a note; without
+    Redis, or while it is down, 503.
+    """
+    state = runtime(request)
+    nodes = await read_nodes(state, query.node)
+    return mig.slices(query, nodes, state.catalog)

@@ -259,3 +259,81 @@ class PlanResponse(Record, kw_only=True):
     """Incremental plans: GPUs whose layout changes, and how."""
     unverified: list[str] = []
     """Profiles used whose data is not confirmed on hardware."""
+
+
+# -- slices (the scheduler query over the live fleet) -------------------------------------
+
+MAX_SLICES_LIMIT = 1_000
+
+NodeName = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
+    ),
+]
+"""A Kubernetes node name (a DNS subdomain), as the fleet schema keys nodes."""
+
+
+class SlicesQuery(Record, kw_only=True):
+    memory_gib: Annotated[float, msgspec.Meta(gt=0, le=4096)] | None = None
+    """Memory the workload needs, in GiB (2^30 bytes), matched against each instance's
+    usable memory as the driver reports it, never the number in the profile name.
+    Omitted: any free instance, smallest first."""
+    compute_slices: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
+    """Compute slices the workload needs (the ``Ng`` of a profile name)."""
+    node: NodeName | None = None
+    """Only this node."""
+    gpu: GpuName | None = None
+    """Only GPUs of this catalog model (any catalog lookup form; must support MIG)."""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SLICES_LIMIT)] = 50
+    """Most instances returned, best fit first."""
+
+
+class FreeSlice(Record, kw_only=True):
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    gpu_model_name: str
+    """The model name the driver reports."""
+    catalog_id: str | None
+    """The catalog SKU the model name resolves to, when it does."""
+    mig_uuid: str
+    """``MIG-…``: what ``CUDA_VISIBLE_DEVICES`` takes."""
+    gpu_instance_id: int
+    profile: str
+    placement_start: int | None
+    """First memory slice (null when the agent could not read the placement)."""
+    placement_size: int | None
+    """Memory slices occupied."""
+    memory_bytes: int
+    """Usable memory of the instance as the agent read it from the driver."""
+    compute_slices: int
+    resource: str
+    """Kubernetes resource name under the ``mixed`` strategy (``nvidia.com/mig-3g.40gb``)."""
+    surplus_memory_bytes: int
+    """Usable memory beyond the request: what best fit minimises first."""
+    surplus_compute_slices: int
+    unverified: list[str] | None
+    """Fields of the profile's table row not confirmed on hardware (``[]``: all
+    confirmed); null when gpuplan has no MIG table row for this model and profile."""
+
+
+class SlicesResponse(Record, kw_only=True):
+    memory_bytes: int
+    """The request's memory in bytes (``ceil(memory_gib · 2^30)``; 0 when omitted)."""
+    compute_slices: int
+    nodes: int
+    """Live nodes read (after the ``node`` filter)."""
+    instances: int
+    """MIG instances on those nodes (after the ``gpu`` filter), free or not."""
+    free: int
+    """Of those, instances no process uses."""
+    matched: int
+    """Free instances that fit, before ``limit``."""
+    count: int
+    """Instances returned."""
+    slices: list[FreeSlice]
+    """Best fit first: least surplus memory, then least surplus compute, then node, GPU
+    index and placement start."""
+    notes: list[str] = []
+    """Why the list is empty or short, and instances left out."""

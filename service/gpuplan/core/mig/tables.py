@@ -52,8 +52,8 @@ def resolve(
     )
 
 
-def profile_index(table: MigGpu, ref: str, path: str) -> int:
-    """Index of the profile ``ref`` names, in nvidia-smi, mig-parted or Kubernetes form."""
+def find_profile(table: MigGpu, ref: str) -> int | None:
+    """Index of the profile ``ref`` names (nvidia-smi, mig-parted or Kubernetes form), or None."""
     names = [p.name for p in table.profiles]
     name = _PREFIX.sub("", ref.strip()).lower()
     if name in names:
@@ -61,6 +61,16 @@ def profile_index(table: MigGpu, ref: str, path: str) -> int:
     match = _RESOURCE_FORM.match(name)
     if match and f"{match[1]}+{match[2]}" in names:
         return names.index(f"{match[1]}+{match[2]}")
+    return None
+
+
+def profile_index(table: MigGpu, ref: str, path: str) -> int:
+    """Index of the profile ``ref`` names, in nvidia-smi, mig-parted or Kubernetes form."""
+    found = find_profile(table, ref)
+    if found is not None:
+        return found
+    names = [p.name for p in table.profiles]
+    name = _PREFIX.sub("", ref.strip()).lower()
     close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
     raise MigInputError(
         path,

@@ -12,7 +12,7 @@ import msgspec
 from gpuplan.core.record import Record
 
 TraceMode = Literal["train", "inference"]
-TraceOptimizer = Literal["adamw", "adam", "sgd", "none"]
+TraceOptimizer = Literal["adamw", "adam", "sgd", "sgd_momentum", "none"]
 Amp = Literal["none", "bf16", "fp16"]
 TraceRuntime = Literal["cuda", "cpu"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]
