@@ -29,7 +29,8 @@ def test_filters_combine(client: TestClient) -> None:  # type: ignore[type-arg]
         f"/v1/gpus?vendor=nvidia&min_memory_bytes={80 * GiB}&mig=true&precision=fp8"
     ).json()
     assert set(_ids(body)) == {"h100-pcie-80gb", "h100-sxm5-80gb", "h100-nvl-94gb", "h200-sxm-141gb",
-                               "h200-nvl-141gb", "b200-180gb", "gb200-186gb"}  # fmt: skip
+                               "h200-nvl-141gb", "b200-180gb", "gb200-186gb", "gh200-96gb",
+                               "rtx-pro-6000-server-96gb", "rtx-pro-6000-workstation-96gb"}  # fmt: skip
     for gpu in body["gpus"]:
         assert gpu["vendor"] == "nvidia"
         assert gpu["mig"]["supported"]

@@ -24,13 +24,22 @@ from gpuplan.trace.hf import builder
 from gpuplan.trace.run import trace
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-PRECISION = {"fp32": ("fp32", "none"), "bf16": ("bf16", "none"), "amp_bf16": ("fp32", "bf16")}
+PRECISION = {
+    "fp32": ("fp32", "none"),
+    "fp16": ("fp16", "none"),
+    "bf16": ("bf16", "none"),
+    "amp_bf16": ("fp32", "bf16"),
+}
 
 
 def trace_case(case: Case) -> tuple[int | None, str, float]:
     """Traced peak bytes of ``case`` (None when the trace cannot describe it)."""
     if case.new_tokens:
         return None, "decode steps are not traced (prefill only)", 0.0
+    if case.optimizer == "adafactor":
+        return None, "Adafactor reads tensor values (.item()), which fake tensors have not", 0.0
+    if case.mode == "finetune_lora":
+        return None, "the Hugging Face builder adds no PEFT adapters", 0.0
     dtype, amp = PRECISION[case.precision]
     workload = TraceWorkload(
         mode="inference" if case.mode == "inference" else "train",

@@ -5,6 +5,7 @@ python -m bench.presets.to_toml >> service/gpuplan/core/memory/data/models.toml
 
 import json
 
+from bench.presets.derive_flops import RESULTS as FLOPS
 from bench.presets.derive_vision import RESULTS
 
 KIND = {"stable-diffusion-1.5-unet": "diffusion", "sdxl-unet": "diffusion"}
@@ -22,6 +23,7 @@ SOURCES = {
 
 def main() -> None:
     results = json.loads(RESULTS.read_text())
+    flops = json.loads(FLOPS.read_text())
     for name, r in results.items():
         assert (
             r["parameters"] == r["published_parameters"]
@@ -36,9 +38,10 @@ def main() -> None:
         print(f"training_bytes_per_sample = {r['training_bytes_per_sample']:_}")
         print(f"inference_bytes_per_sample = {r['inference_bytes_per_sample']:_}")
         print(f"gradients_at_peak = {r['gradients_at_peak']}")
+        print(f"forward_flops_per_sample = {flops[name]:_}")
         print(
             'source = "bench/presets/derive_vision.py: fp32, two AdamW steps and a no-grad forward at batch 8 and 16 '
-            f'under FakeTensorMode with torch MemTracker (torch {r["torch"]})"'
+            f'under FakeTensorMode with torch MemTracker; FLOPs: bench/presets/derive_flops.py, FlopCounterMode (torch {r["torch"]})"'
         )
 
 

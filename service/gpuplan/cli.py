@@ -14,6 +14,8 @@ import click
 from gpuplan import __version__
 from gpuplan.cli_agent import agent as agent_command
 from gpuplan.cli_estimate import estimate_command
+from gpuplan.cli_mig import mig as mig_command
+from gpuplan.cli_plan import plan_command, plan_schema_command
 from gpuplan.cli_recommend import recommend as recommend_command
 from gpuplan.cli_trace import trace_command
 
@@ -110,3 +112,6 @@ main.add_command(estimate_command)
 main.add_command(recommend_command)
 main.add_command(agent_command)
 main.add_command(trace_command)
+main.add_command(mig_command)
+main.add_command(plan_command)
+main.add_command(plan_schema_command)

@@ -53,7 +53,7 @@ def _table(result: object) -> str:
 )
 @click.option(
     "--optimizer",
-    type=click.Choice(["adamw", "adam", "sgd", "none"]),
+    type=click.Choice(["adamw", "adam", "sgd", "sgd_momentum", "none"]),
     default="adamw",
     show_default=True,
 )

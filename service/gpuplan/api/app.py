@@ -13,7 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
-from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta
+from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta, mig
+from gpuplan.api.routes import plan as plan_route
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
@@ -35,6 +36,11 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     fleet.fleet_flops,
     memory.list_models,
     trace_route.trace_memory,
+    mig.mig_profiles,
+    mig.mig_validate,
+    mig.mig_plan,
+    mig.mig_slices,
+    plan_route.plan_job,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,

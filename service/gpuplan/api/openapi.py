@@ -224,3 +224,10 @@ def field_docstrings(cls: type) -> dict[str, str]:
             ):
                 docs[node.target.id] = inspect.cleandoc(after.value.value)
     return docs
+
+
+def describe_components(roots: list[Any], components: dict[str, Any]) -> None:
+    """Field descriptions from attribute docstrings, for schemas generated outside
+    ``build_openapi`` (the plan file's JSON Schema, api/plan.schema.json)."""
+    for name, schema in components.items():
+        _describe_fields(schema, _struct_by_name(roots, name))

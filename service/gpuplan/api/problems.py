@@ -25,6 +25,7 @@ from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 from gpuplan.api.runtime import runtime
 from gpuplan.core.catalog import UnknownGpu
 from gpuplan.core.errors import InvalidRequest
+from gpuplan.core.mig import MigInputError
 from gpuplan.core.record import Record
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -163,6 +164,19 @@ def on_unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Response
     )
 
 
+def on_mig_input(request: Request[Any, Any, Any], exc: MigInputError) -> Response[Problem]:
+    return problem_response(
+        Problem(
+            type=TYPE_PREFIX + exc.kind,
+            title=_title(422),
+            status=422,
+            detail=f"invalid value at {exc.path}: {exc.reason}",
+            errors=[FieldError(path=exc.path, reason=exc.reason, location=exc.location)],
+            suggestions=exc.suggestions if exc.suggestions else msgspec.UNSET,
+        )
+    )
+
+
 def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
     """Litestar's own errors: routing misses, wrong methods, oversized bodies."""
     status = exc.status_code
@@ -287,6 +301,7 @@ EXCEPTION_HANDLERS = {
     ComputationTimeout: on_computation_timeout,
     InvalidRequest: on_invalid_request,
     UnknownGpu: on_unknown_gpu,
+    MigInputError: on_mig_input,
     HTTPException: on_http_exception,
     Exception: on_server_error,
 }

@@ -78,6 +78,8 @@ def make_optimizer(
         return torch.optim.Adam(params, lr=1e-4, foreach=foreach)
     if name == "sgd":
         return torch.optim.SGD(params, lr=1e-4, foreach=foreach)
+    if name == "sgd_momentum":
+        return torch.optim.SGD(params, lr=1e-4, momentum=0.9, foreach=foreach)
     raise TraceError(f"unknown optimizer {name!r}")
 
 

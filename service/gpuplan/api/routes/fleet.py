@@ -34,7 +34,11 @@ def _store(state: Runtime) -> FleetStore:
     return FleetStore(state.redis, Keys(state.settings.fleet_key_prefix))
 
 
-async def _read_nodes(state: Runtime, node: str | None = None) -> list[NodeSnapshot]:
+async def read_nodes(state: Runtime, node: str | None = None) -> list[NodeSnapshot]:
+    """Live nodes (or the one named), or :class:`FleetUnavailable` (503) saying why not.
+
+    Shared by every route that reads the fleet, so all answer alike without Redis.
+    """
     store = _store(state)
     try:
         async with asyncio.timeout(state.settings.redis_timeout_seconds * 4):
@@ -53,14 +57,14 @@ async def list_nodes(request: Request[Any, Any, Any]) -> NodeList:
     A node is live while its agent keeps publishing; it drops out three publish
     intervals after the agent stops. Answers 503 without Redis or while it is down.
     """
-    nodes = await _read_nodes(runtime(request))
+    nodes = await read_nodes(runtime(request))
     return NodeList(count=len(nodes), nodes=nodes)
 
 
 @operation("GET", "/v1/fleet/nodes/{node:str}", problems=(404, 503), tags=["fleet"])
 async def get_node(request: Request[Any, Any, Any], node: str) -> NodeSnapshot:
     """One live node. Answers 404 for a node that is unknown or stale."""
-    found = await _read_nodes(runtime(request), node)
+    found = await read_nodes(runtime(request), node)
     if not found:
         raise UnknownNode(node)
     return found[0]
@@ -75,5 +79,5 @@ async def fleet_flops(request: Request[Any, Any, Any]) -> MeasuredFlopsList:
     datasheet for models present in the fleet.
     """
     state = runtime(request)
-    models = measured_flops(await _read_nodes(state), state.catalog)
+    models = measured_flops(await read_nodes(state), state.catalog)
     return MeasuredFlopsList(count=len(models), models=models)

@@ -74,7 +74,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         assert bare is not None
         counts = None
     else:
-        counts = count_parameters(arch)
+        counts = model.counts or count_parameters(arch)
         if bare is not None:
             assumptions.append(
                 f"the hinted shape has {counts.total:,} parameters; model states use the given {bare:,}"
@@ -176,6 +176,9 @@ class ResolvedModel(Record, kw_only=True):
     """A parameter count given as such (bare, or overriding the hinted shape's)."""
 
     vision: VisionActivations | None = None
+    counts: ParameterCount | None = None
+    """The architecture's parameter count, when already known (presets are counted once)."""
+
     notes: list[str]
 
 
@@ -220,7 +223,9 @@ def _preset_model(name: str) -> ResolvedModel:
             arch=None, parameters=preset.parameters, vision=preset.activations, notes=[note]
         )
     arch, notes = from_hf_config(preset.config)
-    return ResolvedModel(arch=arch, parameters=None, notes=[note, *notes])
+    return ResolvedModel(
+        arch=arch, parameters=None, counts=count_parameters(arch), notes=[note, *notes]
+    )
 
 
 def _bare_model(spec: ModelSpec) -> ResolvedModel:
@@ -318,13 +323,15 @@ def _training(
         share = states.gradients / max(len(costs), 1) / 2
         grads = [LayerGrads(mlp=share, attention=share) for _ in costs]
     else:
+        # One record per kind of layer: the layers of a kind share one LayerParameters.
+        distinct = {id(layer): layer for layer in counts.layers}
         kinds = {
-            id(layer): LayerGrads(
+            key: LayerGrads(
                 mlp=layer.mlp / _split(layer, p) * per_param,
                 attention=(layer.attention / p.tensor + layer.norms) * per_param,
             )
-            for layer in counts.layers
-        }  # one per kind of layer (the layers of a kind share one record)
+            for key, layer in distinct.items()
+        }
         grads = [kinds[id(layer)] for layer in counts.layers[: len(costs)]]
     if w.gradient_checkpointing == "selective":
         assumptions.append(

@@ -141,9 +141,9 @@ def _core(
         if step.selective:
             probs = 0.0  # recomputed in the backward, so the backward holds them again
         saved = m * d.query + k + v + probs
-        backward = ((m + FP32) if fp32_softmax else 2 * m) * d.scores + (
-            m * d.scores if dropout else 0.0
-        )
+        # The gradient of the probabilities, then of the scores: two score-sized
+        # tensors at once (dropout's backward replaces the first, it does not add one).
+        backward = ((m + FP32) if fp32_softmax else 2 * m) * d.scores
         backward += m * (2 * d.query + d.key) + (forward if step.selective else 0.0)
         forward += m * d.query + (2 * m * d.query if repeated else 0.0)
         return saved, backward, forward
@@ -241,7 +241,9 @@ def llama_layer(
             mlp_in = FP32 * ef * gate_up
         else:
             mlp_in = _inputs(ef, num, (1 if fused else 2) if t.full else gate_up)
-        mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn  # act(gate), up and their product
+        # act(gate), up and their product; Phi-3's fused gate_up output holds gate and up
+        # as views, alive until the product is formed.
+        mlp_bw, mlp_fw = 2 * m * d.ffn, (4 if fused else 3) * m * d.ffn
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
     return _cost(

@@ -21,7 +21,7 @@ Kind = Literal["transformer", "vision", "diffusion"]
 
 
 class VisionActivations(Record):
-    """Per-sample activation bytes of a convolutional or vision-transformer model.
+    """Per-sample activation bytes (and FLOPs) of a convolutional or vision-transformer model.
 
     Measured in fp32 at ``reference_image_size``; the estimator scales them by the
     pixel count and the activation dtype.
@@ -40,6 +40,11 @@ class VisionActivations(Record):
 
     gradients_at_peak: float
     """Fraction of the gradients already allocated when the backward peaks."""
+
+    forward_flops_per_sample: int
+    """FLOPs of one sample's forward at the reference size (2 per multiply-add, convolutions
+    and attention included): what a speed model needs instead of 2 x parameters, which
+    a convolution's weight reuse makes meaningless."""
 
     source: str
 

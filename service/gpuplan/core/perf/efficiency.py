@@ -43,10 +43,19 @@ class Overlap(Record, kw_only=True):
     source: str
 
 
+class Vision(Record, kw_only=True):
+    mfu_factor: Fraction
+    """Multiplies a class's MFU for convolutional and vision models."""
+
+    verified: bool
+    source: str
+
+
 class EfficiencyData(Record, kw_only=True):
     classes: list[EfficiencyClass] = msgspec.field(name="class")
     latency: Latency
     overlap: Overlap
+    vision: Vision
 
 
 @cache

@@ -8,8 +8,8 @@ import msgspec
 from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
-from gpuplan.core.memory.estimate import resolve_model
-from gpuplan.core.memory.parameters import count_parameters
+from gpuplan.core.memory.estimate import ResolvedModel, resolve_model
+from gpuplan.core.memory.parameters import ParameterCount, count_parameters
 from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.perf.cost import EnergyInputs, OnPremInputs
 from gpuplan.core.perf.efficiency import efficiency_data
@@ -31,6 +31,9 @@ class Job(Record, kw_only=True):
     """The request's workload with the parallelism left to the search."""
 
     arch: Architecture | None
+    vision: bool = False
+    """A vision preset: FLOPs per sample measured, work counted in samples."""
+
     flops: TokenFlops
     parameters: int
     tokens: float
@@ -48,6 +51,23 @@ class Job(Record, kw_only=True):
 
     prices: dict[str, PriceOverride]
     """Catalog id -> the request's price override."""
+
+
+def _flops(
+    model: ResolvedModel, counts: ParameterCount | None, total: int, image_size: int | None
+) -> TokenFlops:
+    """Per-token (per-sample, for vision) FLOP terms of the model.
+
+    A vision preset carries its measured forward FLOPs per sample: a convolution
+    reuses each weight at every pixel, so 2 x parameters says nothing of its cost.
+    They scale with the image's area; a sample is the work unit ("token") of the job.
+    """
+    vision = model.vision
+    if vision is None:
+        return token_flops(model.arch, counts, total)
+    size = image_size or vision.reference_image_size
+    forward = vision.forward_flops_per_sample * (size / vision.reference_image_size) ** 2
+    return TokenFlops(matmul_parameters=round(forward / 2), attention_per_context_token=0.0)
 
 
 def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
@@ -116,7 +136,8 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         kind="inference" if inference else "training",
         workload=base,
         arch=arch,
-        flops=token_flops(arch, counts, total),
+        vision=model.vision is not None,
+        flops=_flops(model, counts, total, w.image_size),
         parameters=total,
         tokens=tokens,
         prompt_tokens=prompt,

@@ -113,6 +113,9 @@ def gpu_context(
 ) -> GpuContext:
     cls = efficiency_class(gpu)
     mfu = request_mfu if request_mfu is not None else cls.mfu
+    vision = efficiency_data().vision
+    if job.vision and request_mfu is None:
+        mfu *= vision.mfu_factor
     mbu = request_mbu if request_mbu is not None else cls.mbu
     precision = job.workload.precision
     if job.kind == "inference" and job.workload.weight_quantization in ("int8", "int4", "nf4"):
@@ -126,6 +129,8 @@ def gpu_context(
         unverified.append(
             f"efficiency class {cls.name} (MFU {cls.mfu:.0%}, MBU {cls.mbu:.0%}): {cls.source}"
         )
+    if job.vision and request_mfu is None and not vision.verified:
+        unverified.append(f"vision MFU factor {vision.mfu_factor}: {vision.source}")
     unverified.extend(f"catalog {field}" for field in gpu.unverified)
     if rate is not None and rate.note:
         reasons.append(rate.note)
@@ -382,7 +387,9 @@ def training_plans(
             admissible=True,
             time_hours=seconds / 3600,
             speed_s=seconds,
-            throughput=Throughput(value=tokens_per_s, unit="tokens/s"),
+            throughput=Throughput(
+                value=tokens_per_s, unit="samples/s" if job.vision else "tokens/s"
+            ),
             source=ctx.rate.source if ctx.rate else "catalog",
             reasons=[*ctx.reasons, _describe_layout(layout, gpu, c)],
             unverified=ctx.unverified,

@@ -170,7 +170,7 @@ class Layout(Record, kw_only=True):
 class Throughput(Record, kw_only=True):
     value: float
     unit: str
-    """``tokens/s`` (trained, or generated for inference)."""
+    """``tokens/s`` (trained, or generated for inference); ``samples/s`` for vision models."""
 
 
 class Latency(Record, kw_only=True):

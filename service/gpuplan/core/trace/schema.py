@@ -13,7 +13,7 @@ from gpuplan.core.memory.schema import HfConfig
 from gpuplan.core.record import Record
 
 TraceMode = Literal["train", "inference"]
-TraceOptimizer = Literal["adamw", "adam", "sgd", "none"]
+TraceOptimizer = Literal["adamw", "adam", "sgd", "sgd_momentum", "none"]
 Amp = Literal["none", "bf16", "fp16"]
 TraceRuntime = Literal["cuda", "cpu"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]

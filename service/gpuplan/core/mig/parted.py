@@ -1,0 +1,58 @@
+"""nvidia-mig-parted configuration (``version: v1``) for a plan.
+
+The format (NVIDIA/mig-parted ``api/spec/v1``): ``mig-configs`` maps a config name to
+a list of entries, each with ``devices`` (a list of GPU indices or ``all``),
+``mig-enabled`` and ``mig-devices`` (profile to count); ``device-filter`` restricts an
+entry to PCI device ids written ``0x<device><vendor>``. A node applies one config,
+chosen by the label ``nvidia.com/mig.config``. The text is written here, not by a YAML
+library, so that it is byte-stable and every string is quoted.
+"""
+
+from collections.abc import Sequence
+
+from gpuplan.core.mig.model import MigGpu
+
+Layout = tuple[str, list[int], list[tuple[str, int]]]
+"""``(config name, device indices, [(profile, count)])``."""
+
+
+def _entry(
+    devices: Sequence[int], counts: Sequence[tuple[str, int]], device_filter: Sequence[str]
+) -> list[str]:
+    lines = []
+    first = "  - "
+    if device_filter:
+        lines.append(f"{first}device-filter: [{', '.join(repr_yaml(d) for d in device_filter)}]")
+        first = "    "
+    lines.append(f"{first}devices: [{', '.join(str(d) for d in devices)}]")
+    lines.append("    mig-enabled: true")
+    if counts:
+        lines.append("    mig-devices:")
+        lines.extend(f"      {repr_yaml(name)}: {n}" for name, n in counts)
+    else:
+        lines.append("    mig-devices: {}")
+    return lines
+
+
+def repr_yaml(text: str) -> str:
+    """A double-quoted YAML scalar (the names hold only letters, digits, `.+-`)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def render(layouts: Sequence[Layout], pci_device_ids: Sequence[str] = ()) -> str:
+    """The config file: one config per layout, and ``gpuplan-all`` with every entry."""
+    device_filter = [f"0x{d[2:].upper()}10DE" for d in pci_device_ids]
+    if not layouts:
+        return "version: v1\nmig-configs: {}\n"
+    lines = ["version: v1", "mig-configs:"]
+    for name, devices, counts in layouts:
+        lines.append(f"  {name}:")
+        lines.extend("  " + line for line in _entry(devices, counts, device_filter))
+    lines.append("  gpuplan-all:")
+    for _, devices, counts in layouts:
+        lines.extend("  " + line for line in _entry(devices, counts, device_filter))
+    return "\n".join(lines) + "\n"
+
+
+def counts_of(table: MigGpu, counts: Sequence[int]) -> list[tuple[str, int]]:
+    return [(p.name, n) for p, n in zip(table.profiles, counts, strict=True) if n]

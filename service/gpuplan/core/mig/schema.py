@@ -1,0 +1,339 @@
+"""Requests and responses of the MIG planner: one schema for the API, the CLI and OpenAPI.
+
+Every list and count is bounded so that no request runs unbounded: at most
+``MAX_WORKLOAD_ENTRIES`` workload entries and ``MAX_TOTAL_WORKLOADS`` workloads in
+all (checked by the planner), ``MAX_GPUS`` GPUs.
+"""
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from gpuplan.core.catalog.model import Source
+from gpuplan.core.mig.model import Engines
+from gpuplan.core.record import Record
+
+MAX_WORKLOAD_ENTRIES = 1_000
+MAX_TOTAL_WORKLOADS = 20_000
+MAX_GPUS = 10_000
+MAX_INSTANCES_PER_LAYOUT = 16
+
+GpuName = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+ProfileRef = Annotated[str, msgspec.Meta(min_length=1, max_length=64)]
+"""A profile name (``3g.40gb``, ``1g.10gb+me``); the Kubernetes forms
+``nvidia.com/mig-1g.10gb.me`` and ``MIG 3g.40gb`` are accepted too."""
+WorkloadName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
+Slot = Annotated[int, msgspec.Meta(ge=0, le=7)]
+
+
+# -- profiles ---------------------------------------------------------------------------
+
+
+class ProfilesQuery(Record):
+    gpu: GpuName
+    """Catalog id, alias, NVML name, GFD label or PCI device id."""
+
+
+class Placement(Record):
+    start: int
+    """First memory slice."""
+    size: int
+    """Memory slices occupied."""
+
+
+class ProfileInfo(Record, kw_only=True):
+    name: str
+    profile_id: int | None
+    """nvidia-smi GI profile ID where a capture confirms it."""
+    compute_slices: int
+    memory_slices: int
+    memory_bytes: int
+    """Usable memory as the driver reports it; plan on this, not on the name."""
+    max_count: int
+    placements: list[Placement]
+    engines: Engines | None
+    resource: str
+    """Kubernetes resource name under the ``mixed`` strategy."""
+    unverified: list[str]
+    """Fields not confirmed on hardware."""
+    sources: dict[str, list[Source]]
+
+
+class ProfilesResponse(Record, kw_only=True):
+    gpu: str
+    """Catalog id of the GPU."""
+    name: str
+    table: str
+    """Id of the MIG table (GPUs of one geometry share it)."""
+    memory_slices: int
+    compute_slices: int
+    max_instances: int
+    valid_layouts: int
+    """Distinct valid multisets of profiles (placement-checked)."""
+    unverified: bool
+    """True when any profile has a field not confirmed on hardware."""
+    profiles: list[ProfileInfo]
+    sources: list[Source]
+
+
+# -- validate -----------------------------------------------------------------------------
+
+
+class LayoutInstance(Record):
+    profile: ProfileRef
+    start: Slot | None = None
+    """Start slot; omit to let the planner place it."""
+
+
+class ValidateRequest(Record):
+    gpu: GpuName
+    instances: Annotated[
+        list[LayoutInstance], msgspec.Meta(min_length=1, max_length=MAX_INSTANCES_PER_LAYOUT)
+    ]
+
+
+LayoutProblemKind = Literal[
+    "overlap",
+    "no-such-placement",
+    "too-many-of-profile",
+    "too-many-instances",
+    "compute",
+    "engines",
+    "no-placement",
+    "stranded-compute",
+]
+
+
+class LayoutProblem(Record):
+    kind: LayoutProblemKind
+    detail: str
+    instances: list[int] = []
+    """Indices into the request's ``instances`` that the problem concerns."""
+
+
+class PlacedInstance(Record):
+    profile: str
+    start: int
+    size: int
+
+
+class ValidateResponse(Record, kw_only=True):
+    gpu: str
+    valid: bool
+    reasons: list[LayoutProblem]
+    """Why the layout is invalid (empty when valid)."""
+    warnings: list[LayoutProblem]
+    """Valid but wasteful: ``stranded-compute`` (3g+3g leaves one compute slice unusable)."""
+    placement: list[PlacedInstance] | None
+    """A placement of the layout: the one asked for when every start was given and it
+    is valid, else the canonical one (the first-fit result of ``creation_order``)."""
+    creation_order: list[str] | None
+    """Create the GIs in this order on an empty GPU and the driver's first-fit
+    placement yields the canonical placement."""
+    memory_slices_used: int
+    compute_slices_used: int
+    stranded_compute_slices: int
+    unverified: list[str]
+    """Profiles in the layout with fields not confirmed on hardware."""
+
+
+# -- plan ------------------------------------------------------------------------------------
+
+
+class WorkloadSpec(Record, kw_only=True):
+    name: WorkloadName
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOTAL_WORKLOADS)] = 1
+    profile: ProfileRef | None = None
+    """Run on exactly this profile; or give ``memory_gib`` (and ``compute_slices``)."""
+    memory_gib: Annotated[float, msgspec.Meta(gt=0, le=4096)] | None = None
+    """Memory the workload needs, in GiB, matched against each profile's usable memory."""
+    compute_slices: Annotated[int, msgspec.Meta(ge=1, le=8)] | None = None
+    """Compute slices it needs (default 1); only with ``memory_gib``."""
+
+
+class CurrentInstance(Record, kw_only=True):
+    profile: ProfileRef
+    start: Slot
+    in_use: bool = True
+    """An instance in use is never moved or destroyed."""
+    workload: WorkloadName | None = None
+
+
+class CurrentGpu(Record, kw_only=True):
+    index: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)]
+    instances: Annotated[list[CurrentInstance], msgspec.Meta(max_length=8)] = []
+
+
+class PlanRequest(Record, kw_only=True):
+    gpu: GpuName
+    workloads: Annotated[
+        list[WorkloadSpec], msgspec.Meta(min_length=1, max_length=MAX_WORKLOAD_ENTRIES)
+    ]
+    max_gpus: Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS)] | None = None
+    """Most GPUs to use; workloads beyond them are reported in ``unplaced``."""
+    current: Annotated[list[CurrentGpu], msgspec.Meta(max_length=MAX_GPUS)] | None = None
+    """The fleet as it is: plan incrementally on these GPUs, keeping in-use instances."""
+
+
+class PlannedInstance(Record, kw_only=True):
+    profile: str
+    start: int
+    size: int
+    workload: str | None
+    memory_bytes: int
+    compute_slices: int
+    in_use: bool = False
+    """Already running (incremental plans only)."""
+
+
+class PlannedGpu(Record, kw_only=True):
+    index: int
+    layout: str
+    """Name of the layout in ``mig_parted_config``."""
+    instances: list[PlannedInstance]
+    creation_order: list[str] | None
+    stranded_compute_slices: int
+
+
+class Unplaced(Record):
+    workload: str
+    count: int
+    reason: str
+
+
+class Utilization(Record, kw_only=True):
+    memory_slices_used: int
+    memory_slices_total: int
+    compute_slices_used: int
+    compute_slices_total: int
+    compute_slices_stranded: int
+    """Compute slices no GI can use without repartitioning (3g+3g strands one)."""
+
+
+class Resource(Record):
+    workload: str
+    profile: str
+    resource: str
+    """Under the device plugin's ``mixed`` strategy: ``nvidia.com/mig-3g.40gb``."""
+    count: int
+
+
+class SingleStrategy(Record, kw_only=True):
+    possible: bool
+    """Whether every GPU of the plan carries one profile type (``migStrategy: single``)."""
+    reason: str
+    alternative_profile: str | None = None
+    """When the plan mixes profiles but one profile serves every workload: that
+    profile, the one needing the fewest GPUs."""
+    alternative_gpus: int | None = None
+    """GPUs a plan with only ``alternative_profile`` needs."""
+
+
+class Repartition(Record, kw_only=True):
+    index: int
+    create: list[PlacedInstance]
+    destroy: list[PlacedInstance]
+    """Idle instances removed to make room (never an in-use one)."""
+    whole_gpu_idle: bool
+    """True when no instance is in use, so mig-parted may re-apply the whole GPU."""
+
+
+class PlanResponse(Record, kw_only=True):
+    gpu: str
+    table: str
+    gpus_used: int
+    lower_bound: int
+    """No packing of this demand uses fewer GPUs (LP relaxation and counting bounds)."""
+    optimal: bool
+    """True when ``gpus_used`` is proven minimal (it meets the bound, or the exact
+    search finished)."""
+    gpus: list[PlannedGpu]
+    unplaced: list[Unplaced]
+    utilization: Utilization
+    mig_parted_config: str
+    """nvidia-mig-parted ``version: v1`` YAML: one named config per distinct layout,
+    with its device indices, and ``gpuplan-all`` holding every GPU."""
+    resources: list[Resource]
+    single_strategy: SingleStrategy
+    repartition: list[Repartition] = []
+    """Incremental plans: GPUs whose layout changes, and how."""
+    unverified: list[str] = []
+    """Profiles used whose data is not confirmed on hardware."""
+
+
+# -- slices (the scheduler query over the live fleet) -------------------------------------
+
+MAX_SLICES_LIMIT = 1_000
+
+NodeName = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1, max_length=253, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,251}[A-Za-z0-9])?$"
+    ),
+]
+"""A Kubernetes node name (a DNS subdomain), as the fleet schema keys nodes."""
+
+
+class SlicesQuery(Record, kw_only=True):
+    memory_gib: Annotated[float, msgspec.Meta(gt=0, le=4096)] | None = None
+    """Memory the workload needs, in GiB (2^30 bytes), matched against each instance's
+    usable memory as the driver reports it, never the number in the profile name.
+    Omitted: any free instance, smallest first."""
+    compute_slices: Annotated[int, msgspec.Meta(ge=1, le=8)] = 1
+    """Compute slices the workload needs (the ``Ng`` of a profile name)."""
+    node: NodeName | None = None
+    """Only this node."""
+    gpu: GpuName | None = None
+    """Only GPUs of this catalog model (any catalog lookup form; must support MIG)."""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SLICES_LIMIT)] = 50
+    """Most instances returned, best fit first."""
+
+
+class FreeSlice(Record, kw_only=True):
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    gpu_model_name: str
+    """The model name the driver reports."""
+    catalog_id: str | None
+    """The catalog SKU the model name resolves to, when it does."""
+    mig_uuid: str
+    """``MIG-…``: what ``CUDA_VISIBLE_DEVICES`` takes."""
+    gpu_instance_id: int
+    profile: str
+    placement_start: int | None
+    """First memory slice (null when the agent could not read the placement)."""
+    placement_size: int | None
+    """Memory slices occupied."""
+    memory_bytes: int
+    """Usable memory of the instance as the agent read it from the driver."""
+    compute_slices: int
+    resource: str
+    """Kubernetes resource name under the ``mixed`` strategy (``nvidia.com/mig-3g.40gb``)."""
+    surplus_memory_bytes: int
+    """Usable memory beyond the request: what best fit minimises first."""
+    surplus_compute_slices: int
+    unverified: list[str] | None
+    """Fields of the profile's table row not confirmed on hardware (``[]``: all
+    confirmed); null when gpuplan has no MIG table row for this model and profile."""
+
+
+class SlicesResponse(Record, kw_only=True):
+    memory_bytes: int
+    """The request's memory in bytes (``ceil(memory_gib · 2^30)``; 0 when omitted)."""
+    compute_slices: int
+    nodes: int
+    """Live nodes read (after the ``node`` filter)."""
+    instances: int
+    """MIG instances on those nodes (after the ``gpu`` filter), free or not."""
+    free: int
+    """Of those, instances no process uses."""
+    matched: int
+    """Free instances that fit, before ``limit``."""
+    count: int
+    """Instances returned."""
+    slices: list[FreeSlice]
+    """Best fit first: least surplus memory, then least surplus compute, then node, GPU
+    index and placement start."""
+    notes: list[str] = []
+    """Why the list is empty or short, and instances left out."""

@@ -1,0 +1,7 @@
+"""Errors of the plan core: a plan file the core cannot check, naming the field."""
+
+from gpuplan.core.errors import InvalidRequest
+
+
+class InvalidPlan(InvalidRequest):
+    """The plan cannot be computed (see :class:`InvalidRequest`); the API answers 422."""

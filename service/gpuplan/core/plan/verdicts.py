@@ -1,0 +1,192 @@
+"""One verdict per target, each with the numbers it compared and a sentence saying why.
+
+Semantics (docs/ci.md):
+
+- ``fits``: the job's per-GPU ``required_bytes`` (the estimator's, 20% headroom
+  included) at ``count`` GPUs, in the least memory-hungry layout the recommendation
+  sizes at that count, is at most the GPU's usable memory.
+- ``max_cost_usd`` / ``max_time_hours``: the recommendation's best plan (for the
+  objective) on the ``fits`` GPU using at most its ``count`` GPUs, or the top
+  recommendation when no ``fits`` target is given. A plan that does not fit, or has
+  no price, fails.
+- ``min_memory_headroom``: 1 − required/usable on the ``fits`` GPU at its count (else
+  of the top recommendation) is at least the value.
+- ``mig_profile_at_most``: the job's one-GPU ``required_bytes`` fits the named
+  profile's usable memory, so the smallest profile that holds it is no larger.
+"""
+
+from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.mig.model import MigProfile
+from gpuplan.core.plan.schema import FitsTarget, Verdict
+from gpuplan.core.plan.sizing import Sized, describe
+from gpuplan.core.recommend.schema import Recommendation
+
+GiB = 2**30
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def fits_verdict(target: FitsTarget, gpu: GpuSpec, sized: Sized | None, why_not: str) -> Verdict:
+    usable = gpu.usable_memory_bytes
+    if sized is None:
+        return Verdict(
+            target="fits",
+            status="fail",
+            reason=f"the job cannot be laid out on {target.count} x {gpu.id}: {why_not}",
+            actual=None,
+            limit=usable,
+            unit="bytes",
+            gpu=gpu.id,
+            count=target.count,
+        )
+    need = sized.required_bytes
+    ok = need <= usable
+    layout = describe(sized)
+    verb = "fits" if ok else "does not fit"
+    return Verdict(
+        target="fits",
+        status="pass" if ok else "fail",
+        reason=(
+            f"{verb} {target.count} x {gpu.id}: needs {_gib(need)} per GPU ({layout}, 20% headroom "
+            f"included), {_gib(usable)} usable"
+        ),
+        actual=need,
+        limit=usable,
+        unit="bytes",
+        gpu=gpu.id,
+        count=target.count,
+        layout=layout,
+    )
+
+
+def _unusable(rec: Recommendation | None, what: str, basis: str) -> str | None:
+    if rec is None:
+        return f"no plan to take the {what} from ({basis})"
+    if not rec.fits:
+        return f"{rec.gpu} does not fit the job within the constraints, so it has no {what}"
+    return None
+
+
+def cost_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdict:
+    problem = _unusable(rec, "cost", basis)
+    if problem is None and rec is not None and rec.cost_usd is None:
+        problem = f"{rec.gpu} has no price ({'; '.join(rec.reasons[-1:])})"
+    if problem is not None or rec is None or rec.cost_usd is None:
+        return Verdict(
+            target="max_cost_usd",
+            status="fail",
+            reason=problem or "no cost",
+            actual=None,
+            limit=limit,
+            unit="usd",
+            gpu=rec.gpu if rec else None,
+            count=rec.count if rec else None,
+        )
+    ok = rec.cost_usd <= limit
+    return Verdict(
+        target="max_cost_usd",
+        status="pass" if ok else "fail",
+        reason=(
+            f"${rec.cost_usd:,.2f} on {rec.count} x {rec.gpu} ({basis}, {rec.cost_basis} prices) "
+            f"{'≤' if ok else '>'} ${limit:,.2f}"
+        ),
+        actual=round(rec.cost_usd, 6),
+        limit=limit,
+        unit="usd",
+        gpu=rec.gpu,
+        count=rec.count,
+    )
+
+
+def time_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdict:
+    problem = _unusable(rec, "time", basis)
+    if problem is None and rec is not None and rec.time_hours is None:
+        problem = f"{rec.gpu} has no time estimate"
+    if problem is not None or rec is None or rec.time_hours is None:
+        return Verdict(
+            target="max_time_hours",
+            status="fail",
+            reason=problem or "no time",
+            actual=None,
+            limit=limit,
+            unit="hours",
+            gpu=rec.gpu if rec else None,
+            count=rec.count if rec else None,
+        )
+    ok = rec.time_hours <= limit
+    return Verdict(
+        target="max_time_hours",
+        status="pass" if ok else "fail",
+        reason=(
+            f"{rec.time_hours:,.2f} h on {rec.count} x {rec.gpu} ({basis}) "
+            f"{'≤' if ok else '>'} {limit:g} h"
+        ),
+        actual=round(rec.time_hours, 6),
+        limit=limit,
+        unit="hours",
+        gpu=rec.gpu,
+        count=rec.count,
+    )
+
+
+def headroom_verdict(limit: float, on: tuple[str, int, int | None, int] | None) -> Verdict:
+    """``on`` = (GPU id, count, required bytes per GPU or None, usable bytes); None: no GPU."""
+    if on is None or on[2] is None:
+        return Verdict(
+            target="min_memory_headroom",
+            status="fail",
+            reason="the job does not fit, so it has no headroom"
+            if on
+            else "no GPU fits the job, so it has no headroom",
+            actual=None,
+            limit=limit,
+            unit="fraction",
+            gpu=on[0] if on else None,
+            count=on[1] if on else None,
+        )
+    gpu, count, required, usable = on[0], on[1], on[2], on[3]
+    headroom = round(1 - required / usable, 6)
+    ok = headroom >= limit
+    return Verdict(
+        target="min_memory_headroom",
+        status="pass" if ok else "fail",
+        reason=(
+            f"headroom {headroom:.1%} on {count} x {gpu} (needs {_gib(required)} per GPU of "
+            f"{_gib(usable)} usable) {'≥' if ok else '<'} {limit:.1%}"
+        ),
+        actual=headroom,
+        limit=limit,
+        unit="fraction",
+        gpu=gpu,
+        count=count,
+    )
+
+
+def mig_verdict(
+    gpu: GpuSpec, named: MigProfile, smallest: MigProfile | None, required: int
+) -> Verdict:
+    ok = required <= named.memory_bytes
+    if smallest is None:
+        reason = (
+            f"no MIG profile of {gpu.id} holds the job's {_gib(required)}; "
+            f"{named.name} offers {_gib(named.memory_bytes)} usable"
+        )
+    else:
+        reason = (
+            f"smallest profile holding {_gib(required)} on {gpu.id} is {smallest.name} "
+            f"({_gib(smallest.memory_bytes)} usable); {named.name} ({_gib(named.memory_bytes)} usable) "
+            f"{'holds' if ok else 'does not hold'} it"
+        )
+    return Verdict(
+        target="mig_profile_at_most",
+        status="pass" if ok else "fail",
+        reason=reason,
+        actual=required,
+        limit=named.memory_bytes,
+        unit="bytes",
+        gpu=gpu.id,
+        count=1,
+        profile=smallest.name if smallest else None,
+    )

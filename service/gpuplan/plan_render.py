@@ -1,0 +1,131 @@
+"""Plan reports as text: a pull-request comment (Markdown) and a terminal table.
+
+Pure functions of a :class:`PlanReport`, so a report computed locally and one
+fetched from ``POST /v1/plan`` render to the same bytes. The Markdown puts what a
+reviewer needs first: the verdicts, then a compact table of the top plans, then the
+advice; the MIG fits and assumptions fold away under ``<details>``.
+"""
+
+from gpuplan.core.plan import PlanReport
+from gpuplan.core.recommend.schema import Recommendation
+
+GiB = 2**30
+MARK = {"pass": "✅", "fail": "❌"}
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _layout(r: Recommendation) -> str:
+    lay = r.layout
+    return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}" if lay else "–"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown(report: PlanReport) -> str:
+    failed = [v for v in report.verdicts if v.status == "fail"]
+    n = len(report.verdicts)
+    head = (
+        f"all {n} target{'s' if n != 1 else ''} pass"
+        if not failed
+        else f"{len(failed)} of {n} target{'s' if n != 1 else ''} fail"
+    )
+    e = report.estimate
+    lines = [
+        f"### {MARK['fail' if failed else 'pass']} gpuplan: {head}",
+        "",
+        "| | target | verdict |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {MARK[v.status]} | `{v.target}` | {_cell(v.reason)} |" for v in report.verdicts]
+    lines += [
+        "",
+        f"Memory on one GPU as written: peak **{e.peak_bytes / GiB:.2f} GiB**, with overhead "
+        f"{e.total_bytes / GiB:.2f} GiB, required (20% headroom) **{e.required_bytes / GiB:.2f} GiB**; "
+        f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
+        "",
+        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for i, r in enumerate(report.recommendations, 1):
+        fit = "" if r.fits else " (no fit)"
+        lines.append(
+            f"| {i} | `{r.gpu}`{fit} | {r.count} | {_layout(r)} | {r.required_bytes_per_gpu / GiB:.1f} | "
+            f"{r.memory_utilization:.0%} | {_num(r.time_hours, ',.2f')} | {_num(r.cost_usd, ',.2f')} | "
+            f"{r.score:.3f} |"
+        )
+    if report.advice:
+        lines += ["", "**Advice**", ""]
+        for a in report.advice:
+            verdict = "fits" if a.fits_after else "still too big"
+            factor = f", time ×{a.time_factor:.2f}" if a.time_factor is not None else ""
+            lines.append(
+                f"- `{a.gpu}` ×{a.count}: **{a.change}**: {a.required_bytes_before / GiB:.1f} → "
+                f"{a.required_bytes_after / GiB:.1f} GiB, {verdict}{factor}. {_cell(a.detail)}"
+            )
+    if report.hybrid is not None:
+        lines += ["", f"**Hybrid**: {_cell(report.hybrid.detail)}"]
+    for w in report.warnings:
+        lines += ["", f"> ⚠️ {_cell(w)}"]
+    holding = [m for m in report.mig if m.profile is not None]
+    lines += [
+        "",
+        f"<details><summary>MIG: smallest instance holding the job ({len(holding)} of "
+        f"{len(report.mig)} MIG GPUs)</summary>",
+        "",
+        "| GPU | profile | Kubernetes resource | usable GiB | use |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    for m in report.mig:
+        if m.profile is None or m.memory_bytes is None:
+            lines.append(f"| `{m.gpu}` | none holds {m.required_bytes / GiB:.1f} GiB | – | – | – |")
+        else:
+            mark = " (unverified)" if m.unverified else ""
+            lines.append(
+                f"| `{m.gpu}` | {m.profile}{mark} | `{m.resource}` | {m.memory_bytes / GiB:.2f} | "
+                f"{_num(m.utilization, '.0%')} |"
+            )
+    lines += ["", "</details>", ""]
+    lines += ["<details><summary>Assumptions</summary>", ""]
+    lines += [f"- {_cell(a)}" for a in report.assumptions]
+    lines += [f"- unverified: {_cell(u)}" for u in report.unverified]
+    lines += ["", "</details>", "", f"<sub>plan `{report.plan_id}` · gpuplan</sub>", ""]
+    return "\n".join(lines)
+
+
+def table(report: PlanReport) -> str:
+    out = []
+    for v in report.verdicts:
+        out.append(f"{v.status.upper():<4}  {v.target:<20} {v.reason}")
+    out.append(f"{'PASS' if report.passed else 'FAIL'}  plan {report.plan_id}")
+    e = report.estimate
+    out.append(
+        f"memory (one GPU as written): peak {e.peak_bytes / GiB:.2f} GiB, required "
+        f"{e.required_bytes / GiB:.2f} GiB; scenario {report.scenario.class_}"
+    )
+    out.append(
+        f"{'#':>3} {'gpu':<26} {'n':>4} {'layout':<10} {'GiB/GPU':>8} {'mem%':>5} "
+        f"{'hours':>10} {'USD':>12} {'score':>6}"
+    )
+    for i, r in enumerate(report.recommendations, 1):
+        fit = "" if r.fits else " (no fit)"
+        out.append(
+            f"{i:>3} {r.gpu:<26} {r.count:>4} {_layout(r):<10} {r.required_bytes_per_gpu / GiB:>8.1f} "
+            f"{r.memory_utilization:>5.0%} {_num(r.time_hours, ',.2f'):>10} "
+            f"{_num(r.cost_usd, ',.2f'):>12} {r.score:>6.3f}{fit}"
+        )
+    for m in report.mig:
+        where = f"{m.profile} ({m.resource})" if m.profile else "no profile holds it"
+        out.append(f"mig  {m.gpu:<30} {where}")
+    for a in report.advice:
+        verdict = "fits" if a.fits_after else "still too big"
+        factor = f", time x{a.time_factor:.2f}" if a.time_factor is not None else ""
+        out.append(f"advice [{a.gpu}]: {a.change}: {verdict}{factor}. {a.detail}")
+    if report.hybrid is not None:
+        out.append(f"hybrid: {report.hybrid.detail}")
+    out += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,146 @@
+"""POST /v1/plan end to end: the core's answer, byte for byte; problems naming the field;
+the live fleet's measured FLOP/s from a real Redis."""
+
+import asyncio
+from typing import Any
+
+import msgspec
+from litestar.testing import TestClient
+from redis.asyncio import Redis
+
+from gpuplan.api import Settings, create_app
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.plan import PlanFile, PlanReport, plan
+from gpuplan.fleet.schema import Keys
+from gpuplan.fleet.writer import publish
+from tests.agent_fixtures import snapshot
+from tests.conftest import free_port
+
+PATH = "/v1/plan"
+BODY: dict[str, Any] = {
+    "model": {"name": "llama-2-7b"},
+    "workload": {
+        "mode": "training",
+        "sequence_length": 4096,
+        "precision": "amp_bf16",
+        "gradient_checkpointing": "full",
+    },
+    "training": {"training_tokens": 100_000_000},
+    "targets": {
+        "fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 4},
+        "max_cost_usd": 1000,
+        "max_time_hours": 48,
+        "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
+        "min_memory_headroom": 0.2,
+    },
+}
+
+
+def _problem(response: Any, path: str) -> dict[str, Any]:
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body: dict[str, Any] = response.json()
+    assert path in [e["path"] for e in body["errors"]], body
+    return body
+
+
+def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient) -> None:  # type: ignore[type-arg]
+    first = client.post(PATH, json=BODY)
+    assert first.status_code == 200, first.text
+    expected = msgspec.json.encode(plan(msgspec.convert(BODY, PlanFile), builtin_catalog()))
+    assert first.content == expected
+    assert client.post(PATH, json=BODY).content == first.content
+    report = msgspec.json.decode(first.content, type=PlanReport)
+    assert [v.target for v in report.verdicts] == [
+        "fits",
+        "max_cost_usd",
+        "max_time_hours",
+        "mig_profile_at_most",
+        "min_memory_headroom",
+    ]
+    fits = report.verdicts[0]
+    assert fits.status == "pass"
+    assert fits.gpu == "a100-sxm4-80gb"
+    assert fits.count == 4
+    # 7B full training does not fit a whole A100 80GB, let alone a MIG instance of it.
+    assert report.verdicts[3].status == "fail"
+    assert not report.passed
+
+
+def test_bad_input_is_problem_json_naming_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
+    def with_targets(**targets: Any) -> dict[str, Any]:
+        return {**BODY, "targets": targets}
+
+    _problem(client.post(PATH, json=with_targets(fits={"gpu": "NVIDIA L5"})), "$.targets.fits.gpu")
+    _problem(client.post(PATH, json=with_targets(fit={"gpu": "NVIDIA L4"})), "$.targets.fit")
+    _problem(
+        client.post(PATH, json=with_targets(min_memory_headroom=1.5)),
+        "$.targets.min_memory_headroom",
+    )
+    _problem(
+        client.post(PATH, json=with_targets(fits={"gpu": "NVIDIA L4", "count": 0})),
+        "$.targets.fits.count",
+    )
+    _problem(client.post(PATH, json=with_targets()), "$.targets")
+    _problem(
+        client.post(
+            PATH, json=with_targets(mig_profile_at_most={"gpu": "NVIDIA L4", "profile": "1g.10gb"})
+        ),
+        "$.targets.mig_profile_at_most.gpu",
+    )
+    _problem(
+        client.post(
+            PATH,
+            json=with_targets(mig_profile_at_most={"gpu": "a100-sxm4-80gb", "profile": "9g.90gb"}),
+        ),
+        "$.targets.mig_profile_at_most.profile",
+    )
+    no_targets = {k: v for k, v in BODY.items() if k != "targets"}
+    _problem(client.post(PATH, json=no_targets), "$.targets")
+    no_volume = {k: v for k, v in BODY.items() if k != "training"}
+    _problem(client.post(PATH, json=no_volume), "$.training")
+    _problem(client.post(PATH, json={**BODY, "model": {"name": "llama-99b"}}), "$.model.name")
+
+
+def _publish(redis_url: str, prefix: str, *nodes: str) -> None:
+    async def go() -> None:
+        client = Redis.from_url(redis_url)
+        try:
+            for node in nodes:
+                await publish(client, Keys(prefix), snapshot(node), new_benchmark=True)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def test_the_live_fleets_measurements_time_the_plan(redis_url: str, key_prefix: str) -> None:
+    # The recorded HGX H200 nodes measure 760 TFLOP/s bf16 against a 989.5 TFLOP/s peak.
+    _publish(redis_url, key_prefix, "node-a", "node-b")
+    body = {
+        **BODY,
+        "targets": {"fits": {"gpu": "h200-sxm-141gb", "count": 2}, "max_time_hours": 1e4},
+    }
+    settings = Settings(redis_url=redis_url, fleet_key_prefix=key_prefix, redis_timeout_seconds=0.3)
+    with (
+        TestClient(app=create_app(settings)) as fleet,
+        TestClient(app=create_app(Settings())) as bare,
+    ):
+        measured = fleet.post(PATH, json=body).json()
+        datasheet = bare.post(PATH, json=body).json()
+    t_measured = measured["verdicts"][1]["actual"]
+    t_datasheet = datasheet["verdicts"][1]["actual"]
+    assert t_measured > t_datasheet * 1.2
+    assert measured["plan_id"] != datasheet["plan_id"]
+    h200 = [r for r in measured["recommendations"] if r["gpu"] == "h200-sxm-141gb"]
+    assert h200
+    assert h200[0]["source"] == "measured"
+
+
+def test_a_redis_outage_plans_with_the_catalog_and_says_so() -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    settings = Settings(redis_url=dead, redis_timeout_seconds=0.2)
+    with TestClient(app=create_app(settings)) as client:
+        response = client.post(PATH, json=BODY)
+    assert response.status_code == 200
+    assert any("does not answer" in w for w in response.json()["warnings"])

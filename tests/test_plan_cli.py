@@ -1,0 +1,147 @@
+"""``gpuplan plan FILE``: exit codes 0/1/2/3, the three formats, and ``--api`` against a
+real ``gpuplan serve`` giving the same output as the local computation."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from gpuplan.cli import main
+from gpuplan.core.plan import PlanReport
+from tests.conftest import free_port
+from tests.test_serve import serving
+
+PASSING: dict[str, Any] = {
+    "model": {"name": "llama-2-7b"},
+    "workload": {"mode": "inference", "sequence_length": 4096, "precision": "bf16"},
+    "targets": {
+        "fits": {"gpu": "NVIDIA L4", "count": 1},
+        "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "3g.40gb"},
+        "min_memory_headroom": 0.1,
+    },
+}
+FAILING: dict[str, Any] = {**PASSING, "targets": {**PASSING["targets"], "min_memory_headroom": 0.5}}
+
+
+def _write(tmp_path: Path, doc: Any, name: str = "plan.yaml") -> Path:
+    path = tmp_path / name
+    text = json.dumps(doc) if name.endswith(".json") else yaml.safe_dump(doc)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _run(*args: str) -> Any:
+    return CliRunner().invoke(main, ["plan", *args])
+
+
+def test_exit_0_when_every_target_passes(tmp_path: Path) -> None:
+    result = _run(str(_write(tmp_path, PASSING)))
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("PASS  fits")
+    assert "nvidia.com/mig-1g.20gb" in result.output
+
+
+def test_exit_1_when_a_target_fails_with_markdown_verdicts_first(tmp_path: Path) -> None:
+    result = _run(str(_write(tmp_path, FAILING)), "--format", "markdown")
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == "### ❌ gpuplan: 1 of 3 targets fail"
+    verdicts = [line for line in lines if line.startswith(("| ✅", "| ❌"))]
+    assert [v.split("`")[1] for v in verdicts] == [
+        "fits",
+        "mig_profile_at_most",
+        "min_memory_headroom",
+    ]
+    assert verdicts[2].startswith("| ❌")
+    table = lines.index("| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |")
+    assert lines.index(verdicts[-1]) < table
+    assert "<details><summary>MIG" in result.output
+
+
+def test_json_format_is_the_report(tmp_path: Path) -> None:
+    result = _run(str(_write(tmp_path, PASSING, "plan.json")), "--format", "json")
+    assert result.exit_code == 0
+    report = msgspec.json.decode(result.output, type=PlanReport)
+    assert report.passed
+    assert report.plan_id.startswith("sha256:")
+
+
+@pytest.mark.parametrize(
+    ("doc", "where"),
+    [
+        ({**PASSING, "targets": {"fits": {"gpu": "NVIDIA L5"}}}, "$.targets.fits.gpu"),
+        ({**PASSING, "targets": {"fits": {"gpux": "NVIDIA L4"}}}, "$.targets.fits"),
+        ({**PASSING, "workload": {"mode": "serving"}}, "$.workload.mode"),
+        ({**PASSING, "targets": {}}, "$.targets"),
+        ([1, 2], "$"),
+    ],
+)
+def test_exit_2_on_invalid_input_naming_the_field(tmp_path: Path, doc: Any, where: str) -> None:
+    result = _run(str(_write(tmp_path, doc)))
+    assert result.exit_code == 2, result.output
+    assert where in result.output
+
+
+def test_exit_2_on_an_unreadable_file(tmp_path: Path) -> None:
+    bad = tmp_path / "plan.yaml"
+    bad.write_text("model: [unclosed", encoding="utf-8")
+    result = _run(str(bad))
+    assert result.exit_code == 2
+    assert "not valid YAML" in result.output
+    assert _run(str(tmp_path / "missing.yaml")).exit_code == 2
+
+
+def test_a_real_process_exits_with_the_verdict(tmp_path: Path) -> None:
+    ok = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "plan", str(_write(tmp_path, PASSING))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "plan", str(_write(tmp_path, FAILING, "f.yaml"))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert "FAIL  min_memory_headroom" in bad.stdout
+
+
+def test_api_gives_the_local_answer_and_the_same_exit_codes(tmp_path: Path) -> None:
+    good, failing = _write(tmp_path, PASSING), _write(tmp_path, FAILING, "f.yaml")
+    invalid = _write(tmp_path, {**PASSING, "targets": {"fits": {"gpu": "NVIDIA L5"}}}, "i.yaml")
+    with serving() as base:
+        for fmt in ("json", "markdown"):
+            remote = _run(str(good), "--api", base, "--format", fmt)
+            local = _run(str(good), "--format", fmt)
+            assert remote.exit_code == local.exit_code == 0, remote.output
+            assert remote.output == local.output
+        assert _run(str(failing), "--api", base).exit_code == 1
+        wrong = _run(str(good), "--api", base + "/nothing")
+        assert wrong.exit_code == 3, wrong.output
+        assert "404" in wrong.output
+        refused = _run(str(invalid), "--api", base)
+        assert refused.exit_code == 2
+        assert "$.targets.fits.gpu" in refused.output
+
+
+def test_api_unreachable_is_exit_3(tmp_path: Path) -> None:
+    result = _run(str(_write(tmp_path, PASSING)), "--api", f"http://127.0.0.1:{free_port()}")
+    assert result.exit_code == 3
+    assert "cannot reach" in result.output
+    assert _run(str(_write(tmp_path, PASSING)), "--api", "file:///etc/passwd").exit_code == 2
+
+
+def test_plan_schema_command_prints_the_committed_schema() -> None:
+    result = CliRunner().invoke(main, ["plan-schema"])
+    assert result.exit_code == 0
+    committed = Path(__file__).resolve().parent.parent / "api" / "plan.schema.json"
+    assert json.loads(result.output) == json.loads(committed.read_text(encoding="utf-8"))
