@@ -64,6 +64,28 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
         "workload": {"batch_size": 1, "sequence_length": 16, "steps": 1},
         "runtime": "cpu",
     },
+    "mig_validate": {
+        "gpu": "h100-sxm5-80gb",
+        "instances": [{"profile": "3g.40gb", "start": 0}, {"profile": "1g.10gb"}],
+    },
+    "mig_plan": {
+        "gpu": "a100-sxm4-80gb",
+        "workloads": [
+            {"name": "small", "profile": "1g.10gb", "count": 3},
+            {"name": "sized", "memory_gib": 15.0, "compute_slices": 2},
+        ],
+        "max_gpus": 4,
+    },
+    "plan_job": {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "training", "sequence_length": 4096, "gradient_checkpointing": "full"},
+        "training": {"training_tokens": 100_000_000},
+        "targets": {
+            "fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 4},
+            "max_cost_usd": 1000,
+            "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
+        },
+    },
 }
 """A valid body per body operation (by operationId); the mutations start from it."""
 
@@ -174,6 +196,9 @@ RAW_CASES = {
 )
 def test_raw_bodies(client: TestClient, method: str, path: str, op: str, case: str) -> None:  # type: ignore[type-arg]
     content, statuses, word = RAW_CASES[case]
+    # The literal sits at a key the operation takes, so it is the literal that is refused.
+    first = next(iter(VALID_BODIES[op]))
+    content = content.replace(b'"model"', b'"%s"' % first.encode())
     _problem(_send(client, method, path, content), statuses, word)
 
 
@@ -250,7 +275,8 @@ def test_huge_lists(client: TestClient, method: str, path: str, op: str) -> None
 
 # ------------------------------------------------------------------ targeted cases
 
-ESTIMATE_LIKE = [o for o in BODY_OPS if o[2] in ("estimate_memory", "recommendations")]
+ESTIMATE_LIKE = [o for o in BODY_OPS if o[2] in ("estimate_memory", "recommendations", "plan_job")]
+MIG_OPS = [o for o in BODY_OPS if o[2] in ("mig_validate", "mig_plan")]
 
 
 @pytest.mark.parametrize(
@@ -310,12 +336,9 @@ def test_enormous_hf_config_values_are_422(
     hf_patch: dict[str, Any],
     field: str,  # type: ignore[type-arg]
 ) -> None:
-    body = {
-        "model": {"hf_config": {**TINY_LLAMA, **hf_patch}},
-        "workload": {"mode": "training", "sequence_length": 128},
-    }
-    if op == "recommendations":
-        body["training"] = {"training_tokens": 10**9}
+    body = _job(
+        op, {"hf_config": {**TINY_LLAMA, **hf_patch}}, {"mode": "training", "sequence_length": 128}
+    )
     problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), field)
     _names_path(problem, "$.model.hf_config")
 
@@ -336,31 +359,20 @@ def test_hf_config_with_too_many_keys_is_422(client: TestClient) -> None:  # typ
 def test_unknown_model_and_gpu_are_422_naming_the_field(
     client: TestClient, method: str, path: str, op: str
 ) -> None:  # type: ignore[type-arg]
-    unknown_model = {"model": {"name": "no-such-model"}, "workload": {"mode": "inference"}}
+    unknown_model = _job(op, {"name": "no-such-model"}, {"mode": "inference"})
     problem = _problem(
         _send(client, method, path, json.dumps(unknown_model).encode()), (422,), "no-such-model"
     )
     _names_path(problem, "$.model.name")
+    gpu = _job(op, {"parameters": 10**9}, {"mode": "inference"})
     if op == "estimate_memory":
-        gpu = {
-            "model": {"parameters": 10**9},
-            "workload": {"mode": "inference"},
-            "gpu": "no-such-gpu",
-        }
-        problem = _problem(
-            _send(client, method, path, json.dumps(gpu).encode()), (422,), "no-such-gpu"
-        )
-        _names_path(problem, "$.gpu")
+        gpu["gpu"] = "no-such-gpu"
+        where = "$.gpu"
     else:
-        gpu = {
-            **unknown_model,
-            "model": {"parameters": 10**9},
-            "constraints": {"include": ["no-such-gpu"]},
-        }
-        problem = _problem(
-            _send(client, method, path, json.dumps(gpu).encode()), (422,), "no-such-gpu"
-        )
-        _names_path(problem, "$.constraints.include")
+        gpu["constraints"] = {"include": ["no-such-gpu"]}
+        where = "$.constraints.include"
+    problem = _problem(_send(client, method, path, json.dumps(gpu).encode()), (422,), "no-such-gpu")
+    _names_path(problem, where)
 
 
 def test_100000_workloads_are_refused(client: TestClient) -> None:  # type: ignore[type-arg]
@@ -433,6 +445,20 @@ def test_wrong_method_is_405(client: TestClient, method: str, path: str, op: str
 # ------------------------------------------------------------------ helpers
 
 
+def _job(op: str, model: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+    """The operation's valid body with this model and workload (and matching work volume)."""
+    body = copy.deepcopy(VALID_BODIES[op])
+    body["model"], body["workload"] = model, workload
+    for key in ("training", "inference"):
+        body.pop(key, None)
+    if op != "estimate_memory":
+        if workload.get("mode") == "inference":
+            body["inference"] = {"requests_per_second": 1.0}
+        else:
+            body["training"] = {"training_tokens": 10**9}
+    return body
+
+
 def _request_schema(path: str, method: str) -> dict[str, Any]:
     ref = SPEC["paths"][path][method.lower()]["requestBody"]["content"]["application/json"][
         "schema"
@@ -480,3 +506,37 @@ def _set(value: Any, where: list[Any], new: Any) -> None:
 
 def _jsonpath(where: list[Any]) -> str:
     return "$" + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in where)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "op"), [o[:3] for o in MIG_OPS], ids=[o[2] for o in MIG_OPS]
+)
+def test_unknown_mig_profile_and_gpu_are_422_naming_the_field(
+    client: TestClient,
+    method: str,
+    path: str,
+    op: str,  # type: ignore[type-arg]
+) -> None:
+    valid = VALID_BODIES[op]
+    items = "instances" if op == "mig_validate" else "workloads"
+    body = copy.deepcopy(valid)
+    body[items][0]["profile"] = "9g.999gb"
+    problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), "9g.999gb")
+    assert problem["type"] == "urn:gpuplan:problem:unknown-profile"
+    _names_path(problem, f"$.{items}[0].profile")
+    for gpu, kind in (("no-such-gpu", ""), ("NVIDIA L40S", "mig-unsupported")):
+        body = {**copy.deepcopy(valid), "gpu": gpu}
+        problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), "")
+        _names_path(problem, "$.gpu")
+        assert problem["type"].endswith(kind)
+
+
+def test_unknown_mig_profile_in_a_ci_plan_target(client: TestClient) -> None:  # type: ignore[type-arg]
+    body = copy.deepcopy(VALID_BODIES["plan_job"])
+    body["targets"]["mig_profile_at_most"]["profile"] = "9g.999gb"
+    problem = _problem(
+        _send(client, "POST", "/v1/plan", json.dumps(body).encode()), (422,), "9g.999gb"
+    )
+    _names_path(problem, "$.targets.mig_profile_at_most")
+    problem = _problem(client.get("/v1/mig/profiles?gpu=no-such-gpu"), (422,), "no-such-gpu")
+    _names_path(problem, "$.gpu")

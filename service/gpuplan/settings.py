@@ -90,7 +90,8 @@ class Settings(Record):
     """A file holding the Redis password (a mounted secret), used over one in the URL."""
 
     planning_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=600)] = 10.0
-    """Compute-time limit of one planning request (estimate, recommendation); past it 503."""
+    """Compute-time limit of one planning request (estimate, recommendation, MIG layout
+    check or plan, CI plan); past it 503."""
 
 
 class SettingsError(ValueError):

@@ -5,6 +5,7 @@ from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.compute import bounded
 from gpuplan.api.routes.fleet import read_nodes
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
@@ -24,7 +25,7 @@ async def mig_profiles(
     return mig.profiles(query, runtime(request).catalog)
 
 
-@operation("POST", "/v1/mig/validate", body=mig.ValidateRequest, tags=["mig"])
+@operation("POST", "/v1/mig/validate", body=mig.ValidateRequest, problems=(503,), tags=["mig"])
 async def mig_validate(
     request: Request[Any, Any, Any], body: mig.ValidateRequest
 ) -> mig.ValidateResponse:
@@ -34,10 +35,10 @@ async def mig_validate(
     profile, compute or engines exceeded, no placement), stranded compute, and for a
     valid layout a placement and the creation order that yields it.
     """
-    return mig.validate(body, runtime(request).catalog)
+    return await bounded(request, mig.validate, body, runtime(request).catalog)
 
 
-@operation("POST", "/v1/mig/plan", body=mig.PlanRequest, tags=["mig"])
+@operation("POST", "/v1/mig/plan", body=mig.PlanRequest, problems=(503,), tags=["mig"])
 async def mig_plan(request: Request[Any, Any, Any], body: mig.PlanRequest) -> mig.PlanResponse:
     """Pack workloads onto the fewest MIG-partitioned GPUs.
 
@@ -47,7 +48,7 @@ async def mig_plan(request: Request[Any, Any, Any], body: mig.PlanRequest) -> mi
     mig-parted config and Kubernetes resource names. With `current`, plans
     incrementally around instances in use.
     """
-    return mig.plan(body, runtime(request).catalog)
+    return await bounded(request, mig.plan, body, runtime(request).catalog)
 
 
 @operation("GET", "/v1/mig/slices", query=mig.SlicesQuery, problems=(503,), tags=["mig"])

@@ -13,6 +13,7 @@ import msgspec
 from litestar import Request
 from redis.exceptions import RedisError
 
+from gpuplan.api.compute import bounded
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
 from gpuplan.core.fleet import MeasuredFlops, measured_flops
@@ -33,7 +34,7 @@ async def _measured(state: Runtime) -> tuple[list[MeasuredFlops] | None, str | N
     return measured_flops(nodes, state.catalog), None
 
 
-@operation("POST", "/v1/plan", body=PlanFile, tags=["plan"])
+@operation("POST", "/v1/plan", body=PlanFile, problems=(503,), tags=["plan"])
 async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> PlanReport:
     """Check a job's targets: fits, cost, time, MIG profile, memory headroom.
 
@@ -46,7 +47,7 @@ async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> PlanRepor
     """
     state = runtime(request)
     measured, warning = await _measured(state)
-    report = plan(body, state.catalog, measured)
+    report = await bounded(request, plan, body, state.catalog, measured)
     if warning is not None:
         report = msgspec.structs.replace(report, warnings=[*report.warnings, warning])
     return report
