@@ -12,7 +12,8 @@ from gpuplan.api.decode import MAX_JSON_DEPTH
 
 PROBLEM = "application/problem+json"
 
-# The largest jobs the schemas admit: each must be answered (200 or 422) quickly.
+# The largest jobs the schemas admit (MIG: near it; an answer of 16,000 GPUs is megabytes):
+# each must be answered (200 or 422) quickly.
 WORST_CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "estimate-max-hints": ("/v1/memory/estimate", {
         "model": {"parameters": 10**14, "hints": {"num_layers": 4096, "hidden_size": 1 << 20,
@@ -40,6 +41,16 @@ WORST_CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "workload": {"mode": "inference", "sequence_length": 4096, "max_new_tokens": 10_000_000},
         "constraints": {"max_gpus_per_job": 1024, "deployment": "hybrid"},
         "inference": {"requests_per_second": 1e7}, "all_counts": True, "limit": 500}),
+    "mig-plan-1000-entries": ("/v1/mig/plan", {
+        "gpu": "h100-sxm5-80gb",
+        "workloads": [{"name": f"w{i}", "memory_gib": 1 + (i % 70), "compute_slices": 1 + (i % 7),
+                       "count": 10} for i in range(1000)]}),
+    "mig-plan-around-2000-gpus": ("/v1/mig/plan", {
+        "gpu": "a100-sxm4-80gb",
+        "workloads": [{"name": f"w{i}", "profile": ["1g.10gb", "2g.20gb", "3g.40gb"][i % 3],
+                       "count": 4} for i in range(200)],
+        "current": [{"index": i, "instances": [{"profile": "1g.10gb", "start": j} for j in range(7)]}
+                    for i in range(2000)]}),
 }  # fmt: skip
 
 
@@ -50,7 +61,7 @@ def test_the_largest_admitted_requests_answer_quickly(client: TestClient, case: 
     response = client.post(path, json=body)
     elapsed = time.perf_counter() - started
     assert response.status_code in (200, 422), response.text[:300]
-    assert elapsed < 2.0, f"{case} took {elapsed:.2f} s"
+    assert elapsed < 3.0, f"{case} took {elapsed:.2f} s"
     if response.status_code == 422:
         assert response.headers["content-type"].startswith(PROBLEM)
 
