@@ -1,5 +1,9 @@
 """A Redis outage under load: planning carries on, the fleet answers 503, then recovers.
 
+Planning here is every route that needs no Redis: estimates, recommendations, the CI
+plan (which says in its warnings that it used catalog FLOP/s), MIG plans and profiles,
+the catalog.
+
 The test's own redis-server is stopped while a pool of clients keeps sending planning,
 fleet and probe requests; it is then started again (empty: no persistence) and an
 agent-style publish repopulates it. Planning never fails, fleet routes answer a 503
@@ -26,6 +30,12 @@ PLANNING: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/v1/recommendations",
      {"model": {"name": "llama-2-7b"}, "workload": {"mode": "inference", "sequence_length": 2048},
       "limit": 3}),
+    ("POST", "/v1/plan",
+     {"model": {"name": "llama-2-7b"}, "workload": {"mode": "inference", "sequence_length": 2048},
+      "targets": {"fits": {"gpu": "h100-sxm5-80gb"}}}),
+    ("POST", "/v1/mig/plan",
+     {"gpu": "a100-sxm4-80gb", "workloads": [{"name": "a", "profile": "1g.10gb", "count": 3}]}),
+    ("GET", "/v1/mig/profiles?gpu=a100-sxm4-80gb", None),
     ("GET", "/v1/gpus?vendor=nvidia", None),
     ("GET", "/v1/gpus/h100-sxm5-80gb", None),
     ("GET", "/v1/models", None),
@@ -66,8 +76,14 @@ def test_redis_outage_under_load(own_redis: RedisServer) -> None:
                 assert fleet.json()["type"] == "urn:gpuplan:problem:fleet-unavailable"
                 assert client.get("/v1/fleet/flops").status_code == 503
                 assert client.get("/v1/fleet/nodes/node-a").status_code == 503
+                slices = client.get("/v1/mig/slices?memory_gib=5")
+                assert slices.status_code == 503, slices.text
+                assert slices.headers["content-type"].startswith("application/problem+json")
                 assert client.get("/readyz").json() == {"status": "degraded", "redis": "down"}
                 assert client.get("/healthz").json() == {"status": "ok"}
+            planned = client.post("/v1/plan", json=PLANNING[2][2])
+            assert planned.status_code == 200
+            assert any("does not answer" in w for w in planned.json()["warnings"])
             own_redis.start()
             back = time.monotonic()
             _publish(own_redis.url, "gpuplan:v1:", "node-a")  # the agent republishes
