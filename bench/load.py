@@ -5,7 +5,7 @@
 
 Starts ``gpuplan serve`` on a free loopback port (never anything but 127.0.0.1), then
 ``--concurrency`` clients loop over a mixed set (estimates, recommendations, catalog
-lookups and filters, presets, probes, metrics, and bad requests that must answer
+lookups and filters, presets, CI plans, MIG plans and profiles, probes, and bad requests that must answer
 4xx) until ``--seconds`` have passed or ``--max-requests`` were sent. Reported:
 requests, errors (any answer other than the expected status, or a transport error),
 throughput, p50/p99/max latency overall and per request kind, and the server's
@@ -46,6 +46,11 @@ RECOMMEND = {
     "inference": {"requests_per_second": 5},
     "limit": 5,
 }
+MIG_PLAN = {
+    "gpu": "a100-sxm4-80gb",
+    "workloads": [{"name": "notebooks", "profile": "1g.10gb", "count": 9},
+                  {"name": "serving", "memory_gib": 30, "compute_slices": 3, "count": 4}],
+}  # fmt: skip
 
 # (kind, method, path, body, expected status); weights by repetition.
 MIX: list[tuple[str, str, str, Any, int]] = [
@@ -53,6 +58,15 @@ MIX: list[tuple[str, str, str, Any, int]] = [
     ("estimate", "POST", "/v1/memory/estimate", ESTIMATE, 200),
     ("estimate", "POST", "/v1/memory/estimate", ESTIMATE, 200),
     ("recommend", "POST", "/v1/recommendations", RECOMMEND, 200),
+    (
+        "plan",
+        "POST",
+        "/v1/plan",
+        {**RECOMMEND, "targets": {"fits": {"gpu": "h100-sxm5-80gb"}}},
+        200,
+    ),
+    ("mig-plan", "POST", "/v1/mig/plan", MIG_PLAN, 200),
+    ("mig-profiles", "GET", "/v1/mig/profiles?gpu=NVIDIA%20H100%2080GB%20HBM3", None, 200),
     ("gpus", "GET", "/v1/gpus?vendor=nvidia&mig=true&sort=memory_bytes", None, 200),
     ("gpu", "GET", "/v1/gpus/NVIDIA-H100-80GB-HBM3", None, 200),
     ("models", "GET", "/v1/models", None, 200),
