@@ -4,6 +4,7 @@
     python -m bench all             # every benchmark (what docs/benchmarks.md quotes)
     python -m bench api_overhead peers
     python -m bench --list
+    python -m bench --table         # the table of bench/results/suite.json, running nothing
 
 Each benchmark runs in its own interpreter under a wall-time limit (a benchmark that
 overruns is reported as timed out, the others still run), on loopback only, and returns
@@ -178,7 +179,7 @@ def _rows_mig(r: dict[str, Any]) -> list[Row]:
 
 
 def _rows_api(r: dict[str, Any]) -> list[Row]:
-    if "skipped" in r:
+    if isinstance(r.get("skipped"), str):  # the whole benchmark (no wrk)
         return [("API overhead", "skipped", r["skipped"])]
     rows: list[Row] = []
     for name, m in r["median"].items():
@@ -199,7 +200,7 @@ def _rows_api(r: dict[str, Any]) -> list[Row]:
 
 
 def _rows_peers(r: dict[str, Any]) -> list[Row]:
-    if "skipped" in r:
+    if isinstance(r.get("skipped"), str):  # no peers venv
         return [("peers", "skipped", r["skipped"])]
     rows: list[Row] = []
     for tool, s in r["summary"].items():
@@ -322,11 +323,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("names", nargs="*", help="benchmarks to run; 'all' for every one")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument(
+        "--table", action="store_true", help="print the table of the --out file; run nothing"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "suite.json")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child(args.child, args.out)
+        return 0
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
         return 0
     if args.list:
         for name, bench in BENCHMARKS.items():

@@ -162,6 +162,104 @@ def wrk(
     }
 
 
+async def _asgi(app: Any, request: dict[str, Any]) -> int:
+    """One request straight into the ASGI app (no socket, no server): its status."""
+    import asyncio
+
+    body = json.dumps(request["body"]).encode() if "body" in request else b""
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": request["method"], "scheme": "http", "path": request["path"],
+        "raw_path": request["path"].encode(), "query_string": b"", "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode())],
+        "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # the client never disconnects
+        return {"type": "http.disconnect"}
+
+    status: list[int] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            status.append(message["status"])
+
+    await app(scope, receive, send)
+    return status[0]
+
+
+def in_process(calls: int = 2000) -> dict[str, Any]:
+    """Where an estimate request's time goes, without sockets: µs per request through
+    the ASGI app for /healthz, for the estimate route with the core's answer cached (the
+    framework's floor for this POST: decode, validate, encode, metrics) and for the real
+    route; and the core ``estimate`` call's own time measured inside the app."""
+    import asyncio
+    import gc
+
+    import gpuplan.api.routes.memory as route
+    from gpuplan.api.asgi import app
+
+    health = next(r for r in REQUESTS if r["path"] == "/healthz")
+    est = next(r for r in REQUESTS if r["path"] == "/v1/memory/estimate")
+    real = route.estimate
+    inside: list[float] = []
+
+    def timed(body: Any, catalog: Any) -> Any:
+        start = time.perf_counter()
+        answer = real(body, catalog)
+        inside.append(time.perf_counter() - start)
+        return answer
+
+    cached: list[Any] = []
+
+    def from_cache(body: Any, catalog: Any) -> Any:
+        if not cached:
+            cached.append(real(body, catalog))
+        return cached[0]
+
+    async def per_request(request: dict[str, Any]) -> float:
+        for _ in range(100):  # warm-up
+            assert 200 <= await _asgi(app, request) < 300
+        start = time.perf_counter()
+        for _ in range(calls):
+            await _asgi(app, request)
+        return (time.perf_counter() - start) / calls * 1e6
+
+    async def measure() -> dict[str, Any]:
+        out: dict[str, Any] = {"healthz_us": await per_request(health)}
+        route.estimate = from_cache  # type: ignore[assignment]
+        out["estimate_core_cached_us"] = await per_request(est)
+        route.estimate = timed  # type: ignore[assignment]
+        out["estimate_us"] = await per_request(est)
+        steady = sorted(inside[100:])
+        out["core_estimate_inside_app_us"] = {
+            "median": statistics.median(steady) * 1e6,
+            "mean": statistics.mean(steady) * 1e6,
+            "p99": steady[int(0.99 * len(steady))] * 1e6,
+        }
+        route.estimate = real  # type: ignore[assignment]
+        gc.disable()  # how much of it is the cyclic garbage collector
+        try:
+            out["estimate_gc_disabled_us"] = await per_request(est)
+        finally:
+            gc.enable()
+        out["estimate_share_of_healthz_rate"] = out["healthz_us"] / out["estimate_us"]
+        out["floor_share_of_healthz_rate"] = out["healthz_us"] / out["estimate_core_cached_us"]
+        return out
+
+    try:
+        return asyncio.run(measure())
+    finally:
+        route.estimate = real  # type: ignore[assignment]
+
+
 def run(seconds: float = 3.0, rounds: int = 3, connections: int = 32) -> dict[str, Any]:
     """Serve once, probe every request, then ``rounds`` rotations of wrk runs."""
     if shutil.which("wrk") is None:
@@ -250,6 +348,7 @@ def run(seconds: float = 3.0, rounds: int = 3, connections: int = 32) -> dict[st
             "estimate_share_of_healthz": 0.8,
             "met": median.get("memory estimate", {}).get("share_of_healthz", 0) >= 0.8,
         },
+        "in_process": in_process(),
         "samples": samples,
     }
 
