@@ -67,3 +67,14 @@ def test_api_overhead_requests_are_answered_2xx(client: TestClient[Any]) -> None
     for request in sent:
         response = client.request(request["method"], request["path"], json=request.get("body"))
         assert 200 <= response.status_code < 300, (request["name"], response.text[:300])
+
+
+def test_docs_quote_the_committed_suite_run() -> None:
+    """docs/benchmarks.md carries the table of bench/results/suite.json, row for row."""
+    from bench.__main__ import table
+
+    report = json.loads((ROOT / "bench" / "results" / "suite.json").read_text())
+    docs = (ROOT / "docs" / "benchmarks.md").read_text()
+    missing = [row for row in table(report).splitlines() if row not in docs]
+    assert not missing, missing
+    assert report["command"].strip() == "python -m bench all"

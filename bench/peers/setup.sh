@@ -7,7 +7,10 @@
 set -eu
 PEERS=${1:-/tmp/bench-peers}
 BASE=${2:-$(cd "$(dirname "$0")/../.." && pwd)/.venv}
-[ -x "$BASE/bin/python" ] || BASE=/work/main/.venv
+if [ ! -x "$BASE/bin/python" ]; then
+  echo "no dev venv at $BASE; pass it: sh bench/peers/setup.sh /tmp/bench-peers /path/to/.venv" >&2
+  exit 2
+fi
 python3 -m venv "$PEERS"
 SITE=$("$BASE/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 OWN=$("$PEERS/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
