@@ -154,11 +154,15 @@ def wrk(
     p50 = _seconds(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
     p99 = _seconds(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    sockets = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
     return {
         "rps": rps,
         "p50_s": p50,
         "p99_s": p99,
         "non_2xx": float(errors.group(1)) if errors else 0.0,
+        "socket_errors": float(sum(int(n) for n in sockets.groups())) if sockets else 0.0,
     }
 
 
