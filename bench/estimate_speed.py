@@ -75,24 +75,25 @@ def measure(body: dict[str, Any], calls: int = 200, rounds: int = 15) -> tuple[f
     return statistics.median(wall) * 1e6, statistics.median(cpu) * 1e6
 
 
-def main() -> None:
+def run(calls: int = 200, rounds: int = 15) -> dict[str, Any]:
+    """Median wall and CPU µs per estimate for every request of ``REQUESTS``."""
     rows = {}
     for name, body in REQUESTS.items():
-        wall, cpu = measure(body)
+        wall, cpu = measure(body, calls, rounds)
         rows[name] = {"wall_us": round(wall, 1), "cpu_us": round(cpu, 1)}
         print(f"{name:36s} {wall:8.1f} µs wall  {cpu:8.1f} µs CPU per estimate", flush=True)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "python": platform.python_version(),
-                "machine": platform.machine(),
-                "load_average_1m": os.getloadavg()[0],
-                "median_per_call": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    return {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "load_average_1m": os.getloadavg()[0],
+        "calls": calls,
+        "rounds": rounds,
+        "median_per_call": rows,
+    }
+
+
+def main() -> None:
+    RESULTS.write_text(json.dumps(run(), indent=2) + "\n")
 
 
 if __name__ == "__main__":

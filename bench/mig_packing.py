@@ -308,21 +308,19 @@ def _tie_summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--instances", type=int, default=400)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--time-limit", type=float, default=60.0)
-    parser.add_argument("--out", default="bench/results/mig_packing.json")
-    args = parser.parse_args()
+def run(
+    instances: int = 400, seed: int = 7, time_limit: float = 60.0, scale: bool = True
+) -> dict[str, Any]:
+    """``instances`` random instances from ``seed``, each planned and solved exactly;
+    with ``scale``, the 10,000-workload run too."""
     tables = {t.id: t for t in builtin_tables()}
-    rng = random.Random(args.seed)
+    rng = random.Random(seed)
     scales = [1, 2, 3, 5, 8, 12, 16, 24, 32, 48, 64, 100, 200, 500, 1000, 2000]
     small = [s for s in scales if s <= 64]
     cases = []
-    for i in range(args.instances):
-        scale = rng.choice(small) if i % 4 else rng.choice(scales)
-        cases.append(run_instance(rng, tables, scale, args.time_limit))
+    for i in range(instances):
+        size = rng.choice(small) if i % 4 else rng.choice(scales)
+        cases.append(run_instance(rng, tables, size, time_limit))
         if (i + 1) % 50 == 0:
             print(f"{i + 1} instances", flush=True)
     solved = [c for c in cases if c["milp_gpus"] is not None]
@@ -359,21 +357,33 @@ def main() -> None:
             c["milp_s"] / c["planner_s"] for c in cases
         ),
     }
-    result = {
+    return {
         "benchmark": "mig_packing",
-        "command": f"python -m bench.mig_packing --instances {args.instances} --seed {args.seed}",
+        "command": f"python -m bench.mig_packing --instances {instances} --seed {seed}",
         "machine": {
             "python": platform.python_version(),
             "processor": platform.processor() or platform.machine(),
         },
         "summary": summary,
-        "scale_10k_workloads": scale_test(tables),
+        "scale_10k_workloads": scale_test(tables) if scale else None,
         "cases": cases,
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--instances", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--time-limit", type=float, default=60.0)
+    parser.add_argument("--out", default="bench/results/mig_packing.json")
+    args = parser.parse_args()
+    result = run(args.instances, args.seed, args.time_limit)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(result, fh, indent=1)
         fh.write("\n")
-    print(json.dumps({"summary": summary, "scale": result["scale_10k_workloads"]}, indent=1))
+    print(
+        json.dumps({"summary": result["summary"], "scale": result["scale_10k_workloads"]}, indent=1)
+    )
 
 
 if __name__ == "__main__":

@@ -81,18 +81,16 @@ def _time(fn: Any, repeat: int) -> tuple[float, float, float, float]:
     return statistics.median(wall), p95, wall[0], statistics.median(cpu)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=30)
-    args = parser.parse_args()
+def run(repeat: int = 30) -> dict[str, Any]:
+    """Time ``recommend()`` on every case of ``CASES``, ``repeat`` times each."""
     catalog = builtin_catalog()
     rows = []
     for name, body in CASES.items():
         request = msgspec.convert(body, RecommendRequest)
         response = recommend(request, catalog)  # warm-up
-        median, p95, fastest, cpu = _time(lambda r=request: recommend(r, catalog), args.repeat)
+        median, p95, fastest, cpu = _time(lambda r=request: recommend(r, catalog), repeat)
         one = EstimateRequest(model=request.model, workload=request.workload)
-        estimate_ms = _time(lambda o=one: estimate(o, catalog), args.repeat)[3]
+        estimate_ms = _time(lambda o=one: estimate(o, catalog), repeat)[3]
         rows.append(
             {
                 "case": name,
@@ -111,16 +109,22 @@ def main() -> None:
             f"{name:<48} wall {median:6.2f} ms (p95 {p95:6.2f}, min {fastest:6.2f}) "
             f"cpu {cpu:6.2f} ms  {response.search.estimates:3d} estimates x {estimate_ms:.3f} ms"
         )
-    report = {
+    return {
         "load_average": list(os.getloadavg()),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "machine": "shared 2-core development VM (other jobs running)",
-        "repeat": args.repeat,
+        "repeat": repeat,
         "rows": rows,
     }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=30)
+    args = parser.parse_args()
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "recommend_speed.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / "recommend_speed.json").write_text(json.dumps(run(args.repeat), indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -81,12 +81,10 @@ def one(config: dict[str, object]) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "--child":
-        print(json.dumps(one(json.loads(sys.argv[2]))))
-        return
+def run(configs: list[dict[str, object]] | None = None) -> dict[str, object]:
+    """Trace each configuration (default: ``CONFIGS``) in a fresh interpreter."""
     rows = []
-    for config in CONFIGS:
+    for config in configs or CONFIGS:
         started = time.perf_counter()
         out = subprocess.run(
             [sys.executable, "-m", "bench.trace_7b", "--child", json.dumps(config)],
@@ -106,19 +104,21 @@ def main() -> None:
     import torch
     import transformers
 
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+        "rows": rows,
+    }
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        print(json.dumps(one(json.loads(sys.argv[2]))))
+        return
+    result = run()
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "trace_7b.json").write_text(
-        json.dumps(
-            {
-                "torch": torch.__version__,
-                "transformers": transformers.__version__,
-                "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
-                "rows": rows,
-            },
-            indent=2,
-        )
-        + "\n"
-    )
+    (RESULTS / "trace_7b.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,16 @@ _SETUP = """
 set -e
 mount --rbind / "$VIEW"
 mount -o remount,bind,ro "$VIEW"
-if [ "$WITH_TMP" = 1 ]; then mount -t tmpfs -o size=64m tmpfs "$VIEW/tmp"; fi
+if [ "$WITH_TMP" = 1 ]; then
+    mount -t tmpfs -o size=64m tmpfs "$VIEW/tmp"
+    # A checkout or interpreter that itself lives under /tmp (a CI clone) stays visible,
+    # read-only, as the image's /app would be.
+    for keep in $KEEP; do
+        mkdir -p "$VIEW$keep"
+        mount --rbind "$keep" "$VIEW$keep"
+        mount -o remount,bind,ro "$VIEW$keep"
+    done
+fi
 exec chroot "$VIEW" /bin/sh -c "$INNER"
 """
 
@@ -62,6 +71,13 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+def _under_tmp() -> list[str]:
+    """The checkout and interpreter directories that a tmpfs on /tmp would hide."""
+    named = [ROOT, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent]
+    paths = {str(p) for p in named} | {str(p.resolve()) for p in named}
+    return sorted(p for p in paths if p == "/tmp" or p.startswith("/tmp/"))
+
+
 def _serve_in_read_only_root(
     view: Path, with_tmp: bool, client: bool = True
 ) -> subprocess.CompletedProcess[str]:
@@ -81,6 +97,7 @@ def _serve_in_read_only_root(
             "WITH_TMP": "1" if with_tmp else "0",
             "INNER": inner,
             "VIEW": str(view),
+            "KEEP": " ".join(_under_tmp()),
             "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
         },
         capture_output=True,

@@ -1,0 +1,369 @@
+"""One entry point for the benchmarks: run some, print one table, write the results.
+
+    python -m bench                 # the fast set
+    python -m bench all             # every benchmark (what docs/benchmarks.md quotes)
+    python -m bench api_overhead peers
+    python -m bench --list
+    python -m bench --table         # the table of bench/results/suite.json, running nothing
+
+Each benchmark runs in its own interpreter under a wall-time limit (a benchmark that
+overruns is reported as timed out, the others still run), on loopback only, and returns
+a dict; the suite writes them together to ``bench/results/suite.json`` (the new
+benchmarks, api_overhead and peers, also to their own files) and prints one table of the
+figures with their goals. The modules stay runnable alone (``python -m bench.x``), with
+their full-size defaults and their own result files; the suite runs the bounded sizes
+below.
+"""
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+
+Row = tuple[str, str, str]  # metric, value, goal (and verdict)
+
+
+@dataclass(frozen=True)
+class Bench:
+    target: str  # "module:function" returning a dict
+    about: str
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    timeout_s: float = 300
+    fast: bool = True
+    writes: str | None = None  # its own result file, when the suite's run is its standard run
+
+
+BENCHMARKS: dict[str, Bench] = {
+    "accuracy": Bench(
+        "bench.accuracy.summary:run",
+        "estimator and tracer error vs measured peaks (committed accuracy runs)",
+        timeout_s=60,
+    ),
+    "estimate_speed": Bench(
+        "bench.estimate_speed:run",
+        "analytic estimate, in-process, per call",
+        {"calls": 100, "rounds": 9},
+        timeout_s=120,
+    ),
+    "recommend_speed": Bench(
+        "bench.recommend_speed:run",
+        "recommendation over the whole catalog, in-process",
+        {"repeat": 10},
+        timeout_s=180,
+    ),
+    "mig_packing": Bench(
+        "bench.mig_packing:run",
+        "MIG planner vs exact MILP (HiGHS), 60 random instances + 10k-workload run",
+        {"instances": 60, "seed": 7, "time_limit": 20.0},
+        timeout_s=300,
+    ),
+    "api_overhead": Bench(
+        "bench.api_overhead:run",
+        "HTTP throughput/latency of the planning routes vs /healthz (wrk, one server)",
+        {"seconds": 3.0, "rounds": 3, "connections": 32},
+        timeout_s=300,
+        writes="api_overhead.json",
+    ),
+    "peers": Bench(
+        "bench.peers:run",
+        "llm-analysis, accelerate, DeepSpeed vs gpuplan on measured peaks (peers venv)",
+        timeout_s=600,
+        fast=False,
+    ),
+    "trace_7b": Bench(
+        "bench.trace_7b:run",
+        "fake-tensor trace of a Llama-2-7B AdamW step: time and peak RSS",
+        {"configs": [{"dtype": "bf16", "amp": "none", "batch": 1, "seq": 4096, "runtime": "cuda"}]},
+        timeout_s=300,
+        fast=False,
+    ),
+}
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2%}"
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _rows_accuracy(r: dict[str, Any]) -> list[Row]:
+    a, rows = r["analytic"], []
+    rows.append(
+        (
+            f"analytic estimate, {a['cases']} real steps: median / worst abs error",
+            f"{_pct(a['median_abs_error'])} / {_pct(a['max_abs_error'])}",
+            f"median <= 5%, all <= 10% ({a['within_10pct']}/{a['cases']})",
+        )
+    )
+    if "traced" in r:
+        t = r["traced"]
+        rows.append(
+            (
+                f"tracer, {t['cases']} of those steps: median / worst abs error",
+                f"{_pct(t['median_abs_error'])} / {_pct(t['max_abs_error'])}",
+                f"(analytic on the same cases: {_pct(r['analytic_on_traced_cases']['median_abs_error'])}"
+                f" / {_pct(r['analytic_on_traced_cases']['max_abs_error'])})",
+            )
+        )
+    return rows
+
+
+def _rows_estimate(r: dict[str, Any]) -> list[Row]:
+    calls = r["median_per_call"]
+    worst = max(calls.values(), key=lambda v: v["cpu_us"])
+    best = min(calls.values(), key=lambda v: v["cpu_us"])
+    return [
+        (
+            f"estimate, {len(calls)} requests: CPU µs per call (min-max)",
+            f"{best['cpu_us']:.0f}-{worst['cpu_us']:.0f} µs (wall {min(v['wall_us'] for v in calls.values()):.0f}-{max(v['wall_us'] for v in calls.values()):.0f})",
+            f"< 100 µs: {_verdict(worst['cpu_us'] < 100)}",
+        )
+    ]
+
+
+def _rows_recommend(r: dict[str, Any]) -> list[Row]:
+    rows = r["rows"]
+    cpu = [x["median_cpu_ms"] for x in rows]
+    wall = [x["median_ms"] for x in rows]
+    return [
+        (
+            f"recommendation over the catalog, {len(rows)} cases: median CPU ms (min-max)",
+            f"{min(cpu):.1f}-{max(cpu):.1f} ms (wall {min(wall):.1f}-{max(wall):.1f})",
+            f"< 20 ms: CPU {_verdict(max(cpu) < 20)}, wall {sum(w < 20 for w in wall)}/{len(wall)}",
+        )
+    ]
+
+
+def _rows_mig(r: dict[str, Any]) -> list[Row]:
+    s = r["summary"]
+    small, large = s["up_to_64_gpus"], s["over_64_gpus"]
+    rows = [
+        (
+            f"MIG plan GPUs vs MILP optimum, {s['instances']} instances",
+            f"{small['equal_to_milp'] + large['equal_to_milp']}/{s['milp_solved']} equal, "
+            f"max gap {small['max_gap_gpus']} GPU, {s['check_errors']} check errors",
+            "equal to the exact optimum",
+        ),
+        (
+            "MIG plan time: planner / MILP median",
+            f"{s['planner_s']['median'] * 1e3:.1f} ms / {s['milp_s']['median'] * 1e3:.1f} ms "
+            f"(max {s['planner_s']['max'] * 1e3:.0f} / {s['milp_s']['max'] * 1e3:.0f} ms)",
+            "",
+        ),
+    ]
+    scale = r.get("scale_10k_workloads")
+    if scale:
+        rows.append(
+            (
+                "MIG plan, 10,000 workloads",
+                f"{scale['gpus']} GPUs (MILP {scale['milp_gpus']}) in "
+                f"{min(scale['planner_s_runs']):.2f} s (MILP {scale['milp_s']:.2f} s)",
+                "",
+            )
+        )
+    return rows
+
+
+def _rows_api(r: dict[str, Any]) -> list[Row]:
+    if isinstance(r.get("skipped"), str):  # the whole benchmark (no wrk)
+        return [("API overhead", "skipped", r["skipped"])]
+    rows: list[Row] = []
+    for name, m in r["median"].items():
+        goal = ""
+        if name == "memory estimate":
+            goal = f">= 80% of /healthz: {_verdict(m['share_of_healthz'] >= 0.8)}"
+        rows.append(
+            (
+                f"HTTP {r['requests'][name]['method']} {r['requests'][name]['path']} "
+                f"({r['load']['connections']} conns)",
+                f"{m['rps']:,.0f} req/s ({m['share_of_healthz']:.0%} of /healthz), "
+                f"p50 {m['p50_s'] * 1e3:.1f} ms, p99 {m['p99_s'] * 1e3:.1f} ms",
+                goal,
+            )
+        )
+    rows += [(f"HTTP {name}", "skipped", why[:80]) for name, why in r["skipped"].items()]
+    return rows
+
+
+def _rows_peers(r: dict[str, Any]) -> list[Row]:
+    if isinstance(r.get("skipped"), str):  # no peers venv
+        return [("peers", "skipped", r["skipped"])]
+    rows: list[Row] = []
+    for tool, s in r["summary"].items():
+        rows.append(
+            (
+                f"{tool}: {s['cases']} training steps, median / worst abs error, time per call",
+                f"{_pct(s['median_abs_error'])} / {_pct(s['max_abs_error'])}, "
+                f"{s['median_us_per_call']:,.0f} µs",
+                f"gpuplan on the same cases: {_pct(s['gpuplan_median_abs_error_same_cases'])}"
+                if tool != "gpuplan"
+                else "",
+            )
+        )
+    rows += [
+        (f"{tool}", "not installed", "") for tool, version in r["versions"].items() if not version
+    ]
+    return rows
+
+
+def _rows_trace(r: dict[str, Any]) -> list[Row]:
+    return [
+        (
+            f"trace Llama-2-7B {row['dtype']} b{row['batch']} s{row['seq']} ({row['runtime']})",
+            f"{row['trace_seconds']:.1f} s trace ({row['process_seconds']:.1f} s process), "
+            f"peak RSS {row['max_rss_bytes'] / 2**20:,.0f} MiB, traced peak {row['peak_bytes'] / 2**30:.1f} GiB",
+            "",
+        )
+        for row in r["rows"]
+    ]
+
+
+TABLES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
+    "accuracy": _rows_accuracy,
+    "estimate_speed": _rows_estimate,
+    "recommend_speed": _rows_recommend,
+    "mig_packing": _rows_mig,
+    "api_overhead": _rows_api,
+    "peers": _rows_peers,
+    "trace_7b": _rows_trace,
+}
+
+
+def _child(name: str, out: Path) -> None:
+    """Run one benchmark in this interpreter and write its dict to ``out``."""
+    bench = BENCHMARKS[name]
+    module, function = bench.target.split(":")
+    result = getattr(importlib.import_module(module), function)(**bench.kwargs)
+    out.write_text(json.dumps(result))
+
+
+def run_one(name: str) -> dict[str, Any]:
+    """One benchmark in a fresh interpreter, bounded by its ``timeout_s``."""
+    bench = BENCHMARKS[name]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT / "service"), str(ROOT), os.environ.get("PYTHONPATH")])
+        ),
+        "HF_HUB_OFFLINE": "1",
+    }
+    with tempfile.TemporaryDirectory(prefix="gpuplan-bench-") as folder:
+        out = Path(folder) / "result.json"
+        started = time.perf_counter()
+        try:
+            # the child's own progress lines go to stderr, keeping stdout for the table
+            done = subprocess.run(
+                [sys.executable, "-m", "bench", "--child", name, "--out", str(out)],
+                cwd=ROOT,
+                env=env,
+                timeout=bench.timeout_s,
+                stdout=sys.stderr,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return {"status": f"timed out after {bench.timeout_s:.0f} s"}
+        seconds = time.perf_counter() - started
+        if done.returncode != 0 or not out.exists():
+            return {"status": f"failed (exit {done.returncode})", "seconds": round(seconds, 1)}
+        result = json.loads(out.read_text())
+    if bench.writes:
+        (RESULTS / bench.writes).write_text(json.dumps(result, indent=2) + "\n")
+    if name == "mig_packing":
+        result.pop("cases", None)  # 400-instance detail lives in mig_packing.json
+    return {"status": "ok", "seconds": round(seconds, 1), "result": result}
+
+
+def _machine() -> dict[str, Any]:
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": model,
+        "cpus": os.cpu_count(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    """The markdown table of every finished benchmark's figures."""
+    lines = ["| benchmark | metric | value | goal |", "| --- | --- | --- | --- |"]
+    for name, entry in report["benchmarks"].items():
+        if entry["status"] != "ok":
+            lines.append(f"| {name} | — | {entry['status']} | |")
+            continue
+        for metric, value, goal in TABLES[name](entry["result"]):
+            lines.append(f"| {name} | {metric} | {value} | {goal} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("names", nargs="*", help="benchmarks to run; 'all' for every one")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument(
+        "--table", action="store_true", help="print the table of the --out file; run nothing"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS / "suite.json")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        _child(args.child, args.out)
+        return 0
+    if args.table:
+        print(table(json.loads(args.out.read_text())))
+        return 0
+    if args.list:
+        for name, bench in BENCHMARKS.items():
+            tag = "fast" if bench.fast else "all "
+            print(f"{name:16s} {tag}  <= {bench.timeout_s:>4.0f} s  {bench.about}")
+        return 0
+    if args.names == ["all"]:
+        names = list(BENCHMARKS)
+    elif args.names:
+        names = args.names
+    else:
+        names = [n for n, b in BENCHMARKS.items() if b.fast]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; --list shows them")
+    report: dict[str, Any] = {
+        "command": "python -m bench " + " ".join(args.names or []),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": _machine(),
+        "benchmarks": {},
+    }
+    for name in names:
+        print(f"== {name}", file=sys.stderr, flush=True)
+        report["benchmarks"][name] = run_one(name)
+    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(table(report))
+    return 0 if all(e["status"] == "ok" for e in report["benchmarks"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
