@@ -68,7 +68,9 @@ def main() -> None:
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     if code != 0:
-        print(output[-6000:], file=sys.stderr)
+        # The failures' summaries (operation, check, status) and the tail of the report.
+        keep = [line for line in output.splitlines() if len(line) < 400]
+        print("\n".join(keep[-200:]), file=sys.stderr)
     sys.exit(code)
 
 
