@@ -58,6 +58,16 @@ def test_with_tokens_v1_needs_one(method: str, path: str) -> None:
         _is_401(client.request(method, path, headers={"Authorization": f"Basic {TOKEN}"}))
 
 
+def test_options_needs_a_token_unless_it_is_a_cors_preflight() -> None:
+    preflight = {"Origin": "https://dash.example.com", "Access-Control-Request-Method": "POST"}
+    with _client(api_tokens=TOKEN) as client:
+        _is_401(client.options("/v1/memory/estimate"))
+        _is_401(client.options("/v1/memory/estimate", headers=preflight))  # CORS is off
+    with _client(api_tokens=TOKEN, cors_allow_origins="https://dash.example.com") as client:
+        _is_401(client.options("/v1/memory/estimate"))
+        assert client.options("/v1/memory/estimate", headers=preflight).status_code in (200, 204)
+
+
 def test_a_valid_token_passes_and_each_configured_one_works() -> None:
     with _client(api_tokens=f"{TOKEN} {OTHER}") as client:
         for token in (TOKEN, OTHER):

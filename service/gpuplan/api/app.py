@@ -91,7 +91,7 @@ def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar
     )
     app.state.runtime = Runtime(settings, metrics, load_catalog(settings.catalog_file))
     # Count at the outermost layer, where 404s and 405s are still visible.
-    guard = Guard(api_tokens(settings), settings.protect_operations)
+    guard = Guard(api_tokens(settings), settings.protect_operations, cors=bool(_cors(settings)))
     app.asgi_handler = metrics.wrap(guard.wrap(app.asgi_handler))
     return app
 

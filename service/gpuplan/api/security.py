@@ -56,6 +56,12 @@ def _needs_token(path: str, protect_operations: bool) -> bool:
     return protect_operations
 
 
+def _is_preflight(scope: dict[str, Any]) -> bool:
+    return scope.get("method") == "OPTIONS" and any(
+        name == b"access-control-request-method" for name, _ in scope.get("headers", ())
+    )
+
+
 def _bearer(scope: dict[str, Any]) -> bytes | None:
     for name, value in scope.get("headers", ()):
         if name == b"authorization":
@@ -83,9 +89,10 @@ def _unauthorized(detail: str, error: str) -> tuple[bytes, list[tuple[bytes, byt
 class Guard:
     """The ASGI wrapper: checks tokens, then adds the security headers to every answer."""
 
-    def __init__(self, tokens: Iterable[str], protect_operations: bool) -> None:
+    def __init__(self, tokens: Iterable[str], protect_operations: bool, cors: bool = False) -> None:
         self._tokens = tuple(t.encode() for t in tokens)
         self._protect_operations = protect_operations
+        self._cors = cors
 
     @property
     def enabled(self) -> bool:
@@ -123,7 +130,7 @@ class Guard:
 
             if (
                 self.enabled
-                and scope.get("method") != "OPTIONS"  # CORS preflights carry no credentials
+                and not (self._cors and _is_preflight(scope))  # preflights carry no credentials
                 and _needs_token(path, self._protect_operations)
             ):
                 presented = _bearer(scope)
