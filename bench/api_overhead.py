@@ -78,6 +78,7 @@ REQUESTS: list[dict[str, Any]] = [
         "body": {
             "model": {"name": "llama-3.1-8b"},
             "workload": {"mode": "inference", "sequence_length": 4096, "batch_size": 8},
+            "targets": {"fits": {"gpu": "NVIDIA L4", "count": 1}, "min_memory_headroom": 0.1},
         },
     },
 ]

@@ -197,3 +197,44 @@ def test_bad_query_is_422_naming_the_parameter(
     problem = _problem(app_client.get(f"/test/filter?{query}"), 422)
     [error] = problem["errors"]
     assert error == {"path": path, "reason": error["reason"], "location": "query"}
+
+
+def test_the_duplicate_key_prefilter_never_misses_a_duplicate() -> None:
+    """Random bodies with tricky strings: whenever an object really repeats a key, the
+    fast scan sends the body to the exact check."""
+    import json
+    import random
+
+    from gpuplan.api.decode import may_repeat_a_key
+
+    rng = random.Random(7)
+    atoms = ["a", "b", "", ":", '"', '\\"a\\":', "\\u0061", "a\\\\", " ", "{", "}", ","]
+
+    def text() -> str:
+        return json.dumps("".join(rng.choice(atoms) for _ in range(rng.randint(0, 4))))[1:-1]
+
+    def obj(depth: int) -> str:
+        items = []
+        for _ in range(rng.randint(0, 4)):
+            key = rng.choice(["a", "b", "\\u0061", text()])
+            value = obj(depth + 1) if depth < 3 and rng.random() < 0.3 else f'"{text()}"'
+            items.append(f'"{key}": {value}')
+        return "{" + ", ".join(items) + "}"
+
+    def repeats(pairs: list[tuple[str, object]]) -> dict[str, object]:
+        keys = [k for k, _ in pairs]
+        if len(set(keys)) != len(keys):
+            raise KeyError
+        return dict(pairs)
+
+    found = 0
+    for _ in range(3000):
+        body = obj(0).encode()
+        try:
+            json.loads(body, object_pairs_hook=repeats)
+        except KeyError:
+            found += 1
+            assert may_repeat_a_key(body), body
+        except json.JSONDecodeError:
+            continue
+    assert found > 100  # the generator does make duplicates

@@ -292,3 +292,18 @@ def test_estimates_are_deterministic() -> None:
         run({"name": "mixtral-8x7b"}, sequence_length=512, gpu="h100-sxm5-80gb")
     )
     assert a == b
+
+
+def test_diffusion_presets_match_what_practitioners_see() -> None:
+    """SD 1.5 generation (classifier-free guidance: 2 UNet samples per image) runs on a
+    24 GB card; a full SDXL fine-tune in bf16 with AdamW does not, and fits an 80 GB one."""
+    sd = run({"name": "stable-diffusion-1.5-unet"}, mode="inference", batch_size=2,
+             image_size=512, precision="fp16", gpu="rtx-4090-24gb")  # fmt: skip
+    assert sd.fit is not None
+    assert sd.fit.fits
+    xl = run({"name": "sdxl-unet"}, batch_size=1, precision="bf16", gpu="rtx-4090-24gb")
+    assert xl.fit is not None
+    assert not xl.fit.fits
+    big = run({"name": "sdxl-unet"}, batch_size=1, precision="bf16", gpu="a100-sxm4-80gb")
+    assert big.fit is not None
+    assert big.fit.fits

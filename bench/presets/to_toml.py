@@ -1,4 +1,4 @@
-"""Print data/models.toml entries for the vision presets from vision_presets.json.
+"""Print data/models.toml entries for the vision presets from the derived figures.
 
 python -m bench.presets.to_toml >> service/gpuplan/core/memory/data/models.toml
 """
@@ -6,6 +6,7 @@ python -m bench.presets.to_toml >> service/gpuplan/core/memory/data/models.toml
 import json
 
 from bench.presets.derive_flops import RESULTS as FLOPS
+from bench.presets.derive_trace import RESULTS as TRACED
 from bench.presets.derive_vision import RESULTS
 
 KIND = {"stable-diffusion-1.5-unet": "diffusion", "sdxl-unet": "diffusion"}
@@ -22,7 +23,10 @@ SOURCES = {
 
 
 def main() -> None:
-    results = json.loads(RESULTS.read_text())
+    # MemTracker figures where derive_vision.py produced them; gpuplan.trace's for the
+    # rest (SDXL, which MemTracker's hooks make an hour-long trace).
+    traced = json.loads(TRACED.read_text()) if TRACED.exists() else {}
+    results = {**traced, **json.loads(RESULTS.read_text())}
     flops = json.loads(FLOPS.read_text())
     for name, r in results.items():
         assert (
@@ -39,9 +43,14 @@ def main() -> None:
         print(f"inference_bytes_per_sample = {r['inference_bytes_per_sample']:_}")
         print(f"gradients_at_peak = {r['gradients_at_peak']}")
         print(f"forward_flops_per_sample = {flops[name]:_}")
+        tool = (
+            "gpuplan.trace (bench/presets/derive_trace.py)"
+            if "method" in r
+            else "torch MemTracker (bench/presets/derive_vision.py)"
+        )
         print(
-            'source = "bench/presets/derive_vision.py: fp32, two AdamW steps and a no-grad forward at batch 8 and 16 '
-            f'under FakeTensorMode with torch MemTracker; FLOPs: bench/presets/derive_flops.py, FlopCounterMode (torch {r["torch"]})"'
+            'source = "fp32, two AdamW steps and a no-grad forward at batch 8 and 16 under FakeTensorMode, '
+            f'accounted by {tool}; FLOPs: bench/presets/derive_flops.py, FlopCounterMode (torch {r["torch"]})"'
         )
 
 

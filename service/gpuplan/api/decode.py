@@ -39,6 +39,25 @@ class _DuplicateKey(Exception):
         self.key = key
 
 
+# A JSON object key as it stands in the body: a string token followed by a colon. The
+# scan never misses a real key (a real key's opening quote cannot close another token,
+# since a key's text, not a colon, follows it); it may find extra tokens inside string
+# values, which only sends the body down the exact path.
+_KEY_TOKEN = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:')
+
+
+def may_repeat_a_key(body: bytes) -> bool:
+    """False when no key text occurs twice in ``body``: then no object repeats a key.
+
+    The exact check parses the body again in Python (~20 µs for a small plan); most
+    bodies name each key once, and this scan (~2 µs) proves it. Escaped keys
+    (``"\u0061"`` is ``"a"``) compare equal only once decoded, so any backslash in a
+    key sends the body to the exact check.
+    """
+    keys = _KEY_TOKEN.findall(body)
+    return len(set(keys)) != len(keys) or any(b"\\" in key for key in keys)
+
+
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     seen: dict[str, Any] = {}
     for key, value in pairs:
@@ -82,6 +101,8 @@ def decode_json(body: bytes, type_: type[T]) -> T:
         raise InvalidInput(400, "malformed-json", "request body is nested too deeply", []) from None
     # msgspec keeps the last of two equal keys; a planner must not guess which one the
     # author meant. The body is valid JSON by now, so only the duplicate check can fail.
+    if not may_repeat_a_key(body):
+        return value
     try:
         json.loads(body, object_pairs_hook=_refuse_duplicates)
     except _DuplicateKey as dup:
