@@ -120,28 +120,28 @@ def decode_json(body: bytes, type_: type[T]) -> T:
 def _check_depth(body: bytes) -> None:
     """Refuse a body nested deeper than :data:`MAX_JSON_DEPTH` before anything parses it.
 
-    One pass over the bytes, counting brackets outside strings: linear, no recursion,
-    and cheap next to parsing (the body is at most ``max_body_bytes``).
+    No recursion and no Python loop over the bytes: escapes and strings are dropped,
+    then everything but brackets, and each pass deletes the innermost ``[]``/``{}``
+    pairs; a body still holding brackets after ``MAX_JSON_DEPTH`` passes nests deeper.
+    Unbalanced brackets stop the passes early and are left to the parser to report.
     """
-    depth = 0
-    # Brackets inside strings do not count; drop the strings first (escaped quotes too).
-    stripped = _STRINGS.sub(b'""', body)
-    for match in _BRACKETS.finditer(stripped):
-        if match[0] in (b"[", b"{"):
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise InvalidInput(
-                    400,
-                    "malformed-json",
-                    f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
-                    [],
-                )
-        else:
-            depth -= 1
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return  # too few brackets to nest that deep: most bodies stop here (< 1 µs)
+    # Escaped backslashes first, so that in ``\\"`` the quote still ends its string.
+    plain = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    structure = b"".join(plain.split(b'"')[::2]).translate(None, _NOT_BRACKETS)
+    for _ in range(MAX_JSON_DEPTH):
+        reduced = structure.replace(b"[]", b"").replace(b"{}", b"")
+        if reduced == structure:
+            return
+        structure = reduced
+    if structure.replace(b"[]", b"").replace(b"{}", b"") != structure:
+        raise InvalidInput(
+            400, "malformed-json", f"request body is nested deeper than {MAX_JSON_DEPTH} levels", []
+        )
 
 
-_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKETS = re.compile(rb"[\[\]{}]")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 
 
 async def read_json(request: Request[Any, Any, Any], type_: type[T]) -> T:
