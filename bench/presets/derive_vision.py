@@ -154,47 +154,64 @@ def trace(make: Any, batch: int, training: bool) -> tuple[dict[str, int], int]:
     return _peak(tracker), parameters
 
 
-def derive(name: str) -> dict[str, Any]:
-    make, size, published = MODELS[name]
-    started = time.perf_counter()
-    train = {b: trace(make, b, True) for b in BATCHES}
-    infer = {b: trace(make, b, False) for b in BATCHES}
+def figures(
+    name: str,
+    parameters: int,
+    train: dict[int, tuple[int, int]],
+    infer: dict[int, int],
+) -> dict[str, Any]:
+    """A preset's figures from traces at BATCHES: ``train`` maps a batch to the
+    (activation + temporary, gradient) bytes at the training peak, ``infer`` to the
+    activation + temporary bytes at the forward's."""
+    _, size, published = MODELS[name]
     (lo, hi), span = BATCHES, BATCHES[1] - BATCHES[0]
-    parameters = train[lo][1]
-    grads_total = 4 * parameters
-
-    def dynamic(peak: dict[str, int]) -> int:
-        return peak["ACT"] + peak["TEMP"]
-
-    per_sample = (dynamic(train[hi][0]) - dynamic(train[lo][0])) // span
+    per_sample = (train[hi][0] - train[lo][0]) // span
     return {
         "parameters": parameters,
         "published_parameters": published,
         "reference_image_size": size,
         "training_bytes_per_sample": per_sample,
-        "training_intercept_bytes": dynamic(train[lo][0]) - lo * per_sample,
-        "inference_bytes_per_sample": (dynamic(infer[hi][0]) - dynamic(infer[lo][0])) // span,
-        "gradients_at_peak": round(train[hi][0]["GRAD"] / grads_total, 3),
-        "training_peaks": {b: train[b][0] for b in BATCHES},
-        "inference_peaks": {b: infer[b][0] for b in BATCHES},
-        "seconds": round(time.perf_counter() - started, 1),
+        "training_intercept_bytes": train[lo][0] - lo * per_sample,
+        "inference_bytes_per_sample": (infer[hi] - infer[lo]) // span,
+        "gradients_at_peak": round(train[hi][1] / (4 * parameters), 3),
         "torch": torch.__version__,
     }
 
 
-def main() -> None:
-    names = sys.argv[1:] or list(MODELS)
-    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+def derive(name: str) -> dict[str, Any]:
+    make, _, _ = MODELS[name]
+    started = time.perf_counter()
+    train = {b: trace(make, b, True) for b in BATCHES}
+    infer = {b: trace(make, b, False) for b in BATCHES}
+    return {
+        **figures(
+            name,
+            train[BATCHES[0]][1],
+            {b: (peak["ACT"] + peak["TEMP"], peak["GRAD"]) for b, (peak, _) in train.items()},
+            {b: peak["ACT"] + peak["TEMP"] for b, (peak, _) in infer.items()},
+        ),
+        "training_peaks": {b: train[b][0] for b in BATCHES},
+        "inference_peaks": {b: infer[b][0] for b in BATCHES},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def derive_all(names: list[str], derive_one: Any, results_file: Path) -> None:
+    """Derive each name, print its line, and write the results after each one: a long
+    trace (SDXL) must not cost the others' results."""
+    results = json.loads(results_file.read_text()) if results_file.exists() else {}
     for name in names:
-        results[name] = derive(name)
-        r = results[name]
+        results[name] = r = derive_one(name)
         print(
             f"{name:28s} params {r['parameters']:>13,}  train/sample {r['training_bytes_per_sample'] / 2**20:9.1f} MiB"
             f"  infer/sample {r['inference_bytes_per_sample'] / 2**20:8.1f} MiB  grads@peak {r['gradients_at_peak']:.3f}  ({r['seconds']} s)",
             flush=True,
         )
-        # After each model: a long trace (SDXL) must not cost the others' results.
-        RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+        results_file.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+def main() -> None:
+    derive_all(sys.argv[1:] or list(MODELS), derive, RESULTS)
 
 
 if __name__ == "__main__":
