@@ -22,7 +22,6 @@ from gpuplan.core.memory.inference import (
     inference_peak,
     kv_bytes_per_token,
     mask_bytes,
-    prefill_retained_per_token,
 )
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
 from gpuplan.core.memory.numerics import Numerics, numerics_for
@@ -387,7 +386,6 @@ def _inference(
         max(costs, key=lambda c: c.forward_peak),
         local_layers=len(costs),
         kv_per_token=per_token,
-        retained_per_token=prefill_retained_per_token(arch, num.matmul, p.tensor),
         max_new_tokens=w.max_new_tokens,
         matmul_bytes=num.matmul,
         mask_bytes=mask_bytes(arch, num.matmul, eager=w.attention == "eager", cpu=num.cpu),

@@ -39,20 +39,6 @@ def kv_bytes_per_token(arch: Architecture, kv_dtype_bytes: float, tp: int = 1) -
     return 2 * max(arch.num_kv_heads // tp, 1) * arch.head_dim * kv_dtype_bytes
 
 
-def prefill_retained_per_token(arch: Architecture, matmul_bytes: int, tp: int = 1) -> float:
-    """Bytes per token per layer the prefill's cache holds beyond k and v themselves.
-
-    None: Hugging Face's ``DynamicCache`` (transformers 5) concatenates the prefill's
-    keys and values onto an empty tensor, which copies them, so a fused projection's
-    output (GPT-2's ``c_attn``, GPT-NeoX's ``query_key_value``) dies with its layer
-    instead of staying alive as the storage of cached views, as it did when the
-    cache stored the tensors it was handed. Kept as a function: a serving engine
-    that caches views would put its figure here.
-    """
-    del arch, matmul_bytes, tp
-    return 0.0
-
-
 def mask_bytes(arch: Architecture, matmul_bytes: int, *, eager: bool, cpu: bool) -> float:
     """Bytes per (query, key) pair of the attention mask the prefill materializes once.
 
@@ -76,13 +62,11 @@ def inference_peak(
     *,
     local_layers: int,
     kv_per_token: float,
-    retained_per_token: float,
     max_new_tokens: int,
     matmul_bytes: int,
     mask_bytes: float,
 ) -> InferencePeak:
     window = arch.sliding_window
-    prompt = d.seq if not window else min(d.seq, window)
     final = d.seq + max_new_tokens if not window else min(d.seq + max_new_tokens, window)
     kv_final = kv_per_token * final * d.batch * local_layers
     # The layer's own temporaries around its input, the materialized causal mask eager
@@ -91,7 +75,10 @@ def inference_peak(
     # A serving engine reserves the cache of the tokens still to come before the
     # prefill runs (vLLM's blocks, a static cache): the prefill sees the final size.
     prefill = InferencePeak(
-        kv_cache=kv_final + retained_per_token * prompt * d.batch * local_layers,
+        # Only k and v: Hugging Face's DynamicCache (transformers 5) concatenates them onto
+        # an empty tensor, a copy, so a fused projection's output (GPT-2's c_attn) dies
+        # with its layer rather than living on as the storage of cached views.
+        kv_cache=kv_final,
         # The layer input, and the embedding output the model's forward still holds.
         activations=layer.input + matmul_bytes * d.hidden_full,
         temporary=layer.forward_peak + mask + (matmul_bytes + FP32) * d.batch * arch.vocab_size,
