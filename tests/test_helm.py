@@ -162,6 +162,26 @@ def test_api_deployment() -> None:
     assert hpa["spec"]["minReplicas"] == 2
 
 
+@pytest.mark.parametrize(("grace", "expected"), [(None, 25), (60, 55), (3, 1)])
+def test_workers_stop_by_themselves_before_the_kubelet_kills_them(
+    grace: int | None, expected: int
+) -> None:
+    values = {} if grace is None else {"api": {"terminationGracePeriodSeconds": grace}}
+    (deployment,) = (
+        doc
+        for doc in _render_values(values)
+        if doc["kind"] == "Deployment"
+        and doc["metadata"]["labels"].get("app.kubernetes.io/component") == "api"
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    env = _env(_container(deployment))
+    settings = load_settings(
+        {"GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS": env["GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS"]}
+    )
+    assert settings.shutdown_timeout_seconds == expected
+    assert settings.shutdown_timeout_seconds < pod["terminationGracePeriodSeconds"]
+
+
 def test_api_environment_is_accepted_by_the_settings_loader() -> None:
     for case in CASES:
         env = _env(_container(_one(case, "Deployment", "api")))

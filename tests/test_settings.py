@@ -44,6 +44,8 @@ def test_empty_redis_url_means_no_redis() -> None:
         ({"GPUPLAN_LOG_LEVEL": "loud"}, "GPUPLAN_LOG_LEVEL"),
         ({"GPUPLAN_REDIS_URL": "http://cache:6379"}, "GPUPLAN_REDIS_URL"),
         ({"GPUPLAN_REDIS_TIMEOUT_SECONDS": "0"}, "GPUPLAN_REDIS_TIMEOUT_SECONDS"),
+        ({"GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS": "0"}, "GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS"),
+        ({"GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS": "2.5"}, "GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS"),
     ],
 )
 def test_invalid_setting_names_the_variable(env: dict[str, str], named: str) -> None:

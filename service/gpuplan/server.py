@@ -59,4 +59,7 @@ def serve(settings: Settings) -> None:
         log_level=LogLevels(settings.log_level),
         log_dictconfig=logging_config(settings.log_level),
         respawn_failed_workers=True,
+        # Without a bound, granian waits forever for a worker that ignores the stop, as
+        # one still starting up does when SIGTERM arrives (seen here with two workers).
+        workers_kill_timeout=settings.shutdown_timeout_seconds,
     ).serve()

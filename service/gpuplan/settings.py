@@ -93,6 +93,11 @@ class Settings(Record):
     """Compute-time limit of one planning request (estimate, recommendation, MIG layout
     check or plan, CI plan); past it 503."""
 
+    shutdown_timeout_seconds: Annotated[int, msgspec.Meta(ge=1, le=3600)] = 25
+    """After SIGTERM, how long a worker may finish its in-flight requests before it is
+    killed. Keep it under the orchestrator's grace period (Kubernetes: 30 s by default),
+    so the pod stops by itself rather than by SIGKILL."""
+
 
 class SettingsError(ValueError):
     """A setting is invalid or unknown; the message names it and its source."""
