@@ -145,3 +145,28 @@ def test_plan_schema_command_prints_the_committed_schema() -> None:
     assert result.exit_code == 0
     committed = Path(__file__).resolve().parent.parent / "api" / "plan.schema.json"
     assert json.loads(result.output) == json.loads(committed.read_text(encoding="utf-8"))
+
+
+def test_api_with_tokens_takes_the_token_from_a_file_or_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = "ci-" + "k" * 29
+    good = _write(tmp_path, PASSING)
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    monkeypatch.delenv("GPUPLAN_API_TOKEN", raising=False)
+    monkeypatch.delenv("GPUPLAN_API_TOKEN_FILE", raising=False)
+    with serving(settings={"GPUPLAN_API_TOKENS": token}) as base:
+        refused = _run(str(good), "--api", base)
+        assert refused.exit_code == 3, refused.output
+        assert "401" in refused.output
+        assert _run(str(good), "--api", base, "--token-file", str(token_file)).exit_code == 0
+        monkeypatch.setenv("GPUPLAN_API_TOKEN", token)
+        assert _run(str(good), "--api", base).exit_code == 0
+        monkeypatch.setenv("GPUPLAN_API_TOKEN", "wrong-" + "x" * 26)
+        assert _run(str(good), "--api", base).exit_code == 3
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    result = _run(str(good), "--api", "http://127.0.0.1:1", "--token-file", str(empty))
+    assert result.exit_code == 2
+    assert "--token-file" in result.output

@@ -15,9 +15,12 @@ from tests.conftest import free_port
 
 
 @contextmanager
-def serving(*args: str) -> Iterator[str]:
+def serving(*args: str, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """``gpuplan serve`` with ``args``, its environment the tests' without any
+    ``GPUPLAN_`` setting but ``settings``."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPLAN_", "PROMETHEUS_"))}
+    env.update(settings or {})
     # A worker still starting when SIGTERM lands ignores the stop (a granian race); the
     # shutdown timeout kills it, so the server stops within it either way.
     env["GPUPLAN_SHUTDOWN_TIMEOUT_SECONDS"] = "2"

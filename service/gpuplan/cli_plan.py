@@ -91,17 +91,34 @@ class _Unavailable(Exception):
     pass
 
 
-def _remote(doc: Any, api: str, timeout: float) -> Any:
+def _token(token_file: Path | None) -> str | None:
+    """The bearer token for ``--api``: from ``--token-file`` (a mounted secret), else
+    ``GPUPLAN_API_TOKEN`` (a CI secret variable). Never from the command line, where
+    other users of the machine would see it in the process list."""
+    import os
+
+    if token_file is None:
+        return os.environ.get("GPUPLAN_API_TOKEN", "").strip() or None
+    try:
+        token = token_file.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise _Invalid(f"--token-file {token_file}: cannot read it ({exc})") from None
+    if not token or any(c.isspace() for c in token):
+        raise _Invalid(f"--token-file {token_file}: must hold one token (no spaces)")
+    return token
+
+
+def _remote(doc: Any, api: str, timeout: float, token: str | None = None) -> Any:
     from gpuplan.core.plan import PlanReport
 
     if not api.startswith(("http://", "https://")):
         raise _Invalid(f"--api {api}: give an http:// or https:// URL")
     body = json.dumps(doc, default=str).encode()
+    headers = {"content-type": "application/json", "accept": "application/json"}
+    if token is not None:
+        headers["authorization"] = f"Bearer {token}"
     req = urllib.request.Request(  # noqa: S310 (the scheme is checked above)
-        api.rstrip("/") + "/v1/plan",
-        data=body,
-        method="POST",
-        headers={"content-type": "application/json", "accept": "application/json"},
+        api.rstrip("/") + "/v1/plan", data=body, method="POST", headers=headers
     )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as response:  # noqa: S310
@@ -153,8 +170,21 @@ def _problem_text(status: int, body: bytes) -> str:
 @click.option(
     "--timeout", type=float, default=60.0, show_default=True, help="--api request timeout (s)."
 )
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="GPUPLAN_API_TOKEN_FILE",
+    help="--api: a file holding the server's bearer token [env GPUPLAN_API_TOKEN_FILE; "
+    "or the token itself in GPUPLAN_API_TOKEN].",
+)
 def plan_command(
-    file: Path, api: str | None, fmt: str, catalog_file: Path | None, timeout: float
+    file: Path,
+    *,
+    api: str | None,
+    fmt: str,
+    catalog_file: Path | None,
+    timeout: float,
+    token_file: Path | None,
 ) -> None:
     """Check the targets of a plan FILE (YAML, JSON or TOML; docs/ci.md).
 
@@ -173,7 +203,10 @@ def plan_command(
         doc = _load(file)
         if api is not None and catalog_file is not None:
             raise _Invalid("--catalog applies to local plans; the server uses its own catalog")
-        report = _remote(doc, api, timeout) if api else _local(doc, catalog_file)
+        if api:
+            report = _remote(doc, api, timeout, _token(token_file))
+        else:
+            report = _local(doc, catalog_file)
     except _Invalid as exc:
         click.echo(f"gpuplan plan: invalid input in {file}:\n{exc}", err=True)
         sys.exit(EXIT_INVALID)
