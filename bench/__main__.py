@@ -184,11 +184,11 @@ def _rows_api(r: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for name, m in r["median"].items():
         goal = ""
-        if name == "memory estimate":
+        if name.startswith("memory estimate"):
             goal = f">= 80% of /healthz: {_verdict(m['share_of_healthz'] >= 0.8)}"
         rows.append(
             (
-                f"HTTP {r['requests'][name]['method']} {r['requests'][name]['path']} "
+                f"HTTP {name}: {r['requests'][name]['method']} {r['requests'][name]['path']} "
                 f"({r['load']['connections']} conns)",
                 f"{m['rps']:,.0f} req/s ({m['share_of_healthz']:.0%} of /healthz), "
                 f"p50 {m['p50_s'] * 1e3:.1f} ms, p99 {m['p99_s'] * 1e3:.1f} ms",

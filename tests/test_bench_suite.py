@@ -65,8 +65,37 @@ def test_api_overhead_requests_are_answered_2xx(client: TestClient[Any]) -> None
     sent = [r for r in REQUESTS if r["path"] in paths]
     assert {r["path"] for r in sent} >= {"/healthz", "/v1/memory/estimate", "/v1/mig/plan"}
     for request in sent:
-        response = client.request(request["method"], request["path"], json=request.get("body"))
+        response = client.request(
+            request["method"],
+            request["path"],
+            json=request.get("body"),
+            headers=request.get("headers"),
+        )
         assert 200 <= response.status_code < 300, (request["name"], response.text[:300])
+
+
+def test_computed_requests_bypass_the_answer_cache(client: TestClient[Any]) -> None:
+    """The load test's "computed" rows measure planning, not the cache: each sends
+    Cache-Control: no-cache, which the server answers by computing again."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    computed = [r for r in REQUESTS if r["name"].endswith(", computed")]
+    assert {r["path"] for r in computed} == {
+        "/v1/memory/estimate", "/v1/recommendations", "/v1/mig/plan"
+    }  # fmt: skip
+    for request in computed:
+        for _ in range(2):
+            response = client.post(
+                request["path"], json=request["body"], headers=request["headers"]
+            )
+            assert response.status_code == 200
+    hits = [
+        sample
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+        for sample in family.samples
+        if sample.name == "gpuplan_answer_cache_lookups_total" and sample.value
+    ]
+    assert hits == []
 
 
 def test_docs_quote_the_committed_suite_run() -> None:

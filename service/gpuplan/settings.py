@@ -93,6 +93,10 @@ class Settings(Record):
     """Compute-time limit of one planning request (estimate, recommendation, MIG layout
     check or plan, CI plan); past it 503."""
 
+    answer_cache_bytes: Annotated[int, msgspec.Meta(ge=0, le=4096 * MiB)] = 16 * MiB
+    """Memory for remembered planning answers (estimates, recommendations, MIG layouts)
+    per worker: a repeated request body is answered without computing again; 0: off."""
+
     shutdown_timeout_seconds: Annotated[int, msgspec.Meta(ge=1, le=3600)] = 25
     """After SIGTERM, how long a worker may finish its in-flight requests before it is
     killed. Keep it under the orchestrator's grace period (Kubernetes: 30 s by default),

@@ -11,6 +11,7 @@ from litestar.config.cors import CORSConfig
 from litestar.handlers import HTTPRouteHandler
 from prometheus_client import CollectorRegistry
 
+from gpuplan.api.answer_cache import serve_repeats
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import EXCEPTION_HANDLERS
 from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta, mig
@@ -89,10 +90,26 @@ def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar
         debug=False,
         cors_config=_cors(settings),
     )
-    app.state.runtime = Runtime(settings, metrics, load_catalog(settings.catalog_file))
+    state = Runtime(settings, metrics, load_catalog(settings.catalog_file))
+    app.state.runtime = state
+    handler = app.asgi_handler
+    if settings.answer_cache_bytes > 0:
+        remembered = [path for r in routes if r.opt.get("remember") for path in r.paths]
+        lookups = {
+            (path, result): metrics.answer_cache.labels(path, result)
+            for path in remembered
+            for result in ("hit", "miss")
+        }
+        handler = serve_repeats(
+            state.answers,
+            handler,
+            remembered,
+            settings.max_body_bytes,
+            lambda route, result: lookups[route, result].inc(),
+        )
     # Count at the outermost layer, where 404s and 405s are still visible.
     guard = Guard(api_tokens(settings), settings.protect_operations, cors=bool(_cors(settings)))
-    app.asgi_handler = metrics.wrap(guard.wrap(app.asgi_handler))
+    app.asgi_handler = metrics.wrap(guard.wrap(handler))
     return app
 
 

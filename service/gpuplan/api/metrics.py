@@ -67,6 +67,12 @@ class HttpMetrics:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.answer_cache = Counter(
+            "gpuplan_answer_cache_lookups",
+            "Planning requests looked up in the answer cache, by route and result (hit, miss).",
+            ["route", "result"],
+            registry=registry,
+        )
         build = Gauge(
             "gpuplan_build_info",
             "Always 1; the labels name the running version.",

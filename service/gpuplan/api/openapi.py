@@ -82,12 +82,21 @@ def to_yaml(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
 
 
+REMEMBERED = (
+    "The answer depends on the body alone: each server worker remembers recent ones and "
+    "answers a repeated body without computing again. Send `Cache-Control: no-cache` to "
+    "have it computed anew."
+)
+
+
 def _operation(
     route: HTTPRoute, handler: HTTPRouteHandler, components: dict[str, Any]
 ) -> dict[str, Any]:
     opt = handler.opt
     summary, _, description = inspect.cleandoc(handler.fn.__doc__ or "").partition("\n")
     op: dict[str, Any] = {"operationId": handler.handler_name, "summary": summary.strip()}
+    if opt.get("remember"):
+        description = f"{description.strip()}\n\n{REMEMBERED}"
     if description.strip():
         op["description"] = description.strip()
     if opt["tags"]:

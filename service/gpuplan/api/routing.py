@@ -10,13 +10,15 @@ how specs drift; here there is nothing to drift.
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Literal, TypeVar, get_type_hints
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
-from litestar import Request
+from litestar import Request, Response
 from litestar.enums import MediaType
 from litestar.handlers import HTTPRouteHandler, route
 
-from gpuplan.api.decode import check_path_parameters, decode_query, read_json
+from gpuplan.api.answers import Encoded
+from gpuplan.api.decode import check_path_parameters, decode_json, decode_query, read_body
+from gpuplan.api.runtime import runtime
 
 R = TypeVar("R")
 
@@ -38,6 +40,7 @@ def operation(
     media_type: str = MediaType.JSON,
     include_in_schema: bool = True,
     name: str | None = None,
+    remember: bool = False,
 ) -> Callable[[Callable[..., Awaitable[Any]]], HTTPRouteHandler]:
     """Declare a route.
 
@@ -46,6 +49,12 @@ def operation(
     Its first docstring line becomes the operation's summary, the rest its description.
     ``problems`` lists the 4xx/5xx statuses it can answer beyond those its inputs imply.
     ``name`` (default: the function's name) is the route's name for reverse lookups.
+
+    A coroutine may return :class:`~gpuplan.api.answers.Encoded` ``[X]`` (what
+    :func:`~gpuplan.api.compute.bounded` gives): the bytes are sent as they are, and the
+    operation is documented as returning ``X``. ``remember`` declares the answer a pure
+    function of the body: it is stored in the app's answer cache, which serves a
+    repeated body (:mod:`gpuplan.api.answer_cache`).
     """
     codes = set(problems)
     if "{" in path:
@@ -55,17 +64,38 @@ def operation(
     if query is not None:
         codes.update(QUERY_PROBLEMS)
 
+    if remember and (
+        body is None
+        or query is not None
+        or "{" in path
+        or (status_code, media_type) != (200, MediaType.JSON)
+    ):
+        # What the answer cache serves: 200 application/json for the body alone.
+        raise ValueError(f"{path}: only a JSON answer the body alone determines is remembered")
+
     def decorate(fn: Callable[..., Awaitable[Any]]) -> HTTPRouteHandler:
         returns = get_type_hints(fn)["return"]
+        if get_origin(returns) is Encoded:
+            (returns,) = get_args(returns)
+
+        def send(answer: Encoded[Any]) -> Response[bytes]:
+            return Response(answer.json, media_type=media_type, status_code=status_code)
 
         async def handler(request: Request[Any, Any, Any]) -> Any:
             kwargs: dict[str, Any] = dict(request.path_params)
             check_path_parameters(kwargs)
+            raw = b""
             if body is not None:
-                kwargs["body"] = await read_json(request, body)
+                raw = await read_body(request)
+                kwargs["body"] = decode_json(raw, body)
             if query is not None:
                 kwargs["query"] = decode_query(request, query)
-            return await fn(request, **kwargs)
+            result = await fn(request, **kwargs)
+            if not isinstance(result, Encoded):
+                return result
+            if remember:
+                runtime(request).answers.put(path, raw, result.json)
+            return send(result)
 
         # Litestar reads the signature and hints of the handler it is given: show it
         # a handler of one parameter with the declared return type, named as ``fn``.
@@ -95,6 +125,7 @@ def operation(
                 "returns": returns,
                 "problems": tuple(sorted(codes | {500})),
                 "tags": tuple(tags),
+                "remember": remember,
             },
         )(handler)
 

@@ -1,4 +1,5 @@
-"""What one running app holds: its settings, metrics, Redis client and spec.
+"""What one running app holds: its settings, metrics, catalog, answer cache, Redis
+client and spec.
 
 A plain class on ``app.state`` rather than typed dependencies: Litestar validates
 dependency values through msgspec and would hand each request a converted copy.
@@ -9,6 +10,7 @@ from typing import Any, cast
 from litestar import Litestar, Request
 from redis.asyncio import Redis
 
+from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.core.catalog import Catalog
 from gpuplan.settings import Settings
@@ -21,6 +23,7 @@ class Runtime:
         self.settings = settings
         self.metrics = metrics
         self.catalog = catalog
+        self.answers = AnswerCache(settings.answer_cache_bytes)
         self.redis: Redis | None = None  # opened and closed by the app's lifespan
         self.openapi: dict[str, Any] | None = None  # built on first use
 

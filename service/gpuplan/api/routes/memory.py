@@ -4,6 +4,7 @@ from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.answers import Encoded
 from gpuplan.api.compute import bounded
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
@@ -12,10 +13,17 @@ from gpuplan.core.memory.presets import ModelList, model_list
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
 
 
-@operation("POST", "/v1/memory/estimate", body=EstimateRequest, problems=(503,), tags=["memory"])
+@operation(
+    "POST",
+    "/v1/memory/estimate",
+    body=EstimateRequest,
+    problems=(503,),
+    tags=["memory"],
+    remember=True,
+)
 async def estimate_memory(
     request: Request[Any, Any, Any], body: EstimateRequest
-) -> EstimateResponse:
+) -> Encoded[EstimateResponse]:
     """Estimate the peak GPU memory of a training, fine-tuning or inference job.
 
     The model is a Hugging Face `config.json` (`hf_config`, read offline), a built-in

@@ -5,6 +5,7 @@ from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.answers import Encoded
 from gpuplan.api.compute import bounded
 from gpuplan.api.routes.fleet import read_nodes
 from gpuplan.api.routing import operation
@@ -25,10 +26,17 @@ async def mig_profiles(
     return mig.profiles(query, runtime(request).catalog)
 
 
-@operation("POST", "/v1/mig/validate", body=mig.ValidateRequest, problems=(503,), tags=["mig"])
+@operation(
+    "POST",
+    "/v1/mig/validate",
+    body=mig.ValidateRequest,
+    problems=(503,),
+    tags=["mig"],
+    remember=True,
+)
 async def mig_validate(
     request: Request[Any, Any, Any], body: mig.ValidateRequest
-) -> mig.ValidateResponse:
+) -> Encoded[mig.ValidateResponse]:
     """Check a set of GPU instances (with optional start slots) as one GPU's layout.
 
     Answers whether it is valid, why not (overlap, no such placement, too many of a
@@ -38,8 +46,12 @@ async def mig_validate(
     return await bounded(request, mig.validate, body, runtime(request).catalog)
 
 
-@operation("POST", "/v1/mig/plan", body=mig.PlanRequest, problems=(503,), tags=["mig"])
-async def mig_plan(request: Request[Any, Any, Any], body: mig.PlanRequest) -> mig.PlanResponse:
+@operation(
+    "POST", "/v1/mig/plan", body=mig.PlanRequest, problems=(503,), tags=["mig"], remember=True
+)
+async def mig_plan(
+    request: Request[Any, Any, Any], body: mig.PlanRequest
+) -> Encoded[mig.PlanResponse]:
     """Pack workloads onto the fewest MIG-partitioned GPUs.
 
     Workloads name a profile or give `memory_gib` (matched against usable memory) and

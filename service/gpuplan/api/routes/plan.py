@@ -13,6 +13,7 @@ import msgspec
 from litestar import Request
 from redis.exceptions import RedisError
 
+from gpuplan.api.answers import Encoded
 from gpuplan.api.compute import bounded
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
@@ -35,7 +36,7 @@ async def _measured(state: Runtime) -> tuple[list[MeasuredFlops] | None, str | N
 
 
 @operation("POST", "/v1/plan", body=PlanFile, problems=(503,), tags=["plan"])
-async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> PlanReport:
+async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> Encoded[PlanReport]:
     """Check a job's targets: fits, cost, time, MIG profile, memory headroom.
 
     The body is a recommendation request (`model`, `workload`, `objective`,
@@ -47,7 +48,12 @@ async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> PlanRepor
     """
     state = runtime(request)
     measured, warning = await _measured(state)
-    report = await bounded(request, plan, body, state.catalog, measured)
-    if warning is not None:
-        report = msgspec.structs.replace(report, warnings=[*report.warnings, warning])
-    return report
+
+    def planned() -> PlanReport:
+        report = plan(body, state.catalog, measured)
+        if warning is None:
+            return report
+        return msgspec.structs.replace(report, warnings=[*report.warnings, warning])
+
+    # Not remembered: with Redis, the answer follows the live fleet, not the body alone.
+    return await bounded(request, planned)

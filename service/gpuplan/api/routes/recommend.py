@@ -4,6 +4,7 @@ from typing import Any
 
 from litestar import Request
 
+from gpuplan.api.answers import Encoded
 from gpuplan.api.compute import bounded
 from gpuplan.api.problems import FieldError, InvalidInput
 from gpuplan.api.routing import operation
@@ -18,11 +19,16 @@ from gpuplan.core.recommend import (
 
 
 @operation(
-    "POST", "/v1/recommendations", body=RecommendRequest, problems=(503,), tags=["recommend"]
+    "POST",
+    "/v1/recommendations",
+    body=RecommendRequest,
+    problems=(503,),
+    tags=["recommend"],
+    remember=True,
 )
 async def recommendations(
     request: Request[Any, Any, Any], body: RecommendRequest
-) -> RecommendResponse:
+) -> Encoded[RecommendResponse]:
     """Rank every catalog GPU and GPU count for a job by fit, time, cost and energy.
 
     The body is a memory-estimate request (`model`, `workload`) plus the `objective`
