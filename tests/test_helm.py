@@ -162,6 +162,46 @@ def test_api_deployment() -> None:
     assert hpa["spec"]["minReplicas"] == 2
 
 
+def test_api_tokens_come_from_a_mounted_secret_and_cors_from_a_list() -> None:
+    deployment = _one("full-values.yaml", "Deployment", "api")
+    container = _container(deployment)
+    env = _env(container)
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    secret = volumes["api-tokens"]["secret"]
+    assert secret["secretName"] == "gpuplan-api-tokens"
+    assert mounts["api-tokens"]["readOnly"] is True
+    path = f"{mounts['api-tokens']['mountPath']}/{secret['items'][0]['path']}"
+    assert env["GPUPLAN_API_TOKENS_FILE"] == path
+    assert (
+        env["GPUPLAN_CORS_ALLOW_ORIGINS"] == "https://dash.example.com,https://grafana.example.com"
+    )
+    # The default install has neither: no authentication, CORS off.
+    default = _env(_container(_one("default", "Deployment", "api")))
+    assert "GPUPLAN_API_TOKENS_FILE" not in default
+    assert "GPUPLAN_CORS_ALLOW_ORIGINS" not in default
+    assert default["GPUPLAN_ANSWER_CACHE_BYTES"] == str(16 * 1024 * 1024)
+
+
+def test_the_api_reads_the_chart_s_token_file(tmp_path: Path) -> None:
+    """The settings loader and the app accept the file the chart mounts (here written
+    to a temporary path with the Secret's content)."""
+    from litestar.testing import TestClient
+
+    from gpuplan.api import create_app
+
+    env = _env(_container(_one("full-values.yaml", "Deployment", "api")))
+    tokens = tmp_path / Path(env["GPUPLAN_API_TOKENS_FILE"]).name
+    tokens.write_text("a" * 32 + "\n" + "b" * 32 + "\n")
+    plain = {k: v for k, v in env.items() if isinstance(v, str) and k.startswith("GPUPLAN_")}
+    plain.pop("GPUPLAN_CATALOG_FILE")
+    plain["GPUPLAN_API_TOKENS_FILE"] = str(tokens)
+    with TestClient(app=create_app(load_settings(plain))) as client:
+        assert client.get("/v1/gpus").status_code == 401
+        ok = client.get("/v1/gpus", headers={"authorization": "Bearer " + "b" * 32})
+        assert ok.status_code == 200
+
+
 @pytest.mark.parametrize(("grace", "expected"), [(None, 25), (60, 55), (3, 1)])
 def test_workers_stop_by_themselves_before_the_kubelet_kills_them(
     grace: int | None, expected: int
@@ -189,6 +229,7 @@ def test_api_environment_is_accepted_by_the_settings_loader() -> None:
         if "GPUPLAN_REDIS_URL" in env and not isinstance(env["GPUPLAN_REDIS_URL"], str):
             plain["GPUPLAN_REDIS_URL"] = "redis://from-secret:6379/0"
         plain.pop("GPUPLAN_CATALOG_FILE", None)  # a path inside the pod
+        plain.pop("GPUPLAN_API_TOKENS_FILE", None)
         settings = load_settings(plain)
         assert settings.port == 8000
         assert settings.host == "0.0.0.0"
@@ -399,6 +440,9 @@ def test_chart_copies_equal_their_sources(source: Path, packaged: Path) -> None:
         ),
         ({"redis": {"external": {"enabled": True}}}, "existingSecret or redis.external.url"),
         ({"api": {"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}}, "minReplicas"),
+        ({"api": {"corsAllowOrigins": ["dash.example.com"]}}, "/api/corsAllowOrigins/0"),
+        ({"api": {"auth": {"existingSecret": "s", "existingSecretKey": ""}}}, "existingSecretKey"),
+        ({"api": {"answerCacheBytes": -1}}, "/api/answerCacheBytes"),
     ],
 )
 def test_bad_values_are_refused_with_a_message(values: dict[str, Any], message: str) -> None:
