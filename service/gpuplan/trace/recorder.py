@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_map_only
 
 from gpuplan.core.trace.log import Category, Event, Op, Phase
+from gpuplan.trace.onednn import mkldnn_rnn_layer
 
 try:  # builds without torch.distributed have no DTensor (and no sharded traces)
     from torch.distributed.tensor import DTensor
@@ -227,6 +228,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
             return args[0]  # the eager op returns its input; the meta one a new tensor
         if func is torch.ops.aten._grouped_mm.default and _fake(args[0]):
             out = _grouped_mm_any_dtype(func, args, kwargs)
+        elif func is torch.ops.aten.mkldnn_rnn_layer.default and _fake(args[0]):
+            out = mkldnn_rnn_layer(func, args, kwargs)
         else:
             out = func(*args, **kwargs)
         tree_map_only(torch.Tensor, self._track, out)
