@@ -54,3 +54,67 @@ def test_workspace_size_equals_the_real_kernel_s(dtype: torch.dtype) -> None:
             assert lstm_workspace_bytes(t, b, source[-1], hidden_size, itemsize) == real, source
             checked += 1
     assert checked >= len(SHAPES)
+
+
+def _scratch_of_each_call(
+    model: nn.Module, source: torch.Tensor, backward: bool
+) -> list[tuple[int, int]]:
+    """(bytes the real kernel allocates and frees inside the call, our figure) for each
+    oneDNN LSTM call of one training forward (or backward), from the profiler."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from gpuplan.trace.onednn import kernel_scratch_bytes
+
+    class Calls(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __init__(self) -> None:
+            super().__init__()
+            self.figures: list[int] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if "mkldnn_rnn_layer" in str(func):
+                self.figures.append(kernel_scratch_bytes(func, args))
+            return func(*args, **(kwargs or {}))
+
+    name = "aten::mkldnn_rnn_layer_backward" if backward else "aten::mkldnn_rnn_layer"
+    output = model(source)[0]
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof, Calls() as calls:
+        if backward:
+            output.sum().backward()
+        else:
+            model(source)
+    events = prof.profiler.kineto_results.events()
+    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
+    spans = sorted((e.start_ns(), e.end_ns()) for e in events if e.name() == name)
+    # The dispatch mode above makes the profiler see each call twice, one inside the other.
+    outermost = [
+        s for s in spans if not any(o != s and o[0] <= s[0] <= s[1] <= o[1] for o in spans)
+    ]
+    measured = []
+    for start, end in outermost:
+        alive = peak = 0
+        for when, delta in memory:
+            if start <= when <= end:
+                alive += delta
+                peak = max(peak, alive)
+        measured.append(peak - alive)  # what was up at the peak and gone by the end
+    ours = [f for f in calls.figures if f] if backward else calls.figures
+    return list(zip(measured, ours, strict=True))
+
+
+TRAINING_SHAPES = [(32, 4, 64, 128), (8, 2, 256, 256), (8, 2, 256, 32), (4, 2, 64, 512)]
+TRAINING_SHAPES += [
+    (_rng.randint(1, 40), _rng.randint(1, 16), _rng.randint(1, 200), _rng.randint(1, 200))
+    for _ in range(12)
+]
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
+@pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
+def test_fp32_training_scratch_equals_the_real_kernels(backward: bool) -> None:
+    for steps, batch, hidden, inputs in TRAINING_SHAPES:
+        model = nn.LSTM(inputs, hidden)
+        source = torch.randn(steps, batch, inputs, requires_grad=True)
+        pairs = _scratch_of_each_call(model, source, backward)
+        assert len(pairs) == 1
+        for measured, ours in pairs:
+            assert ours == measured > 0, (steps, batch, hidden, inputs)

@@ -27,7 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_map_only
 
 from gpuplan.core.trace.log import Category, Event, Op, Phase
-from gpuplan.trace.onednn import mkldnn_rnn_layer
+from gpuplan.trace.onednn import kernel_scratch_bytes, mkldnn_rnn_layer
 
 try:  # builds without torch.distributed have no DTensor (and no sharded traces)
     from torch.distributed.tensor import DTensor
@@ -233,4 +233,9 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         else:
             out = func(*args, **kwargs)
         tree_map_only(torch.Tensor, self._track, out)
+        scratch = kernel_scratch_bytes(func, args)
+        if scratch and _fake(args[0]):
+            # Allocated and freed inside the real kernel, after its outputs: a
+            # storage that lives for this instant only.
+            self._track(torch.empty(scratch, dtype=torch.uint8, device=args[0].device))
         return out
