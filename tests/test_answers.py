@@ -15,6 +15,7 @@ from gpuplan.api import Settings, create_app
 from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.answers import _first_unsafe, _maybe_unsafe, encode_answer
 from gpuplan.api.problems import InvalidInput
+from tests.test_gpus_api import OVERRIDE
 
 
 class Answer(msgspec.Struct):
@@ -171,23 +172,9 @@ def test_a_cached_body_still_needs_a_json_content_type_and_errors_are_not_kept()
             assert response.json()["errors"][0]["path"] == "$.workload.batch_size"
 
 
-PRICE_OVERRIDE = """
-[sources.our-contract]
-title = "Our 2026 reserved-capacity contract"
-kind = "primary"
-
-[[gpu]]
-id = "h100-sxm5-80gb"
-[gpu.price.cloud_on_demand]
-usd_per_gpu_hour = 0.5
-as_of = 2026-11-01
-source = "our-contract: reserved H100 SXM"
-"""
-
-
 def test_each_app_remembers_the_answers_of_its_own_catalog(tmp_path: Any) -> None:
     path = tmp_path / "catalog.toml"
-    path.write_text(PRICE_OVERRIDE)
+    path.write_text(OVERRIDE)  # H100 at a contract price, and one more GPU
     body = {
         "model": {"name": "llama-3.1-8b"},
         "workload": {"mode": "training", "sequence_length": 4096},

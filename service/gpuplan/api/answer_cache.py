@@ -6,7 +6,7 @@ function of its body and the process's catalog, which is fixed for the life of t
 process, so a repeated body can be answered with the bytes sent last time.
 
 The routes store their answers (:func:`gpuplan.api.routing.operation`); an ASGI layer
-in front of the framework (:meth:`AnswerCache.wrap`) serves repeats, so a repeat
+in front of the framework (:func:`serve_repeats`) serves repeats, so a repeat
 costs reading the body and one lookup: no routing, no decoding, no computing, no
 encoding. It sits inside the authentication and metrics layers, which see every
 request alike.
