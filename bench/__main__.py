@@ -3,6 +3,7 @@
     python -m bench                 # the fast set
     python -m bench all             # every benchmark (what docs/benchmarks.md quotes)
     python -m bench api_overhead peers
+    python -m bench api_overhead --update   # rerun one, keep the others in suite.json
     python -m bench --list
     python -m bench --table         # the table of bench/results/suite.json, running nothing
 
@@ -327,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
         "--table", action="store_true", help="print the table of the --out file; run nothing"
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "suite.json")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="replace only these benchmarks' entries in the --out file, noting when they reran",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -349,16 +355,26 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; --list shows them")
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     report: dict[str, Any] = {
         "command": "python -m bench " + " ".join(args.names or []),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "when": now,
         "machine": _machine(),
         "benchmarks": {},
     }
+    if args.update and args.out.exists():
+        rerun = {
+            "when": now,
+            "machine": report["machine"],
+            "command": f"{report['command']} --update",
+        }
+        report = json.loads(args.out.read_text())
+        report.setdefault("reruns", {}).update(dict.fromkeys(names, rerun))
     for name in names:
         print(f"== {name}", file=sys.stderr, flush=True)
         report["benchmarks"][name] = run_one(name)
-    report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    if not args.update:
+        report["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))

@@ -56,6 +56,16 @@ def test_fast_benchmarks_run_end_to_end(tmp_path: Path) -> None:
     # one table row per figure, on stdout
     assert "| estimate_speed |" in done.stdout
     assert "| accuracy |" in done.stdout
+    # --update reruns one and keeps the others, saying when it reran
+    again = _bench("estimate_speed", "--out", str(out), "--update")
+    assert again.returncode == 0, again.stderr
+    updated = json.loads(out.read_text())
+    assert updated["benchmarks"]["accuracy"] == report["benchmarks"]["accuracy"]
+    assert updated["when"] == report["when"]
+    rerun = updated["reruns"]["estimate_speed"]
+    assert rerun["command"] == "python -m bench estimate_speed --update"
+    assert rerun["when"] >= report["when"]
+    assert "| accuracy |" in again.stdout
 
 
 def test_api_overhead_requests_are_answered_2xx(client: TestClient[Any]) -> None:
