@@ -16,6 +16,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from gpuplan.api.media import is_json
+
 ASGIApp = Any  # an ASGI callable; Litestar's types are too narrow for a wrapper
 Message = dict[str, Any]
 
@@ -125,10 +127,7 @@ def _servable(headers: Iterable[tuple[bytes, bytes]]) -> bool:
         if lowered == b"cache-control" and b"no-cache" in value.lower():
             return False
         if lowered == b"content-type":
-            media = value.split(b";", 1)[0].strip().lower()
-            json = media == b"application/json" or (
-                media.startswith(b"application/") and media.endswith(b"+json")
-            )
+            json = is_json(value.split(b";", 1)[0].strip().lower().decode("latin-1"))
     return json
 
 

@@ -13,9 +13,8 @@ from typing import Any, TypeVar, get_args, get_origin
 import msgspec
 from litestar import Request
 
+from gpuplan.api.media import JSON_MEDIA_TYPE, is_json
 from gpuplan.api.problems import FieldError, InvalidInput, UnsupportedMediaType
-
-JSON_MEDIA_TYPE = "application/json"
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of arrays and objects a body may have. Our schemas need five levels
@@ -147,10 +146,7 @@ _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 async def read_body(request: Request[Any, Any, Any]) -> bytes:
     """A request's JSON body, undecoded (size limit enforced by the app); 415 if the
     content type is not JSON."""
-    media_type = request.content_type[0].lower()
-    if media_type != JSON_MEDIA_TYPE and not (
-        media_type.startswith("application/") and media_type.endswith("+json")
-    ):
+    if not is_json(request.content_type[0].lower()):
         raise UnsupportedMediaType(request.headers.get("content-type", ""), JSON_MEDIA_TYPE)
     return await request.body()
 
