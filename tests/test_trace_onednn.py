@@ -36,6 +36,8 @@ SHAPES += [
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_workspace_size_equals_the_real_kernel_s(dtype: torch.dtype) -> None:
+    if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        pytest.skip("this CPU has no AVX-512: torch runs a bf16 LSTM on its own kernel")
     checked = 0
     for i, (steps, batch, hidden, inputs) in enumerate(SHAPES):
         batch_first = i % 2 == 1
