@@ -34,6 +34,102 @@ def cnn() -> tuple[nn.Module, tuple[torch.Tensor, ...], Any]:
     return model, (images,), lambda logits: nn.functional.cross_entropy(logits, labels)
 
 
+def cnn_channels_last() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A strided stem, a depthwise and a pointwise convolution, converted to channels
+    last with ``.to(memory_format=...)`` (which converts parameters by swapping them)."""
+    model = nn.Sequential(
+        nn.Conv2d(3, 24, 7, stride=2, padding=3),
+        nn.BatchNorm2d(24),
+        nn.ReLU(),
+        nn.Conv2d(24, 24, 3, padding=1, groups=24),
+        nn.Conv2d(24, 40, 1),
+        nn.ReLU(),
+    ).to(memory_format=torch.channels_last)
+    images = torch.randn(4, 3, 64, 64).contiguous(memory_format=torch.channels_last)
+    return model, (images,)
+
+
+def conv1d_bf16() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Dilated 1-D convolutions in bf16, made so with ``.to(torch.bfloat16)``."""
+    model = nn.Sequential(
+        nn.Conv1d(40, 64, 5, padding=2),
+        nn.GELU(),
+        nn.Conv1d(64, 64, 3, dilation=2),
+    ).to(torch.bfloat16)
+    return model, (torch.randn(3, 40, 200, dtype=torch.bfloat16),)
+
+
+def conv_transpose() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """A decoder: transposed 2-D convolution, then odd kernel shapes and strides, on a
+    batch of one."""
+    model = nn.Sequential(
+        nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(8, 5, (3, 5), stride=(1, 2), bias=False),
+    )
+    return model, (torch.randn(1, 16, 15, 17),)
+
+
+def conv3d() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    model = nn.Sequential(nn.Conv3d(4, 8, 3, padding=1), nn.ReLU(), nn.Conv3d(8, 8, 3))
+    return model, (torch.randn(2, 4, 12, 16, 16),)
+
+
+class RnnLoop(nn.Module):
+    """A recurrent cell stepped in Python over ``x[:, t]``: each step's ``select``
+    sends a full-size gradient back to ``x``, which the engine sums in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj, self.cell, self.head = nn.Linear(32, 64), nn.Linear(64, 64), nn.Linear(64, 4)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        x = self.proj(inputs)
+        h = torch.zeros(x.shape[0], 64)
+        for t in range(x.shape[1]):
+            h = torch.tanh(x[:, t] + self.cell(h))
+        return self.head(h)
+
+
+def rnn_loop() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return RnnLoop(), (torch.randn(8, 40, 32),)
+
+
+class GradTwice(nn.Module):
+    """``z.add_(z)`` sends one gradient tensor to ``z`` twice: the engine holds it
+    twice and must sum out of place, at the step's peak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(64, 1024, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.a(x)
+        z.add_(z)
+        return z[:, :8].sum()
+
+
+def grad_twice() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return GradTwice(), (torch.randn(1024, 64),)
+
+
+class GradExpanded(nn.Module):
+    """Two sums of one tensor: their gradients are expanded scalars, not dense, so
+    the engine sums them out of place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(64, 1024, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        z = self.a(x)
+        return z.sum() + z.sum()
+
+
+def grad_expanded() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    return GradExpanded(), (torch.randn(1024, 64),)
+
+
 def transformer() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     layer = nn.TransformerEncoderLayer(d_model=128, nhead=4, dim_feedforward=256, batch_first=True)
     model = nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False)
@@ -72,13 +168,22 @@ def checkpointed() -> tuple[nn.Module, dict[str, torch.Tensor]]:
     return Checkpointed(), {"x": torch.randn(32, 256)}
 
 
-def _hf(config: dict[str, Any], dtype: torch.dtype = torch.float32, **extra: Any) -> Any:
+def _hf(
+    config: dict[str, Any],
+    dtype: torch.dtype = torch.float32,
+    sequence: int = 32,
+    checkpointing: bool = False,
+    **extra: Any,
+) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = dict(config)
     hf = AutoConfig.for_model(config.pop("model_type"), **config)
     model = AutoModelForCausalLM.from_config(hf, dtype=dtype, **extra)
-    ids = torch.randint(0, hf.vocab_size, (2, 32))
+    if checkpointing:  # transformers 5 renamed it; the old name warns there
+        enable = getattr(model, "activation_checkpointing_enable", None)
+        (enable or model.gradient_checkpointing_enable)()
+    ids = torch.randint(0, hf.vocab_size, (2, sequence))
     return model, {"input_ids": ids, "labels": ids}
 
 
@@ -104,6 +209,47 @@ MIXTRAL = {
     "num_experts_per_tok": 2,
     "max_position_embeddings": 256,
 }
+
+
+MAMBA = {
+    "model_type": "mamba",
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "state_size": 8,
+    "num_hidden_layers": 2,
+    "intermediate_size": 128,
+    "conv_kernel": 4,
+    "time_step_rank": 8,
+}
+
+
+def hf_mamba() -> Any:
+    """Mamba's reference scan (no CUDA kernels here): a Python loop over time steps,
+    whose gradients the autograd engine sums in place, and a depthwise convolution."""
+    return _hf(MAMBA, attn_implementation="eager")
+
+
+FALCON = {
+    "model_type": "falcon",
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 1024,
+}
+
+
+def hf_falcon() -> Any:
+    """Falcon at sequence 512: its attention's softmax (``_safe_softmax``) takes a byte
+    per score inside the kernel, beside the scores."""
+    return _hf(FALCON, sequence=512)
+
+
+def hf_llama_checkpointed() -> Any:
+    """Activation checkpointing at sequence 256: where the real run of an ordinary
+    batch passes ``is_causal`` to SDPA, a trace that took transformers' path for
+    unreadable position ids built an explicit mask and expanded keys and values."""
+    return _hf(LLAMA, sequence=256, checkpointing=True)
 
 
 def hf_llama() -> Any:

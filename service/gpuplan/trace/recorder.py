@@ -27,7 +27,10 @@ from torch.utils._python_dispatch import TorchDispatchMode, is_traceable_wrapper
 from torch.utils._pytree import tree_map_only
 
 from gpuplan.core.trace.log import Category, Event, Op, Phase
-from gpuplan.trace.onednn import kernel_scratch_bytes, mkldnn_rnn_layer
+from gpuplan.trace.accumulation import Accumulations
+from gpuplan.trace.onednn import mkldnn_rnn_layer
+from gpuplan.trace.probe import KernelProbe
+from gpuplan.trace.scratch import kernel_scratch
 
 try:  # builds without torch.distributed have no DTensor (and no sharded traces)
     from torch.distributed.tensor import DTensor
@@ -76,8 +79,10 @@ def _grouped_mm_any_dtype(func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Logs allocations, releases, role changes and phase markers."""
 
-    def __init__(self) -> None:
+    def __init__(self, probe: KernelProbe | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
+        self.probe = probe
+        self.accumulations = Accumulations()
         self.events: list[Event] = []
         self.owners: list[str] = [UNATTRIBUTED]
         self._owner_index: dict[str, int] = {UNATTRIBUTED: 0}
@@ -141,6 +146,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         elif phase == Phase.FORWARD:
             self.events.append((Op.PHASE, 0, 0, int(Phase.WARMUP), 0))
         self._phase = phase
+        self.accumulations.clear()
 
     def retag(self, tensor: torch.Tensor, category: Category, owner: int) -> None:
         """Give the storages of ``tensor`` a new role (and owner).
@@ -181,6 +187,26 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         ref = weakref.ref(storage, freed)
         self._live[key] = (serial, ref, nbytes)
         self.events.append((Op.ALLOC, serial, nbytes, int(category), owner))
+
+    def _inherit(self, new: torch.Tensor, old: torch.Tensor) -> None:
+        """Count ``new``'s storage as ``old``'s allocation, which a real run updates in
+        place (:mod:`gpuplan.trace.accumulation`). Dropping ``old``'s weak reference
+        drops its callback: its release goes unlogged, ``new``'s logs the one free."""
+        old_storage, new_storage = old.untyped_storage(), new.untyped_storage()
+        found = self._live.get(id(old_storage))
+        if found is None or found[1]() is not old_storage:
+            return
+        serial = found[0]
+        del self._live[id(old_storage)]
+
+        def freed(r: "weakref.ref[torch.UntypedStorage]", k: int = id(new_storage)) -> None:
+            self._freed(serial, k, r)
+
+        self._live[id(new_storage)] = (
+            serial,
+            weakref.ref(new_storage, freed),
+            new_storage.nbytes(),
+        )
 
     def _track(self, tensor: torch.Tensor) -> None:
         for storage in _storages(tensor):
@@ -223,19 +249,29 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         if any(t is DTensor for t in types):
-            return NotImplemented  # let DTensor run its local ops, which land here
+            # DTensor runs its local ops, which land here. The engine sums DTensor
+            # gradients out of place on a real run too (a tensor subclass).
+            self.accumulations.clear()
+            return NotImplemented
         if func is torch.ops._c10d_functional.wait_tensor.default and _fake(args[0]):
             return args[0]  # the eager op returns its input; the meta one a new tensor
         if func is torch.ops.aten._grouped_mm.default and _fake(args[0]):
             out = _grouped_mm_any_dtype(func, args, kwargs)
         elif func is torch.ops.aten.mkldnn_rnn_layer.default and _fake(args[0]):
             out = mkldnn_rnn_layer(func, args, kwargs)
+        elif (target := self.accumulations.in_place_target(func, args, kwargs)) is not None:
+            out = func(*args, **kwargs)
+            self._inherit(out, target)
         else:
             out = func(*args, **kwargs)
         tree_map_only(torch.Tensor, self._track, out)
-        scratch = kernel_scratch_bytes(func, args)
-        if scratch and _fake(args[0]):
-            # Allocated and freed inside the real kernel, after its outputs: a
-            # storage that lives for this instant only.
-            self._track(torch.empty(scratch, dtype=torch.uint8, device=args[0].device))
+        if not args or not _fake(args[0]):
+            return out
+        probed = self.probe.scratch_bytes(func, args, kwargs, out) if self.probe else None
+        sizes = kernel_scratch(func, args) if probed is None else [probed]
+        # Allocated and freed inside the real kernel, beside its outputs: storages
+        # that live for this instant only.
+        buffers = [torch.empty(n, dtype=torch.uint8, device=args[0].device) for n in sizes if n]
+        tree_map_only(torch.Tensor, self._track, buffers)
+        del buffers
         return out

@@ -8,6 +8,7 @@ operation would allocate, in the order the real run allocates it.
 """
 
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -21,8 +22,10 @@ from torch.utils._pytree import tree_map_only
 from gpuplan.core.trace import TraceLog, TraceResult, analyze
 from gpuplan.core.trace.log import Category, Phase
 from gpuplan.core.trace.schema import Amp, TraceMode, TraceOptimizer, TraceRuntime
+from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES, KernelProbe
 from gpuplan.trace.recorder import Recorder
 from gpuplan.trace.step import TraceError, make_optimizer, run_steps
+from gpuplan.trace.values import ordinary_batches
 
 
 class _CopyInMode(TorchFunctionMode):
@@ -48,6 +51,34 @@ class _CopyInMode(TorchFunctionMode):
             memo[id(tensor)] = copied
             return copied
         return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def _module_conversions(mode: FakeTensorMode) -> Iterator[None]:
+    """Let ``module.to(torch.bfloat16)``, ``.half()`` and ``.to(memory_format=...)``
+    convert fake parameters.
+
+    ``Module._apply`` swaps a fake parameter with its converted copy
+    (``torch.utils.swap_tensors``), which refuses a tensor that has weak references,
+    and the fake mode's converter memo holds one to every parameter made under it.
+    The memo maps real tensors to their fakes for reuse; parameters built under the
+    mode never had a real tensor, so dropping their entries loses nothing.
+    """
+    memo = mode.fake_tensor_converter.meta_converter.tensor_memo
+    original = torch.utils.swap_tensors
+
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        for tensor in (t1, t2):
+            if weakref.getweakrefcount(tensor):
+                for key in [key for key, value in memo.items() if value is tensor]:
+                    del memo[key]
+        original(t1, t2)  # type: ignore[no-untyped-call]
+
+    torch.utils.swap_tensors = swap_tensors
+    try:
+        yield
+    finally:
+        torch.utils.swap_tensors = original
 
 
 def unpack(built: Any) -> tuple[torch.nn.Module, Any, Callable[[Any], torch.Tensor] | None]:
@@ -145,6 +176,35 @@ def _distribute(model: torch.nn.Module, mesh: Any, *, fsdp: int) -> list[str]:
     return apply_tensor_parallel(model, mesh)
 
 
+def _notes(
+    *,
+    skipped: list[str],
+    probe: KernelProbe | None,
+    fsdp: int,
+    tensor_parallel: int,
+    foreach: bool,
+    runtime: TraceRuntime,
+) -> list[str]:
+    """What a reader of the result should know about how it was traced."""
+    notes = []
+    if tensor_parallel > 1:
+        notes.append(
+            f"tensor parallel: rank 0 of {tensor_parallel} (the model's Hugging Face TP plan "
+            "as ColwiseParallel/RowwiseParallel; embeddings and LM head replicated"
+            + (f"; left replicated: {', '.join(skipped)}" if skipped else "")
+            + ")"
+        )
+    elif fsdp > 1:
+        notes.append(
+            f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group)"
+        )
+    if probe is not None:
+        notes.extend(probe.notes())
+    if foreach and runtime == "cuda":
+        notes.append("optimizer uses foreach (multi-tensor) kernels, torch's CUDA default")
+    return notes
+
+
 def trace(
     build: Callable[[], Any],
     *,
@@ -158,19 +218,25 @@ def trace(
     tensor_parallel: int = 1,
     accumulation: int = 1,
     foreach: bool | None = None,
+    probe_budget_bytes: int = DEFAULT_BUDGET_BYTES,
 ) -> TraceResult:
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
     ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks; ``tensor_parallel``
     > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan). ``foreach`` picks the
-    optimizer's kernels; by default torch's choice for the runtime's device.
+    optimizer's kernels; by default torch's choice for the runtime's device. On runtime
+    cpu, kernels that allocate inside a call are run once for real on tensors of up to
+    ``probe_budget_bytes`` (:mod:`gpuplan.trace.probe`; 0: never).
     """
     if steps < 1:
         raise TraceError("steps must be at least 1")
     if fsdp > 1 and tensor_parallel > 1:
         raise TraceError("combining --fsdp and --tensor-parallel is not supported yet")
     started = time.perf_counter()
-    recorder = Recorder()
+    # On the CPU runtime the CPU's own kernels are the truth: ask them what they
+    # allocate inside a call. A GPU runs other kernels (docs/trace.md).
+    probe = KernelProbe(probe_budget_bytes) if runtime == "cpu" and probe_budget_bytes else None
+    recorder = Recorder(probe)
     mesh = None
     ranks = max(fsdp, tensor_parallel)
     if ranks > 1:
@@ -191,8 +257,10 @@ def trace(
                     recorder.retag(param.grad, Category.GRADIENTS, owners.get(id(param), 0))
         yield
 
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
     with (
-        FakeTensorMode(allow_non_fake_inputs=True),
+        fake_mode,
+        _module_conversions(fake_mode),
         _CopyInMode(),
         recorder,
         recorder.module_scopes(),
@@ -217,17 +285,19 @@ def trace(
             runtime=runtime,
             foreach=foreach,
         )
-        run_steps(
-            model,
-            inputs,
-            loss_fn=loss_fn,
-            optimizer=opt,
-            mode=mode,
-            steps=steps,
-            amp=amp,
-            accumulation=accumulation,
-            marks=marks,
-        )
+        with ordinary_batches() as assumed:
+            run_steps(
+                model,
+                inputs,
+                loss_fn=loss_fn,
+                optimizer=opt,
+                mode=mode,
+                steps=steps,
+                amp=amp,
+                accumulation=accumulation,
+                marks=marks,
+                before_backward=recorder.accumulations.watch,
+            )
         recorder.phase(Phase.END)
         unique = {id(p): p for p in model.parameters()}
         parameters = sum(p.numel() for p in unique.values())  # DTensor: global numel
@@ -249,17 +319,15 @@ def trace(
         communicators=[ranks] if ranks > 1 else [],
     )
     result = msgspec.structs.replace(result, seconds=round(time.perf_counter() - started, 3))
-    if tensor_parallel > 1:
-        result.notes.append(
-            f"tensor parallel: rank 0 of {tensor_parallel} (the model's Hugging Face TP plan "
-            "as ColwiseParallel/RowwiseParallel; embeddings and LM head replicated"
-            + (f"; left replicated: {', '.join(skipped)}" if skipped else "")
-            + ")"
+    result.notes.extend(assumed)
+    result.notes.extend(
+        _notes(
+            skipped=skipped,
+            probe=probe,
+            fsdp=fsdp,
+            tensor_parallel=tensor_parallel,
+            foreach=foreach is not False and optimizer != "none" and mode == "train",
+            runtime=runtime,
         )
-    elif fsdp > 1:
-        result.notes.append(
-            f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group)"
-        )
-    if optimizer != "none" and mode == "train" and runtime == "cuda" and foreach is not False:
-        result.notes.append("optimizer uses foreach (multi-tensor) kernels, torch's CUDA default")
+    )
     return result

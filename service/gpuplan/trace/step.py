@@ -94,11 +94,13 @@ def run_steps(
     amp: str = "none",
     accumulation: int = 1,
     marks: Marks = _no_marks,
+    before_backward: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """Run ``steps`` steps of ``model``; the last is the measured one.
 
     With ``accumulation`` > 1 a training step runs that many forward/backward passes
-    (gradient accumulation) before the optimizer steps.
+    (gradient accumulation) before the optimizer steps. ``before_backward`` sees each
+    loss before its backward runs (the tracer hooks the graph there).
     """
     device = next((p.device.type for p in model.parameters()), "cpu")
     loss_of = loss_fn or default_loss
@@ -125,6 +127,8 @@ def run_steps(
                     loss = loss_of(output)
                 del output
             with marks(Phase.BACKWARD, measured):
+                if before_backward is not None:
+                    before_backward(loss)
                 loss.backward()  # type: ignore[no-untyped-call]
                 del loss
         with marks(Phase.OPTIMIZER, measured):
