@@ -137,3 +137,45 @@ def test_worker_traces_a_sharded_workload(
     assert worker.main() == 0
     answer = msgspec.json.decode(capsysbinary.readouterr().out)
     assert answer["error"] in ("invalid", "untraceable")
+
+
+MAMBA = {
+    "model_type": "mamba",
+    "vocab_size": 256,
+    "hidden_size": 64,
+    "state_size": 8,
+    "num_hidden_layers": 1,
+    "intermediate_size": 128,
+    "conv_kernel": 4,
+    "time_step_rank": 8,
+}
+
+
+def test_kernel_probes_follow_the_server_budget() -> None:
+    """A runtime cpu trace of a model with a convolution measures its oneDNN scratch
+    within the server's budget, and says what the budget left out."""
+    pytest.importorskip("transformers")
+    body = {
+        "model": {"hf_config": MAMBA},
+        "workload": {"batch_size": 2, "sequence_length": 32, "attention": "eager"},
+        "runtime": "cpu",
+    }
+    notes = {}
+    for budget in (4096, 64 * 1024 * 1024):
+        settings = Settings(trace_probe_budget_bytes=budget)
+        with TestClient(app=create_app(settings)) as client:
+            response = client.post("/v1/memory/trace", json=body)
+        assert response.status_code == 200, response.text
+        notes[budget] = " ".join(response.json()["notes"])
+    assert "probe budget of 4,096 bytes" in notes[4096]
+    assert "measured by running each once on this CPU" in notes[64 * 1024 * 1024]
+    assert "not counted" not in notes[64 * 1024 * 1024]
+
+
+def test_the_probe_budget_is_part_of_the_cache_key() -> None:
+    from gpuplan.core.trace.schema import TraceRequest
+
+    cpu = msgspec.convert(BODY, TraceRequest)
+    cuda = msgspec.convert({**BODY, "runtime": "cuda"}, TraceRequest)
+    assert trace_route.cache_key(cpu, "k:", 0) != trace_route.cache_key(cpu, "k:", 1)
+    assert trace_route.cache_key(cuda, "k:", 0) == trace_route.cache_key(cuda, "k:", 1)

@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -100,3 +101,23 @@ def test_gpu_architecture_sizes_the_cublaslt_workspace() -> None:
     unknown = runner.invoke(main, ["trace", f"{TARGETS}:mlp", "--gpu", "no-such-gpu"])
     assert unknown.exit_code == 2
     assert "no-such-gpu" in unknown.output
+
+
+def test_kernel_probes_on_the_cpu_runtime() -> None:
+    """runtime cpu measures oneDNN's in-kernel scratch by default and says so; a budget
+    of 0 bytes turns the probes off (lower peak, no such note)."""
+    runner = CliRunner()
+
+    def traced(*extra: str) -> dict[str, Any]:
+        args = ["trace", f"{TARGETS}:cnn", "--runtime", "cpu", "--format", "json", *extra]
+        out = runner.invoke(main, args)
+        assert out.exit_code == 0, out.output
+        return json.loads(out.output)  # type: ignore[no-any-return]
+
+    probed, unprobed = traced(), traced("--probe-budget-bytes", "0")
+    assert probed["peak_bytes"] > unprobed["peak_bytes"]
+    assert any("measured by running each once on this CPU" in n for n in probed["notes"])
+    assert not any("in-kernel scratch" in n for n in unprobed["notes"])
+    small = traced("--probe-budget-bytes", "4096")
+    assert small["peak_bytes"] == unprobed["peak_bytes"]
+    assert any("probe budget of 4,096 bytes" in n for n in small["notes"])

@@ -99,6 +99,14 @@ def _table(result: object) -> str:
     "(32 MiB on Hopper/Blackwell, 4 MiB on Ampere/Ada, 1 MiB otherwise).",
 )
 @click.option(
+    "--probe-budget-bytes",
+    "probe_budget_bytes",
+    type=click.IntRange(0),
+    help="runtime cpu: kernels that allocate inside a call (oneDNN convolutions, LSTMs) are "
+    "run once for real when their tensors fit in this many bytes, to measure that "
+    "scratch; 0: never.  [default: 1 GiB]",
+)
+@click.option(
     "--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True
 )
 def trace_command(
@@ -112,6 +120,7 @@ def trace_command(
     fsdp: int,
     tensor_parallel: int,
     gpu: str | None,
+    probe_budget_bytes: int | None,
     fmt: str,
 ) -> None:
     """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
@@ -119,12 +128,12 @@ def trace_command(
     TARGET is package.module:function or path/to/file.py:function. The function takes
     no arguments and returns (model, inputs) or (model, inputs, loss_fn); inputs is a
     tuple (positional) or a dict (keyword arguments). It runs inside torch's
-    FakeTensorMode: build the model and inputs inside it (not at import time), and
-    pick half precision with dtype= at construction, not .to().
+    FakeTensorMode: build the model and inputs inside it (not at import time).
     """
     try:
         import msgspec
 
+        from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES
         from gpuplan.trace.run import trace
         from gpuplan.trace.step import TraceError
         from gpuplan.trace.target import load_target
@@ -154,6 +163,9 @@ def trace_command(
             fsdp=fsdp,
             tensor_parallel=tensor_parallel,
             gpu_architecture=architecture,
+            probe_budget_bytes=(
+                DEFAULT_BUDGET_BYTES if probe_budget_bytes is None else probe_budget_bytes
+            ),
         )
     except TraceError as exc:
         raise click.ClickException(str(exc)) from None

@@ -62,6 +62,11 @@ class Settings(Record):
     trace_timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 120.0
     """Wall-time limit of one ``POST /v1/memory/trace``; its worker is killed past it."""
 
+    trace_probe_budget_bytes: Annotated[int, msgspec.Meta(ge=0, le=64 * 1024 * MiB)] = 256 * MiB
+    """Runtime ``cpu`` traces run a CPU kernel that allocates inside a call (oneDNN
+    convolutions, LSTMs) once for real when its tensors fit in this many bytes, to
+    measure that scratch; 0: never (the worker then needs no real tensor memory)."""
+
     trace_max_concurrent: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     """Traces running at once in one server process; more answer 503."""
 

@@ -16,6 +16,9 @@ import msgspec
 
 from gpuplan.core.trace.schema import TraceRequest
 
+PROBE_BUDGET_ENV = "GPUPLAN_TRACE_PROBE_BUDGET_BYTES"
+"""The server's ``trace_probe_budget_bytes``, handed to the worker."""
+
 
 def _answer(payload: dict[str, Any]) -> None:
     sys.stdout.buffer.write(msgspec.json.encode(payload))
@@ -31,6 +34,7 @@ def main() -> int:
         import transformers  # noqa: F401
 
         from gpuplan.trace.hf import InvalidConfig, builder
+        from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES
         from gpuplan.trace.run import trace
     except ImportError as exc:
         _answer({"error": "missing", "detail": str(exc)})
@@ -47,6 +51,7 @@ def main() -> int:
             runtime=request.runtime,
             fsdp=workload.fsdp,
             tensor_parallel=workload.tensor_parallel,
+            probe_budget_bytes=int(os.environ.get(PROBE_BUDGET_ENV, DEFAULT_BUDGET_BYTES)),
         )
     except InvalidConfig as exc:
         _answer({"error": "invalid", "detail": str(exc)[:2000]})

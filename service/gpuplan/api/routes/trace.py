@@ -36,6 +36,7 @@ from gpuplan.api.problems import (
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
 from gpuplan.core.trace.schema import TraceRequest, TraceResult
+from gpuplan.trace.worker import PROBE_BUDGET_ENV
 
 log = logging.getLogger("gpuplan.api")
 
@@ -64,13 +65,15 @@ def _version(name: str) -> str:
         return "?"
 
 
-def cache_key(request: TraceRequest, prefix: str) -> str:
-    """Key of ``request``'s result: the hash of its normalized JSON and the versions
-    that decide the answer (ours, torch's, transformers')."""
+def cache_key(request: TraceRequest, prefix: str, probe_budget_bytes: int) -> str:
+    """Key of ``request``'s result: the hash of its normalized JSON and what else
+    decides the answer: the versions (ours, torch's, transformers') and, on runtime
+    cpu, the kernel probes' budget."""
     normalized = json.dumps(
         {
             "request": msgspec.to_builtins(request),
             "versions": [gpuplan.__version__, *(_version(name) for name in EXTRAS)],
+            "probe_budget_bytes": probe_budget_bytes if request.runtime == "cpu" else None,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -97,10 +100,13 @@ def _problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> R
     )
 
 
-async def run_worker(request: TraceRequest, timeout: float) -> dict[str, Any] | None:
+async def run_worker(
+    request: TraceRequest, timeout: float, probe_budget_bytes: int
+) -> dict[str, Any] | None:
     """Run one trace in a subprocess; ``None`` when it ran past ``timeout`` (killed)."""
     env = {
         **os.environ,
+        PROBE_BUDGET_ENV: str(probe_budget_bytes),
         "PYTHONPATH": os.pathsep.join(
             p for p in (_PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p
         ),
@@ -166,7 +172,7 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             f"tracing needs the optional extra `trace` ({', '.join(missing)} not installed "
             "on this server); POST /v1/memory/estimate answers without it",
         )
-    key = cache_key(body, settings.trace_cache_prefix)
+    key = cache_key(body, settings.trace_cache_prefix, settings.trace_probe_budget_bytes)
     if state.redis is not None and settings.trace_cache_ttl_seconds > 0:
         try:
             cached = await state.redis.get(key)
@@ -186,7 +192,9 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             headers={"Retry-After": "5"},
         )
     async with gate:
-        answer = await run_worker(body, settings.trace_timeout_seconds)
+        answer = await run_worker(
+            body, settings.trace_timeout_seconds, settings.trace_probe_budget_bytes
+        )
     if answer is None:
         return _problem(  # type: ignore[return-value]
             504,
