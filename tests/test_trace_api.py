@@ -179,3 +179,43 @@ def test_the_probe_budget_is_part_of_the_cache_key() -> None:
     cuda = msgspec.convert({**BODY, "runtime": "cuda"}, TraceRequest)
     assert trace_route.cache_key(cpu, "k:", 0) != trace_route.cache_key(cpu, "k:", 1)
     assert trace_route.cache_key(cuda, "k:", 0) == trace_route.cache_key(cuda, "k:", 1)
+
+
+@pytest.mark.parametrize(
+    ("workload", "path"),
+    [
+        ({"mode": "train", "new_tokens": 4}, "$.workload.new_tokens"),
+        ({"fsdp": 2, "tensor_parallel": 2}, "$.workload.tensor_parallel"),
+    ],
+)
+def test_contradicting_workload_fields_are_422_naming_the_field(
+    workload: dict[str, object], path: str
+) -> None:
+    body = {"model": {"hf_config": LLAMA}, "workload": workload}
+    with TestClient(app=create_app(Settings())) as client:
+        response = client.post("/v1/memory/trace", json=body)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert [e["path"] for e in response.json()["errors"]] == [path]
+
+
+def test_worker_traces_decode_steps(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    pytest.importorskip("transformers")
+    import io
+    from types import SimpleNamespace
+
+    from gpuplan.trace import worker
+
+    body = {
+        "model": {"hf_config": LLAMA},
+        "workload": {"mode": "inference", "batch_size": 2, "sequence_length": 16, "new_tokens": 4},
+        "runtime": "cpu",
+    }
+    stdin = SimpleNamespace(buffer=io.BytesIO(msgspec.json.encode(body)))
+    monkeypatch.setattr(sys, "stdin", stdin)
+    assert worker.main() == 0
+    result = msgspec.json.decode(capsysbinary.readouterr().out)["result"]
+    assert result["new_tokens"] == 4
+    assert result["phases"]["decode_bytes"] > 0

@@ -121,3 +121,20 @@ def test_kernel_probes_on_the_cpu_runtime() -> None:
     small = traced("--probe-budget-bytes", "4096")
     assert small["peak_bytes"] == unprobed["peak_bytes"]
     assert any("probe budget of 4,096 bytes" in n for n in small["notes"])
+
+
+def test_decode_steps() -> None:
+    runner = CliRunner()
+    target = "tests.trace_targets.models:hf_llama_generate"
+    out = runner.invoke(
+        main, ["trace", target, "--mode", "inference", "--new-tokens", "3", "--format", "json"]
+    )
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    assert result["new_tokens"] == 3
+    assert result["phases"]["decode_bytes"] > 0
+    table = runner.invoke(main, ["trace", target, "--mode", "inference", "--new-tokens", "3"])
+    assert "peak in decode (3)" in table.output
+    train = runner.invoke(main, ["trace", target, "--new-tokens", "3"])
+    assert train.exit_code != 0
+    assert "--new-tokens (decode steps) needs --mode inference" in train.output

@@ -122,6 +122,24 @@ def test_cnn_without_kernel_probes_misses_onednn_buffers() -> None:
     assert any("measured by running each once" in note for note in probed.notes)
 
 
+@pytest.mark.parametrize("name", ["hf_llama_generate", "hf_mixtral_generate_bf16"])
+def test_decode_steps_equal_measured(name: str) -> None:
+    """A prompt of 2 tokens for 16 sequences, then 24 greedy decode steps whose KV cache
+    outgrows the prefill: the peak moves into the decode phase, where the trace still
+    agrees."""
+    build = _seeded(name)
+    traced = trace(build, mode="inference", optimizer="none", runtime="cpu", new_tokens=24)
+    measured = measure_target(build, mode="inference", optimizer="none", new_tokens=24)
+    assert abs(traced.peak_bytes - measured.peak_bytes) <= TOLERANCE * measured.peak_bytes
+    assert traced.phases.decode_bytes == pytest.approx(measured.phases["decode"], rel=TOLERANCE)
+    assert traced.phases.forward_bytes == pytest.approx(measured.phases["forward"], rel=TOLERANCE)
+    assert traced.new_tokens == 24
+    assert traced.peak_phase == "decode"
+    prefill_only = trace(build, mode="inference", optimizer="none", runtime="cpu")
+    assert prefill_only.phases.decode_bytes == 0
+    assert traced.peak_bytes >= prefill_only.peak_bytes
+
+
 @pytest.mark.parametrize(("name", "ranks"), [("hf_llama", 4), ("checkpointed", 2)])
 def test_fsdp_rank_peak_equals_measured(name: str, ranks: int) -> None:
     """Rank 0 of an FSDP2 job on a fake process group: the real run allocates the

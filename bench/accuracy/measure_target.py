@@ -28,6 +28,7 @@ def measure_target(
     foreach: bool | None = None,
     fsdp: int = 1,
     tensor_parallel: int = 1,
+    new_tokens: int = 0,
 ) -> Measured:
     """Real peak of the last of ``steps`` steps of ``build()``'s model on this CPU."""
     gc.collect()
@@ -62,6 +63,7 @@ def measure_target(
             mode=mode,
             steps=steps,
             amp=amp,
+            new_tokens=new_tokens,
             marks=marks,
         )
         parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())

@@ -34,8 +34,6 @@ PRECISION = {
 
 def trace_case(case: Case) -> tuple[int | None, str, float]:
     """Traced peak bytes of ``case`` (None when the trace cannot describe it)."""
-    if case.new_tokens:
-        return None, "decode steps are not traced (prefill only)", 0.0
     if case.optimizer == "adafactor":
         return None, "Adafactor reads tensor values (.item()), which fake tensors have not", 0.0
     if case.mode == "finetune_lora":
@@ -51,6 +49,7 @@ def trace_case(case: Case) -> tuple[int | None, str, float]:
         attention=case.attention,  # type: ignore[arg-type]
         gradient_checkpointing=case.checkpointing == "full",
         steps=1 if case.mode == "inference" else 2,
+        new_tokens=case.new_tokens,
     )
     started = time.perf_counter()
     result = trace(
@@ -61,6 +60,7 @@ def trace_case(case: Case) -> tuple[int | None, str, float]:
         amp=workload.amp,
         runtime="cpu",
         accumulation=case.accumulation,
+        new_tokens=case.new_tokens,
     )
     return result.peak_bytes, result.peak_phase, time.perf_counter() - started
 

@@ -36,6 +36,8 @@ def _table(result: object) -> str:
         ("peak in backward", _size(result.phases.backward_bytes)),
         ("peak in optimizer", _size(result.phases.optimizer_bytes)),
     ]
+    if result.new_tokens:
+        rows.append((f"peak in decode ({result.new_tokens})", _size(result.phases.decode_bytes)))
     lines = [f"{name:<20} {value}" for name, value in rows]
     lines.append("top modules at the peak:")
     lines += [f"  {_size(m.bytes):>12}  {m.module}" for m in result.top_modules]
@@ -63,6 +65,15 @@ def _table(result: object) -> str:
     default=2,
     show_default=True,
     help="Steps to run; the last one is reported (2: the steady state, with optimizer state).",
+)
+@click.option(
+    "--new-tokens",
+    "new_tokens",
+    type=click.IntRange(0, 1024),
+    default=0,
+    show_default=True,
+    help="Inference: greedy decode steps after the prefill (the model must return "
+    "past_key_values and logits, as a Hugging Face causal LM with use_cache=True).",
 )
 @click.option(
     "--amp",
@@ -115,6 +126,7 @@ def trace_command(
     mode: str,
     optimizer: str,
     steps: int,
+    new_tokens: int,
     amp: str,
     runtime: str,
     fsdp: int,
@@ -158,6 +170,7 @@ def trace_command(
             mode=mode,  # type: ignore[arg-type]
             optimizer=optimizer,  # type: ignore[arg-type]
             steps=steps,
+            new_tokens=new_tokens,
             amp=amp,  # type: ignore[arg-type]
             runtime=runtime,  # type: ignore[arg-type]
             fsdp=fsdp,

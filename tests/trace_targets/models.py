@@ -173,6 +173,7 @@ def _hf(
     dtype: torch.dtype = torch.float32,
     sequence: int = 32,
     checkpointing: bool = False,
+    batch: int = 2,
     **extra: Any,
 ) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -183,7 +184,7 @@ def _hf(
     if checkpointing:  # transformers 5 renamed it; the old name warns there
         enable = getattr(model, "activation_checkpointing_enable", None)
         (enable or model.gradient_checkpointing_enable)()
-    ids = torch.randint(0, hf.vocab_size, (2, sequence))
+    ids = torch.randint(0, hf.vocab_size, (batch, sequence))
     return model, {"input_ids": ids, "labels": ids}
 
 
@@ -250,6 +251,21 @@ def hf_llama_checkpointed() -> Any:
     batch passes ``is_causal`` to SDPA, a trace that took transformers' path for
     unreadable position ids built an explicit mask and expanded keys and values."""
     return _hf(LLAMA, sequence=256, checkpointing=True)
+
+
+def _hf_generate(config: dict[str, Any], dtype: torch.dtype = torch.float32) -> Any:
+    """A causal LM and a short prompt for 16 sequences: a prefill that keeps its KV
+    cache and the last position's logits (decode steps follow it)."""
+    model, inputs = _hf(config, dtype, sequence=2, batch=16)
+    return model, {"input_ids": inputs["input_ids"], "use_cache": True, "logits_to_keep": 1}
+
+
+def hf_llama_generate() -> Any:
+    return _hf_generate(LLAMA)
+
+
+def hf_mixtral_generate_bf16() -> Any:
+    return _hf_generate(MIXTRAL, torch.bfloat16)
 
 
 def hf_llama() -> Any:

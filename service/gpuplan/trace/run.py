@@ -205,6 +205,15 @@ def _notes(
     return notes
 
 
+def _check(*, steps: int, fsdp: int, tensor_parallel: int, new_tokens: int, mode: str) -> None:
+    if steps < 1:
+        raise TraceError("steps must be at least 1")
+    if fsdp > 1 and tensor_parallel > 1:
+        raise TraceError("combining --fsdp and --tensor-parallel is not supported yet")
+    if new_tokens < 0 or (new_tokens and mode != "inference"):
+        raise TraceError("--new-tokens (decode steps) needs --mode inference")
+
+
 def trace(
     build: Callable[[], Any],
     *,
@@ -217,6 +226,7 @@ def trace(
     fsdp: int = 1,
     tensor_parallel: int = 1,
     accumulation: int = 1,
+    new_tokens: int = 0,
     foreach: bool | None = None,
     probe_budget_bytes: int = DEFAULT_BUDGET_BYTES,
 ) -> TraceResult:
@@ -224,14 +234,15 @@ def trace(
 
     ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks; ``tensor_parallel``
     > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan). ``foreach`` picks the
-    optimizer's kernels; by default torch's choice for the runtime's device. On runtime
+    optimizer's kernels; by default torch's choice for the runtime's device. Inference
+    with ``new_tokens`` adds that many greedy decode steps after the prefill (a causal
+    LM's KV cache). On runtime
     cpu, kernels that allocate inside a call are run once for real on tensors of up to
     ``probe_budget_bytes`` (:mod:`gpuplan.trace.probe`; 0: never).
     """
-    if steps < 1:
-        raise TraceError("steps must be at least 1")
-    if fsdp > 1 and tensor_parallel > 1:
-        raise TraceError("combining --fsdp and --tensor-parallel is not supported yet")
+    _check(
+        steps=steps, fsdp=fsdp, tensor_parallel=tensor_parallel, new_tokens=new_tokens, mode=mode
+    )
     started = time.perf_counter()
     # On the CPU runtime the CPU's own kernels are the truth: ask them what they
     # allocate inside a call. A GPU runs other kernels (docs/trace.md).
@@ -295,6 +306,7 @@ def trace(
                 steps=steps,
                 amp=amp,
                 accumulation=accumulation,
+                new_tokens=new_tokens,
                 marks=marks,
                 before_backward=recorder.accumulations.watch,
             )
@@ -318,7 +330,9 @@ def trace(
         gpu_architecture=gpu_architecture,
         communicators=[ranks] if ranks > 1 else [],
     )
-    result = msgspec.structs.replace(result, seconds=round(time.perf_counter() - started, 3))
+    result = msgspec.structs.replace(
+        result, seconds=round(time.perf_counter() - started, 3), new_tokens=new_tokens
+    )
     result.notes.extend(assumed)
     result.notes.extend(
         _notes(

@@ -61,6 +61,48 @@ def call(model: torch.nn.Module, inputs: Any) -> Any:
     return model(inputs)
 
 
+def _next_token(output: Any) -> tuple[Any, torch.Tensor]:
+    """The KV cache a causal LM returned and its greedy next token (one per row)."""
+    cache = getattr(output, "past_key_values", None)
+    logits = getattr(output, "logits", None)
+    if cache is None or not isinstance(logits, torch.Tensor):
+        raise TraceError(
+            "decode steps need a causal LM whose output has past_key_values and logits "
+            "(a Hugging Face model called with use_cache=True)"
+        )
+    return cache, logits[:, -1:].argmax(-1)
+
+
+def _infer(
+    model: torch.nn.Module,
+    inputs: Any,
+    *,
+    new_tokens: int,
+    marks: Marks,
+    measured: bool,
+    autocast: Callable[[], AbstractContextManager[Any]],
+) -> None:
+    """One no-grad inference step: the forward (a prefill), then ``new_tokens`` greedy
+    decode steps that feed the last token and the cache back, as ``generate`` does; the
+    cache grows by one position each."""
+    with torch.no_grad(), autocast():
+        with marks(Phase.FORWARD, measured):
+            output = call(model, inputs)
+        if not new_tokens:
+            del output
+            return
+        cache, token = _next_token(output)
+        del output
+        with marks(Phase.DECODE, measured):
+            for _ in range(new_tokens):
+                output = model(
+                    input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1
+                )
+                cache, token = _next_token(output)
+                del output
+            del cache, token
+
+
 def make_optimizer(
     name: str, model: torch.nn.Module, *, foreach: bool | None = None
 ) -> torch.optim.Optimizer | None:
@@ -93,15 +135,20 @@ def run_steps(
     steps: int = 2,
     amp: str = "none",
     accumulation: int = 1,
+    new_tokens: int = 0,
     marks: Marks = _no_marks,
     before_backward: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """Run ``steps`` steps of ``model``; the last is the measured one.
 
     With ``accumulation`` > 1 a training step runs that many forward/backward passes
-    (gradient accumulation) before the optimizer steps. ``before_backward`` sees each
-    loss before its backward runs (the tracer hooks the graph there).
+    (gradient accumulation) before the optimizer steps. An inference step with
+    ``new_tokens`` is a prefill, then that many greedy decode steps on its KV cache.
+    ``before_backward`` sees each loss before its backward runs (the tracer hooks the
+    graph there).
     """
+    if new_tokens and mode != "inference":
+        raise TraceError("decode steps (new tokens) need mode inference")
     device = next((p.device.type for p in model.parameters()), "cpu")
     loss_of = loss_fn or default_loss
 
@@ -113,9 +160,14 @@ def run_steps(
     if mode == "inference":
         model.eval()
         for step in range(steps):
-            with torch.no_grad(), marks(Phase.FORWARD, step == steps - 1), autocast():
-                output = call(model, inputs)
-                del output
+            _infer(
+                model,
+                inputs,
+                new_tokens=new_tokens,
+                marks=marks,
+                measured=step == steps - 1,
+                autocast=autocast,
+            )
         return
     model.train()
     for step in range(steps):

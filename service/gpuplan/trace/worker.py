@@ -51,6 +51,7 @@ def main() -> int:
             runtime=request.runtime,
             fsdp=workload.fsdp,
             tensor_parallel=workload.tensor_parallel,
+            new_tokens=workload.new_tokens,
             probe_budget_bytes=int(os.environ.get(PROBE_BUDGET_ENV, DEFAULT_BUDGET_BYTES)),
         )
     except InvalidConfig as exc:

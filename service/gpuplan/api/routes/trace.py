@@ -35,7 +35,7 @@ from gpuplan.api.problems import (
 )
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
-from gpuplan.core.trace.schema import TraceRequest, TraceResult
+from gpuplan.core.trace.schema import TraceRequest, TraceResult, workload_conflicts
 from gpuplan.trace.worker import PROBE_BUDGET_ENV
 
 log = logging.getLogger("gpuplan.api")
@@ -162,6 +162,15 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             "invalid-model",
             f"invalid value at $.model.hf_config.model_type: {reason}",
             [FieldError(path="$.model.hf_config.model_type", reason=reason)],
+        )
+    conflicts = workload_conflicts(body.workload)
+    if conflicts:
+        errors = [FieldError(path=f"$.workload.{field}", reason=why) for field, why in conflicts]
+        raise InvalidInput(
+            422,
+            "invalid-workload",
+            "; ".join(f"invalid value at {e.path}: {e.reason}" for e in errors),
+            errors,
         )
     missing = missing_extras()
     if missing:

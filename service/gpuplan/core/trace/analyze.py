@@ -24,7 +24,7 @@ from gpuplan.core.trace.schema import (
 )
 
 WORKSPACE_OWNER = "(cuBLAS workspace)"
-_MEASURED = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER)
+_MEASURED = (Phase.FORWARD, Phase.BACKWARD, Phase.OPTIMIZER, Phase.DECODE)
 
 SizeOf = Callable[[int, int], int]
 
@@ -213,6 +213,7 @@ def analyze(
             forward_bytes=peak.phases[Phase.FORWARD],
             backward_bytes=peak.phases[Phase.BACKWARD],
             optimizer_bytes=peak.phases[Phase.OPTIMIZER],
+            decode_bytes=peak.phases[Phase.DECODE],
         ),
         top_modules=top_modules,
         runtime=runtime,

@@ -49,6 +49,8 @@ class Phase(IntEnum):
     OPTIMIZER = 4
     END = 5
     """After the measured step."""
+    DECODE = 6
+    """Inference: greedy decode steps after the prefill, each growing the KV cache."""
 
 
 Event = tuple[int, int, int, int, int]

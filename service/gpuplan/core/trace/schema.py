@@ -56,6 +56,23 @@ class TraceWorkload(Record):
     """Trace rank 0 of this many tensor-parallel ranks (the model's Hugging Face TP plan);
     not combinable with ``fsdp`` yet."""
 
+    new_tokens: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
+    """Inference only: greedy decode steps after the prefill, one token each, reusing and
+    growing its KV cache (the peak is then often at the last step)."""
+
+
+def workload_conflicts(workload: TraceWorkload) -> list[tuple[str, str]]:
+    """Fields of ``workload`` that contradict each other: ``(path, reason)`` pairs,
+    paths relative to the workload."""
+    conflicts = []
+    if workload.fsdp > 1 and workload.tensor_parallel > 1:
+        conflicts.append(
+            ("tensor_parallel", "combining fsdp and tensor_parallel is not supported yet")
+        )
+    if workload.new_tokens and workload.mode != "inference":
+        conflicts.append(("new_tokens", "decode steps need mode 'inference'"))
+    return conflicts
+
 
 class TraceRequest(Record):
     """``POST /v1/memory/trace``."""
@@ -87,8 +104,12 @@ class PhasePeaks(Record):
     """Peak tensor bytes within each phase of the measured step (0: phase not run)."""
 
     forward_bytes: int
+    """Training: the forward pass; inference: the prefill."""
+
     backward_bytes: int
     optimizer_bytes: int
+    decode_bytes: int = 0
+    """Inference with ``new_tokens``: the decode steps."""
 
 
 class ModuleMemory(Record):
@@ -130,3 +151,5 @@ class TraceResult(Record):
     """Wall time of the trace (model build included)."""
 
     notes: list[str]
+    new_tokens: int = 0
+    """Decode steps after the prefill (inference)."""
