@@ -155,6 +155,19 @@ def test_fsdp_rank_peak_equals_measured(name: str, ranks: int) -> None:
     assert traced.peak_bytes < whole.peak_bytes
 
 
+def test_fsdp_over_tensor_parallel_rank_peak_equals_measured() -> None:
+    """Rank 0 of a 2x2 mesh: the TP plan within pairs of ranks, FSDP2 across them over
+    the TP-sharded parameters (torchtitan's layout)."""
+    build = _seeded("hf_llama")
+    traced = trace(build, runtime="cpu", fsdp=2, tensor_parallel=2)
+    measured = measure_target(build, fsdp=2, tensor_parallel=2)
+    assert abs(traced.peak_bytes - measured.peak_bytes) <= TOLERANCE * measured.peak_bytes
+    tp_only = trace(build, runtime="cpu", tensor_parallel=2)
+    assert traced.breakdown.parameters_bytes < tp_only.breakdown.parameters_bytes
+    assert any("2x2 mesh" in note for note in traced.notes)
+    assert any("tensor parallel: rank 0 of 2" in note for note in traced.notes)
+
+
 def test_tensor_parallel_rank_peak_equals_measured() -> None:
     """Rank 0 of 2-way tensor parallelism from the model's Hugging Face TP plan."""
     build = _seeded("hf_llama")

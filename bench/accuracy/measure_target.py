@@ -36,7 +36,7 @@ def measure_target(
     if max(fsdp, tensor_parallel) > 1:
         from gpuplan.trace.fsdp import fake_mesh
 
-        mesh = fake_mesh(max(fsdp, tensor_parallel), "cpu")
+        mesh = fake_mesh(fsdp, tensor_parallel, "cpu")
 
     @contextmanager
     def marks(phase: Phase, measured: bool) -> Iterator[None]:
@@ -46,14 +46,10 @@ def measure_target(
 
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model, inputs, loss_fn = unpack(build())
-        if mesh is not None and fsdp > 1:
-            from gpuplan.trace.fsdp import apply_fsdp
+        if mesh is not None:
+            from gpuplan.trace.fsdp import distribute
 
-            apply_fsdp(model, mesh)
-        elif mesh is not None:
-            from gpuplan.trace.fsdp import apply_tensor_parallel
-
-            apply_tensor_parallel(model, mesh)
+            distribute(model, mesh, fsdp=fsdp, tensor_parallel=tensor_parallel)
         opt = make_optimizer(optimizer, model, foreach=foreach) if mode == "train" else None
         run_steps(
             model,

@@ -1,12 +1,13 @@
-"""One rank of an N-way FSDP2 (``fully_shard``) or tensor-parallel job, on a fake
-process group.
+"""One rank of an FSDP2 (``fully_shard``), tensor-parallel or 2-D (both) job, on a
+fake process group.
 
 torch's fake process group (``torch.testing._internal.distributed.fake_pg``) answers
 every collective at once without moving data, so one process can play rank 0 of any
 world size: FSDP shards the parameters, all-gathers each unit before its forward and
 backward and reduce-scatters its gradients exactly as on a cluster, and the recorder
 sees rank 0's allocations (unsharded buffers included, which FSDP allocates with
-``UntypedStorage.resize_``).
+``UntypedStorage.resize_``). A 2-D job is torchtitan's layout: tensor parallelism
+inside each group of ``tensor_parallel`` ranks, FSDP across the ``fsdp`` groups.
 """
 
 from typing import Any
@@ -18,21 +19,37 @@ from torch import nn
 from gpuplan.trace.step import TraceError
 
 
-def fake_mesh(world_size: int, device_type: str) -> Any:
-    """A device mesh over a fake process group of ``world_size`` ranks (this is rank 0).
+def fake_mesh(fsdp: int, tensor_parallel: int, device_type: str) -> Any:
+    """A device mesh over a fake process group of ``fsdp * tensor_parallel`` ranks (this
+    is rank 0): one dimension, or ``("dp", "tp")`` when both degrees exceed one.
 
     Made outside fake mode: a mesh is built from real tensors of rank ids.
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    world_size = fsdp * tensor_parallel
     if dist.is_initialized() and (
         dist.get_backend() != "fake" or dist.get_world_size() != world_size
     ):
         dist.destroy_process_group()
     if not dist.is_initialized():
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    if fsdp > 1 and tensor_parallel > 1:
+        return init_device_mesh(device_type, (fsdp, tensor_parallel), mesh_dim_names=("dp", "tp"))
     return init_device_mesh(device_type, (world_size,))
+
+
+def distribute(model: nn.Module, mesh: Any, *, fsdp: int, tensor_parallel: int) -> list[str]:
+    """Shard ``model`` over ``mesh``: the TP plan first, then ``fully_shard`` (over the
+    TP-sharded parameters on a 2-D mesh). Returns the TP plan entries left replicated."""
+    two_d = fsdp > 1 and tensor_parallel > 1
+    skipped = []
+    if tensor_parallel > 1:
+        skipped = apply_tensor_parallel(model, mesh["tp"] if two_d else mesh)
+    if fsdp > 1:
+        apply_fsdp(model, mesh["dp"] if two_d else mesh)
+    return skipped
 
 
 def shard_units(model: nn.Module) -> list[nn.Module]:
@@ -48,12 +65,17 @@ def shard_units(model: nn.Module) -> list[nn.Module]:
 
 def apply_fsdp(model: nn.Module, mesh: Any) -> None:
     """``fully_shard`` each unit, then the root (the usual FSDP2 recipe)."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch.distributed.fsdp import fully_shard
 
     try:
-        for unit in shard_units(model):
-            fully_shard(unit, mesh=mesh)
-        fully_shard(model, mesh=mesh)
+        # On a 2-D mesh fully_shard locates this rank in the mesh's tensor of rank ids
+        # (a nonzero, which a fake mode cannot answer); the parameters stay fake, and
+        # their operations still reach their own fake mode and the recorder.
+        with unset_fake_temporarily():
+            for unit in shard_units(model):
+                fully_shard(unit, mesh=mesh)
+            fully_shard(model, mesh=mesh)
     except (RuntimeError, ValueError, AssertionError) as exc:
         raise TraceError(f"fully_shard failed on this model: {exc}") from None
 

@@ -165,17 +165,6 @@ def _instrument(
     return owners, opt, trainable
 
 
-def _distribute(model: torch.nn.Module, mesh: Any, *, fsdp: int) -> list[str]:
-    """Shard ``model`` over ``mesh``: FSDP2 when ``fsdp`` > 1, else tensor parallel.
-    Returns the TP plan entries left replicated."""
-    from gpuplan.trace.fsdp import apply_fsdp, apply_tensor_parallel
-
-    if fsdp > 1:
-        apply_fsdp(model, mesh)
-        return []
-    return apply_tensor_parallel(model, mesh)
-
-
 def _notes(
     *,
     skipped: list[str],
@@ -194,9 +183,14 @@ def _notes(
             + (f"; left replicated: {', '.join(skipped)}" if skipped else "")
             + ")"
         )
-    elif fsdp > 1:
+    if fsdp > 1:
         notes.append(
-            f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group)"
+            f"FSDP2: rank 0 of {fsdp} (fully_shard per unit and on the root, fake process group"
+            + (
+                f", over the tensor-parallel shards: a {fsdp}x{tensor_parallel} mesh)"
+                if tensor_parallel > 1
+                else ")"
+            )
         )
     if probe is not None:
         notes.extend(probe.notes())
@@ -208,8 +202,6 @@ def _notes(
 def _check(*, steps: int, fsdp: int, tensor_parallel: int, new_tokens: int, mode: str) -> None:
     if steps < 1:
         raise TraceError("steps must be at least 1")
-    if fsdp > 1 and tensor_parallel > 1:
-        raise TraceError("combining --fsdp and --tensor-parallel is not supported yet")
     if new_tokens < 0 or (new_tokens and mode != "inference"):
         raise TraceError("--new-tokens (decode steps) needs --mode inference")
 
@@ -233,7 +225,8 @@ def trace(
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
     ``fsdp`` > 1 traces rank 0 of an FSDP2 job of that many ranks; ``tensor_parallel``
-    > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan). ``foreach`` picks the
+    > 1 rank 0 of a tensor-parallel group (Hugging Face TP plan); both, rank 0 of a 2-D
+    mesh of ``fsdp * tensor_parallel`` ranks. ``foreach`` picks the
     optimizer's kernels; by default torch's choice for the runtime's device. Inference
     with ``new_tokens`` adds that many greedy decode steps after the prefill (a causal
     LM's KV cache). On runtime
@@ -249,11 +242,11 @@ def trace(
     probe = KernelProbe(probe_budget_bytes) if runtime == "cpu" and probe_budget_bytes else None
     recorder = Recorder(probe)
     mesh = None
-    ranks = max(fsdp, tensor_parallel)
-    if ranks > 1:
+    communicators = [n for n in (fsdp, tensor_parallel) if n > 1]  # one NCCL group each
+    if communicators:
         from gpuplan.trace.fsdp import fake_mesh
 
-        mesh = fake_mesh(ranks, "cpu")
+        mesh = fake_mesh(fsdp, tensor_parallel, "cpu")
     skipped: list[str] = []
     grads_of: list[torch.nn.Parameter] = []
     owners: dict[int, int] = {}
@@ -286,7 +279,9 @@ def trace(
             raise TraceError(f"the target raised {type(exc).__name__}: {exc}") from exc
         model, inputs, loss_fn = unpack(built)
         if mesh is not None:
-            skipped = _distribute(model, mesh, fsdp=fsdp)
+            from gpuplan.trace.fsdp import distribute
+
+            skipped = distribute(model, mesh, fsdp=fsdp, tensor_parallel=tensor_parallel)
         owners, opt, grads_of = _instrument(
             recorder,
             model,
@@ -328,7 +323,7 @@ def trace(
         mode=mode,
         steps=steps,
         gpu_architecture=gpu_architecture,
-        communicators=[ranks] if ranks > 1 else [],
+        communicators=communicators,
     )
     result = msgspec.structs.replace(
         result, seconds=round(time.perf_counter() - started, 3), new_tokens=new_tokens

@@ -54,7 +54,8 @@ class TraceWorkload(Record):
 
     tensor_parallel: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
     """Trace rank 0 of this many tensor-parallel ranks (the model's Hugging Face TP plan);
-    not combinable with ``fsdp`` yet."""
+    with ``fsdp``, rank 0 of a 2-D mesh: TP within groups of this many ranks, FSDP
+    across ``fsdp`` groups."""
 
     new_tokens: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
     """Inference only: greedy decode steps after the prefill, one token each, reusing and
@@ -65,10 +66,6 @@ def workload_conflicts(workload: TraceWorkload) -> list[tuple[str, str]]:
     """Fields of ``workload`` that contradict each other: ``(path, reason)`` pairs,
     paths relative to the workload."""
     conflicts = []
-    if workload.fsdp > 1 and workload.tensor_parallel > 1:
-        conflicts.append(
-            ("tensor_parallel", "combining fsdp and tensor_parallel is not supported yet")
-        )
     if workload.new_tokens and workload.mode != "inference":
         conflicts.append(("new_tokens", "decode steps need mode 'inference'"))
     return conflicts
