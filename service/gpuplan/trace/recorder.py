@@ -268,10 +268,12 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]
         if not args or not _fake(args[0]):
             return out
         probed = self.probe.scratch_bytes(func, args, kwargs, out) if self.probe else None
-        sizes = kernel_scratch(func, args) if probed is None else [probed]
-        # Allocated and freed inside the real kernel, beside its outputs: storages
-        # that live for this instant only.
-        buffers = [torch.empty(n, dtype=torch.uint8, device=args[0].device) for n in sizes if n]
-        tree_map_only(torch.Tensor, self._track, buffers)
-        del buffers
+        sizes = [n for n in (kernel_scratch(func, args) if probed is None else [probed]) if n]
+        if sizes:
+            # Allocated and freed inside the real kernel, beside its outputs: storages
+            # that live for this instant only.
+            buffers = [torch.empty(n, dtype=torch.uint8, device=args[0].device) for n in sizes]
+            for buffer in buffers:
+                self._track(buffer)
+            del buffers, buffer
         return out
