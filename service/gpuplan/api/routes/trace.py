@@ -144,10 +144,14 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
     The model is built from `model.hf_config` by transformers (random weights, no hub,
     no remote code) under PyTorch's FakeTensorMode, then takes `workload.steps` steps;
     every tensor storage is accounted, and the answer describes the last step: peak,
-    breakdown at the peak, peak per phase, top modules. `runtime: cuda` replays the
+    breakdown at the peak, peak per phase, top modules. An inference step with
+    `workload.new_tokens` is a prefill and that many greedy decode steps on its KV cache
+    (about 1 s per decode step for a 7B model). `runtime: cuda` replays the
     allocations through a model of the CUDA caching allocator (`reserved_bytes`) and adds
-    the CUDA context. Needs the `trace` extra (501 without it); one trace takes seconds
-    (a 7B model about 10 s), bounded by `GPUPLAN_TRACE_TIMEOUT_SECONDS` (504), with at
+    the CUDA context; `runtime: cpu` also measures oneDNN kernels' in-kernel scratch by
+    running each distinct call once (`GPUPLAN_TRACE_PROBE_BUDGET_BYTES`). Needs the
+    `trace` extra (501 without it); one trace takes seconds (a 7B model about 10 s),
+    bounded by `GPUPLAN_TRACE_TIMEOUT_SECONDS` (504), with at
     most `GPUPLAN_TRACE_MAX_CONCURRENT` at once per process (503). Results are cached in
     Redis when it is configured.
     """
