@@ -221,7 +221,8 @@ def in_process(calls: int = 2000) -> dict[str, Any]:
     import gc
 
     import gpuplan.api.routes.memory as route
-    from gpuplan.api import Settings, create_app
+    from gpuplan.api.app import create_app
+    from gpuplan.config.settings import Settings
 
     cached_app = create_app(Settings())
     uncached_app = create_app(Settings(answer_cache_bytes=0))

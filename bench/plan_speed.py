@@ -18,9 +18,9 @@ from pathlib import Path
 import msgspec
 
 from bench.recommend_speed import _time
+from gpuplan.config.documents import read_document
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.plan import PlanFile, plan
-from gpuplan.documents import read_document
 
 RESULTS = Path(__file__).parent / "results"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

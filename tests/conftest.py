@@ -11,7 +11,8 @@ import pytest
 import redis
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 
 
 def free_port() -> int:

@@ -15,7 +15,8 @@ from redis.asyncio import Redis
 
 from gpuplan.agent.config import AgentConfig
 from gpuplan.agent.loop import Agent
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.store import FleetStore

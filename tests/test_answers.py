@@ -11,10 +11,11 @@ import pytest
 from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuplan.api import Settings, create_app
 from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.answers import _first_unsafe, _maybe_unsafe, encode_answer
+from gpuplan.api.app import create_app
 from gpuplan.api.problems import InvalidInput
+from gpuplan.config.settings import Settings
 from tests.test_gpus_api import OVERRIDE
 
 

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 
 SPEC = yaml.safe_load((Path(__file__).parent.parent / "api" / "openapi.yaml").read_text())
 PROBLEM = "application/problem+json"

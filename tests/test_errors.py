@@ -14,8 +14,8 @@ from litestar.testing import TestClient
 
 from gpuplan.api.app import ROUTES, assemble
 from gpuplan.api.routing import operation
+from gpuplan.config.settings import Settings
 from gpuplan.core.record import Record
-from gpuplan.settings import Settings
 
 PROBLEM = "application/problem+json"
 

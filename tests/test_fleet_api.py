@@ -5,7 +5,8 @@ import asyncio
 from litestar.testing import TestClient
 from redis.asyncio import Redis
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot

@@ -25,7 +25,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis import checks as st_checks
 from schemathesis.config import SchemathesisConfig
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from tests.conftest import RedisServer, _answers
 from tests.test_fleet_api import _publish
 

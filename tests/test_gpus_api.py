@@ -7,8 +7,9 @@ from urllib.parse import quote
 import pytest
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
-from gpuplan.catalog_file import load_catalog
+from gpuplan.api.app import create_app
+from gpuplan.config.catalog import load_catalog
+from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import CatalogError
 
 GiB = 2**30

@@ -3,7 +3,8 @@
 from litestar.testing import TestClient
 
 from gpuplan import __version__
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from tests.conftest import RedisServer, free_port
 
 

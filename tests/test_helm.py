@@ -19,7 +19,7 @@ helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (t
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 from gpuplan.cli_agent import agent as agent_command  # noqa: E402
-from gpuplan.settings import load_settings  # noqa: E402
+from gpuplan.config.settings import load_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "deploy" / "helm" / "gpuplan"
@@ -188,7 +188,7 @@ def test_the_api_reads_the_chart_s_token_file(tmp_path: Path) -> None:
     to a temporary path with the Secret's content)."""
     from litestar.testing import TestClient
 
-    from gpuplan.api import create_app
+    from gpuplan.api.app import create_app
 
     env = _env(_container(_one("full-values.yaml", "Deployment", "api")))
     tokens = tmp_path / Path(env["GPUPLAN_API_TOKENS_FILE"]).name

@@ -36,5 +36,5 @@ def test_core_imports_with_torch_unavailable() -> None:
 
 
 def test_serve_path_leaves_prometheus_client_unimported() -> None:
-    imported = _imported_after("import gpuplan.cli, gpuplan.settings, gpuplan.server")
+    imported = _imported_after("import gpuplan.cli, gpuplan.config.settings, gpuplan.api.server")
     assert "prometheus_client" not in imported

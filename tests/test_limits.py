@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
 from gpuplan.api.decode import MAX_JSON_DEPTH
+from gpuplan.config.settings import Settings
 
 PROBLEM = "application/problem+json"
 

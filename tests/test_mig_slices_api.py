@@ -9,7 +9,8 @@ import pytest
 from litestar.testing import TestClient
 from redis.asyncio import Redis
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from gpuplan.core.fleet import MigInstance, NodeSnapshot
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish

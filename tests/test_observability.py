@@ -27,7 +27,8 @@ from gpuplan.agent.exporter import registry_for
 from gpuplan.agent.loop import Agent
 from gpuplan.agent.state import AgentState
 from gpuplan.agent.telemetry import NoGpuSource
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
 from tests.agent_fixtures import replay_source, snapshot
 

@@ -6,8 +6,9 @@ import yaml
 from litestar.testing import TestClient
 from openapi_spec_validator import validate
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
 from gpuplan.api.openapi import build_openapi, to_yaml
+from gpuplan.config.settings import Settings
 
 COMMITTED = Path(__file__).resolve().parent.parent / "api" / "openapi.yaml"
 

@@ -19,7 +19,8 @@ from typing import Any
 
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from tests.conftest import RedisServer
 from tests.test_fleet_api import _publish
 

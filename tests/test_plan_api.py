@@ -8,7 +8,8 @@ import msgspec
 from litestar.testing import TestClient
 from redis.asyncio import Redis
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.plan import PlanFile, PlanReport, plan
 from gpuplan.fleet.schema import Keys

@@ -11,9 +11,9 @@ import pytest
 import redis
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
 from gpuplan.api.security import Guard
-from gpuplan.settings import SettingsError, load_settings
+from gpuplan.config.settings import Settings, SettingsError, load_settings
 from tests.conftest import free_port
 
 TOKEN = "s3cret-token-0123456789abcdef"

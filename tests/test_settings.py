@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuplan.settings import Settings, SettingsError, load_settings
+from gpuplan.config.settings import Settings, SettingsError, load_settings
 
 
 def test_defaults_without_environment() -> None:

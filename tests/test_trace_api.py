@@ -8,8 +8,9 @@ import pytest
 import redis
 from litestar.testing import TestClient
 
-from gpuplan.api import Settings, create_app
+from gpuplan.api.app import create_app
 from gpuplan.api.routes import trace as trace_route
+from gpuplan.config.settings import Settings
 
 LLAMA = {
     "model_type": "llama",

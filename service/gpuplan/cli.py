@@ -41,7 +41,7 @@ def serve(host: str | None, port: int | None, workers: int | None, config: Path 
 
     Options override the environment, which overrides the settings file.
     """
-    from gpuplan.settings import SettingsError, load_settings
+    from gpuplan.config.settings import SettingsError, load_settings
 
     # Workers read their settings from the environment: the options go there, once
     # they have been validated together with it.
@@ -55,7 +55,7 @@ def serve(host: str | None, port: int | None, workers: int | None, config: Path 
         )
         if value is not None
     }
-    from gpuplan.catalog_file import load_catalog
+    from gpuplan.config.catalog import load_catalog
     from gpuplan.core.catalog import CatalogError
 
     try:
@@ -65,7 +65,7 @@ def serve(host: str | None, port: int | None, workers: int | None, config: Path 
         raise click.UsageError(str(exc)) from None
     os.environ.update(overrides)
 
-    from gpuplan.server import serve as run
+    from gpuplan.api.server import serve as run
 
     run(settings)
 
@@ -92,7 +92,7 @@ def openapi(fmt: str, output: Path | None) -> None:
     """
     from gpuplan.api.app import create_app
     from gpuplan.api.openapi import build_openapi, to_yaml
-    from gpuplan.settings import Settings
+    from gpuplan.config.settings import Settings
 
     document = build_openapi(create_app(Settings()))
     text = to_yaml(document) if fmt == "yaml" else json.dumps(document, indent=2) + "\n"

@@ -220,7 +220,7 @@ def _run(config: Any, nvml_recording: Path | None) -> int:
 
     from gpuplan.agent.loop import Agent
     from gpuplan.agent.telemetry import TelemetryError, open_source
-    from gpuplan.catalog_file import load_catalog
+    from gpuplan.config.catalog import load_catalog
 
     try:
         if nvml_recording is not None:

@@ -146,12 +146,12 @@ def estimate_command(file: Path | None, fmt: str, **options: Any) -> None:
     FILE is YAML, JSON or TOML with the schema of POST /v1/memory/estimate. Exits 2
     on invalid input, naming each offending field.
     """
-    from gpuplan.catalog_file import load_catalog
+    from gpuplan.config.catalog import load_catalog
+    from gpuplan.config.documents import DocumentError, read_document
+    from gpuplan.config.settings import SettingsError, load_settings
     from gpuplan.core.catalog import CatalogError
     from gpuplan.core.errors import InvalidRequest
     from gpuplan.core.memory.estimate import estimate
-    from gpuplan.documents import DocumentError, read_document
-    from gpuplan.settings import SettingsError, load_settings
 
     flags = {k: v for k, v in options.items() if v is not None}
     if file is not None and flags:

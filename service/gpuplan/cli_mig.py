@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 
 def _read(path: Path, type_: type[T]) -> T:
-    from gpuplan.documents import DocumentError, read_document
+    from gpuplan.config.documents import DocumentError, read_document
 
     try:
         document = read_document(path)
@@ -33,7 +33,7 @@ def _read(path: Path, type_: type[T]) -> T:
 
 
 def _catalog() -> Any:
-    from gpuplan.catalog_file import load_catalog
+    from gpuplan.config.catalog import load_catalog
     from gpuplan.core.catalog import CatalogError
 
     try:

@@ -48,7 +48,7 @@ class _Invalid(Exception):
 
 
 def _load(path: Path) -> Any:
-    from gpuplan.documents import DocumentError, read_document
+    from gpuplan.config.documents import DocumentError, read_document
 
     try:
         doc = read_document(path)
@@ -60,7 +60,7 @@ def _load(path: Path) -> Any:
 
 
 def _local(doc: Any, catalog_file: Path | None) -> Any:
-    from gpuplan.catalog_file import load_catalog
+    from gpuplan.config.catalog import load_catalog
     from gpuplan.core.catalog import CatalogError
     from gpuplan.core.errors import InvalidRequest
     from gpuplan.core.plan import PlanFile, plan

@@ -100,7 +100,7 @@ def recommend(
           --checkpointing full --tokens 1000000000 --objective cheapest
       gpuplan recommend -f plan.yaml --objective fastest --format json
     """
-    from gpuplan.catalog_file import load_catalog
+    from gpuplan.config.catalog import load_catalog
     from gpuplan.core.catalog import CatalogError
     from gpuplan.core.memory.errors import InvalidModel
     from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest
@@ -159,7 +159,7 @@ def _document(
     fields: dict[str, Any],
 ) -> dict[str, Any]:
     """The request file's document with the flags set over it."""
-    from gpuplan.documents import DocumentError, read_document
+    from gpuplan.config.documents import DocumentError, read_document
 
     doc: dict[str, Any] = {}
     if request_file is not None:

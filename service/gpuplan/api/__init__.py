@@ -1,6 +1,6 @@
-"""The HTTP adapter: a Litestar app over the planning core."""
+"""The HTTP adapter: a Litestar app over the planning core (:mod:`gpuplan.api.app`), and
+the server runner (:mod:`gpuplan.api.server`).
 
-from gpuplan.api.app import create_app
-from gpuplan.settings import Settings, SettingsError, load_settings
-
-__all__ = ["Settings", "SettingsError", "create_app", "load_settings"]
+Nothing is imported here: the runner must be importable without the app, whose metrics
+library has to wait until the runner has chosen its store for several workers.
+"""

@@ -20,9 +20,9 @@ from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
 from gpuplan.api.security import Guard
-from gpuplan.catalog_file import load_catalog
+from gpuplan.config.catalog import load_catalog
+from gpuplan.config.settings import Settings, api_tokens, load_settings, redis_password
 from gpuplan.fleet.connection import connect
-from gpuplan.settings import Settings, api_tokens, load_settings, redis_password
 
 ROUTES: tuple[HTTPRouteHandler, ...] = (
     health.healthz,
@@ -86,7 +86,7 @@ def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar
         request_max_body_size=settings.max_body_bytes,
         lifespan=[_redis_lifespan],
         openapi_config=None,  # the document comes from gpuplan.api.openapi
-        logging_config=None,  # the server configures logging (gpuplan.server)
+        logging_config=None,  # the server configures logging (gpuplan.api.server)
         debug=False,
         cors_config=_cors(settings),
     )

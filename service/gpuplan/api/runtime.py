@@ -12,8 +12,8 @@ from redis.asyncio import Redis
 
 from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.metrics import HttpMetrics
+from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import Catalog
-from gpuplan.settings import Settings
 
 
 class Runtime:

@@ -7,6 +7,7 @@ table and ``gpu`` entries; an entry with a known id overrides the fields it name
 
 from pathlib import Path
 
+from gpuplan.config.documents import DocumentError, read_document
 from gpuplan.core.catalog import (
     Catalog,
     CatalogError,
@@ -14,7 +15,6 @@ from gpuplan.core.catalog import (
     builtin_catalog,
     builtin_documents,
 )
-from gpuplan.documents import DocumentError, read_document
 
 
 def load_catalog(catalog_file: str | None) -> Catalog:

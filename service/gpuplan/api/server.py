@@ -10,7 +10,7 @@ import tempfile
 from collections.abc import MutableMapping
 from typing import Any
 
-from gpuplan.settings import Settings
+from gpuplan.config.settings import Settings
 
 APP_TARGET = "gpuplan.api.asgi:app"
 

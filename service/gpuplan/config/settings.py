@@ -17,8 +17,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from gpuplan.config.documents import DocumentError, read_document
 from gpuplan.core.record import Record
-from gpuplan.documents import DocumentError, read_document
 
 ENV_PREFIX = "GPUPLAN_"
 CONFIG_ENV = "GPUPLAN_CONFIG"
