@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.answers import _first_unsafe, _maybe_unsafe, encode_answer
 from gpuplan.api.app import create_app
-from gpuplan.api.problems import InvalidInput
+from gpuplan.core.errors import InvalidRequest
 from gpuplan.config.settings import Settings
 from tests.test_gpus_api import OVERRIDE
 
@@ -38,9 +38,9 @@ def test_an_unsafe_number_anywhere_is_422(value: Any) -> None:
         Answer("x", {"a": 1, "b": value}),
     ):
         assert _maybe_unsafe(msgspec.json.encode(answer))
-        with pytest.raises(InvalidInput) as info:
+        with pytest.raises(InvalidRequest) as info:
             encode_answer(answer)
-        assert info.value.status == 422
+        assert info.value.kind == "validation"
         assert "2^53" in info.value.detail
 
 

@@ -165,7 +165,7 @@ def test_catalog_file_overrides_and_adds(tmp_path: Path) -> None:
     [
         ('[[gpu]]\nid = "h100-sxm5-80gb"\ntdp_watts = -5\n', r"entry `h100-sxm5-80gb`: \$\.tdp_watts"),
         ('[[gpu]]\nid = "h100-sxm5-80gb"\n[gpu.price.cloud_on_demand]\nusd_per_gpu_hour = 2.0\nsource = "x"\n',
-         r"entry `h100-sxm5-80gb`: \$\.price\.cloud_on_demand: Object missing required field `as_of`"),
+         r"entry `h100-sxm5-80gb`: \$\.price\.cloud_on_demand\.as_of: Object missing required field `as_of`"),
         ('[[gpu]]\nid = "new-one"\nvendor = "nvidia"\n', r"entry `new-one`: .*missing required field"),
         ('[[gpu]]\nid = "h100-sxm5-80gb"\nusable_memory_bytes = 999_999_999_999\n', "usable_memory_bytes exceeds"),
         ('[[gpu]]\nid = "h100-sxm5-80gb"\naliases = ["A100 80GB"]\n', "names both"),

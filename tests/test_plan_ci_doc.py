@@ -58,7 +58,7 @@ def test_the_plan_step_reports_every_plan_and_the_worst_exit(tmp_path: Path) -> 
     assert report.startswith("<!-- gpuplan-report -->")
     assert "### ✅ gpuplan: all 4 targets pass" in report
     assert "### ❌ gpuplan: 2 of 2 targets fail" in report
-    assert "$: Object missing required field `model`" in report  # c.yaml: invalid
+    assert "$.model: Object missing required field `model`" in report  # c.yaml: invalid
     assert output.read_text(encoding="utf-8").strip() == "status=2"
 
 

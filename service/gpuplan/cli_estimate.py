@@ -164,10 +164,9 @@ def estimate_command(file: Path | None, fmt: str, **options: Any) -> None:
     try:
         request = msgspec.convert(raw, EstimateRequest)
     except msgspec.ValidationError as exc:
-        from gpuplan.api.decode import field_error
+        from gpuplan.core.errors import field_error
 
-        error = field_error(exc)
-        _fail([(error.path, error.reason)])
+        _fail([field_error(exc)])
     try:
         import os
 

@@ -68,7 +68,9 @@ def _local(doc: Any, catalog_file: Path | None) -> Any:
     try:
         request = msgspec.convert(doc, PlanFile)
     except msgspec.ValidationError as exc:
-        raise _Invalid(_field_line(str(exc))) from None
+        from gpuplan.core.errors import field_error
+
+        raise _Invalid("{}: {}".format(*field_error(exc))) from None
     try:
         catalog = load_catalog(str(catalog_file) if catalog_file else None)
     except CatalogError as exc:
@@ -77,14 +79,6 @@ def _local(doc: Any, catalog_file: Path | None) -> Any:
         return plan(request, catalog)
     except InvalidRequest as exc:
         raise _Invalid("\n".join(f"{p}: {r}" for p, r in exc.errors)) from None
-
-
-def _field_line(message: str) -> str:
-    """msgspec's "reason - at `$.a.b`" as "$.a.b: reason" (the root, unnamed, as "$")."""
-    reason, sep, where = message.rpartition(" - at `")
-    if sep and where.endswith("`"):
-        return f"{where[:-1]}: {reason}"
-    return f"$: {message}"
 
 
 class _Unavailable(Exception):

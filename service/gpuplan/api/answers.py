@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
-from gpuplan.api.problems import FieldError, InvalidInput
+from gpuplan.core.errors import InvalidRequest
 
 T = TypeVar("T")
 
@@ -63,7 +63,7 @@ class Encoded(Generic[T]):
 
 
 def encode_answer(result: T) -> Encoded[T]:
-    """``result`` as JSON; raise :class:`InvalidInput` (422) if it holds a number JSON
+    """``result`` as JSON; raise :class:`InvalidRequest` (422) if it holds a number JSON
     cannot carry exactly."""
     data = _encoder.encode(result)
     if _maybe_unsafe(data):
@@ -72,7 +72,7 @@ def encode_answer(result: T) -> Encoded[T]:
 
 
 def check_representable(result: Any) -> None:
-    """Raise :class:`InvalidInput` (422) if an answer holds a number JSON cannot carry."""
+    """Raise :class:`InvalidRequest` (422) if an answer holds a number JSON cannot carry."""
     found = _first_unsafe(msgspec.to_builtins(result), "$")
     if found is not None:
         where, value = found
@@ -80,7 +80,7 @@ def check_representable(result: Any) -> None:
             f"the job is too large to plan: its answer {where} would be {value!r}, beyond what "
             "a JSON client reads exactly (2^53); check the model and workload sizes"
         )
-        raise InvalidInput(422, "validation", reason, [FieldError(path="$", reason=reason)])
+        raise InvalidRequest([("$", reason)])
 
 
 def _first_unsafe(value: Any, where: str) -> tuple[str, Any] | None:

@@ -4,7 +4,6 @@ import logging
 import os
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
 
 from litestar import Litestar
 from litestar.config.cors import CORSConfig
@@ -13,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuplan.api.answer_cache import serve_repeats
 from gpuplan.api.metrics import HttpMetrics
-from gpuplan.api.problems import EXCEPTION_HANDLERS
+from gpuplan.api.problems import PROBLEMS, answer_problem
 from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta, mig
 from gpuplan.api.routes import plan as plan_route
 from gpuplan.api.routes import recommend as recommend_routes
@@ -82,7 +81,7 @@ def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar
     metrics = HttpMetrics(CollectorRegistry(auto_describe=True))
     app = Litestar(
         route_handlers=list(routes),
-        exception_handlers=dict[Any, Any](EXCEPTION_HANDLERS),
+        exception_handlers=dict.fromkeys(PROBLEMS, answer_problem),
         request_max_body_size=settings.max_body_bytes,
         lifespan=[_redis_lifespan],
         openapi_config=None,  # the document comes from gpuplan.api.openapi

@@ -14,7 +14,8 @@ import msgspec
 from litestar import Request
 
 from gpuplan.api.media import JSON_MEDIA_TYPE, is_json
-from gpuplan.api.problems import FieldError, InvalidInput, UnsupportedMediaType
+from gpuplan.api.problems import MalformedBody, UnsupportedMediaType
+from gpuplan.core.errors import InvalidRequest, field_error
 
 MAX_JSON_DEPTH = 32
 """Deepest nesting of arrays and objects a body may have. Our schemas need five levels
@@ -24,12 +25,6 @@ MAX_PATH_PARAMETER_LENGTH = 256
 """Longest path parameter (a GPU name, a node name: Kubernetes caps those at 253)."""
 
 T = TypeVar("T")
-
-# msgspec reports errors as "<reason> - at `$.a.b[0]`", or "<reason>" at the root.
-_AT = re.compile(r"^(?P<reason>.*?)(?: - at `(?P<path>\$[^`]*)`)?$", re.DOTALL)
-# For a missing or unknown field, the offending field is the one named in the
-# reason, one level below the object msgspec points at.
-_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `(?P<name>[^`]+)`")
 
 
 class _DuplicateKey(Exception):
@@ -66,38 +61,20 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def field_error(exc: msgspec.ValidationError, location: str = "body") -> FieldError:
-    """Turn a msgspec validation error into a :class:`FieldError` with its JSONPath."""
-    match = _AT.match(str(exc))
-    assert match is not None  # the pattern matches every string
-    reason = match["reason"]
-    path = match["path"] or "$"
-    named = _NAMED_FIELD.match(reason)
-    if named:
-        path = f"{path}.{named['name']}"
-    return FieldError(path=path, reason=reason, location=location)  # type: ignore[arg-type]
-
-
 def decode_json(body: bytes, type_: type[T]) -> T:
-    """Decode a JSON document into ``type_``; raise :class:`InvalidInput` if it is not one."""
+    """Decode a JSON document into ``type_``: :class:`MalformedBody` if it is not one,
+    :class:`~gpuplan.core.errors.InvalidRequest` if its content does not fit ``type_``."""
     _check_depth(body)
     try:
         value = msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
-        error = field_error(exc)
-        raise InvalidInput(
-            422, "validation", f"invalid value at {error.path}: {error.reason}", [error]
-        ) from None
+        raise InvalidRequest([field_error(exc)]) from None
     except msgspec.DecodeError as exc:
         if not body.strip():
-            raise InvalidInput(
-                400, "malformed-json", "request body is empty; a JSON object is required", []
-            ) from None
-        raise InvalidInput(
-            400, "malformed-json", f"request body is not valid JSON: {exc}", []
-        ) from None
+            raise MalformedBody("request body is empty; a JSON object is required") from None
+        raise MalformedBody(f"request body is not valid JSON: {exc}") from None
     except RecursionError:
-        raise InvalidInput(400, "malformed-json", "request body is nested too deeply", []) from None
+        raise MalformedBody("request body is nested too deeply") from None
     # msgspec keeps the last of two equal keys; a planner must not guess which one the
     # author meant. The body is valid JSON by now, so only the duplicate check can fail.
     if not may_repeat_a_key(body):
@@ -105,14 +82,13 @@ def decode_json(body: bytes, type_: type[T]) -> T:
     try:
         json.loads(body, object_pairs_hook=_refuse_duplicates)
     except _DuplicateKey as dup:
-        raise InvalidInput(
-            400,
-            "duplicate-key",
+        raise MalformedBody(
             f"request body repeats the key {dup.key!r} in one object",
-            [FieldError(path=f"$..{dup.key}", reason="duplicate key")],
+            kind="duplicate-key",
+            repeated_key=dup.key,
         ) from None
     except RecursionError:
-        raise InvalidInput(400, "malformed-json", "request body is nested too deeply", []) from None
+        raise MalformedBody("request body is nested too deeply") from None
     return value
 
 
@@ -135,9 +111,7 @@ def _check_depth(body: bytes) -> None:
             return
         structure = reduced
     if structure.replace(b"[]", b"").replace(b"{}", b"") != structure:
-        raise InvalidInput(
-            400, "malformed-json", f"request body is nested deeper than {MAX_JSON_DEPTH} levels", []
-        )
+        raise MalformedBody(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
 
 
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
@@ -171,35 +145,18 @@ def decode_query(request: Request[Any, Any, Any], type_: type[T]) -> T:
             continue
         values = params.getall(key)
         if len(values) > 1:
-            raise InvalidInput(
-                422,
-                "validation",
-                f"query parameter {key!r} is given {len(values)} times; it takes one value",
-                [FieldError(path=f"$.{key}", reason="repeated", location="query")],
-            )
+            reason = f"given {len(values)} times; the query parameter takes one value"
+            raise InvalidRequest([(f"$.{key}", reason)], location="query")
         raw[key] = values[0]
     try:
         return msgspec.convert(raw, type_, strict=False)
     except msgspec.ValidationError as exc:
-        error = field_error(exc, "query")
-        raise InvalidInput(
-            422, "validation", f"invalid query parameter {error.path[2:]}: {error.reason}", [error]
-        ) from None
+        raise InvalidRequest([field_error(exc)], location="query") from None
 
 
 def check_path_parameters(params: dict[str, Any]) -> None:
     """Refuse a path parameter longer than :data:`MAX_PATH_PARAMETER_LENGTH`: 422 naming it."""
     for name, value in params.items():
         if isinstance(value, str) and len(value) > MAX_PATH_PARAMETER_LENGTH:
-            raise InvalidInput(
-                422,
-                "validation",
-                f"path parameter {name} is longer than {MAX_PATH_PARAMETER_LENGTH} characters",
-                [
-                    FieldError(
-                        path=f"$.{name}",
-                        reason=f"longer than {MAX_PATH_PARAMETER_LENGTH} characters",
-                        location="path",
-                    )
-                ],
-            )
+            reason = f"longer than {MAX_PATH_PARAMETER_LENGTH} characters"
+            raise InvalidRequest([(f"$.{name}", reason)], location="path")

@@ -1,14 +1,20 @@
-"""RFC 9457 problem details: the one shape of every 4xx and 5xx body.
+"""RFC 9457 problem details: the one shape of every 4xx and 5xx body, and the one table
+that maps an exception to its problem.
 
 Clients (CI pipelines, schedulers) branch on ``status`` and ``type`` and show
 ``detail`` to a person; a validation problem adds ``errors``, one entry per offending
 field with its JSON path, so a plan file's author can find the line to fix. No
 exception text or stack trace of ours ever reaches a client: unexpected errors are
 logged with an incident id and answered with that id alone.
+
+The core's errors (:mod:`gpuplan.core.errors`) and the few this adapter adds below are
+mapped in :data:`PROBLEMS`, the most specific class first; :func:`answer_problem` is the
+app's only exception handler.
 """
 
 import logging
 import uuid
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
@@ -24,8 +30,7 @@ from litestar.status_codes import HTTP_413_REQUEST_ENTITY_TOO_LARGE
 
 from gpuplan.api.runtime import runtime
 from gpuplan.core.catalog import UnknownGpu
-from gpuplan.core.errors import InvalidRequest
-from gpuplan.core.mig import MigInputError
+from gpuplan.core.errors import GpuplanError, InvalidRequest
 from gpuplan.core.record import Record
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -72,28 +77,77 @@ class Problem(Record, kw_only=True):
     """For an unknown name: the closest known ones."""
 
 
-class InvalidInput(Exception):
-    """A request's body, query or path parameters are malformed or invalid.
+class ApiProblem(GpuplanError):
+    """A refusal only the HTTP adapter makes: its status, problem type and detail."""
 
-    Raised by the request decoders; answered 400 (``malformed``: not parseable)
-    or 422 (parseable but violates the schema).
-    """
+    status: int = 500
+    kind: str = "about:blank"
+    retry_after: int | None = None
 
-    def __init__(self, status: int, kind: str, detail: str, errors: list[FieldError]) -> None:
+    def __init__(self, detail: str) -> None:
         super().__init__(detail)
-        self.status = status
-        self.kind = kind
         self.detail = detail
-        self.errors = errors
 
 
-class UnsupportedMediaType(Exception):
-    """The request body is not in a media type the route reads."""
+class MalformedBody(ApiProblem):
+    """The body is not a JSON document this API reads (not JSON, empty, too deep, a
+    repeated key): 400. Parseable but invalid content is an ``InvalidRequest`` (422)."""
+
+    status = 400
+    kind = "malformed-json"
+
+    def __init__(self, detail: str, kind: str = "malformed-json", repeated_key: str = "") -> None:
+        super().__init__(detail)
+        self.kind = kind
+        self.repeated_key = repeated_key
+
+
+class UnsupportedMediaType(ApiProblem):
+    """The request body is not in a media type the route reads: 415."""
+
+    status = 415
+    kind = "unsupported-media-type"
 
     def __init__(self, got: str, accepted: str) -> None:
-        super().__init__(got)
-        self.got = got
+        super().__init__(f"request body must be {accepted}, got {got or 'no Content-Type'}")
         self.accepted = accepted
+
+
+class FleetUnavailable(ApiProblem):
+    """The live-fleet store is not configured or does not answer: 503."""
+
+    status = 503
+    kind = "fleet-unavailable"
+    retry_after = 10
+
+
+class UnknownNode(ApiProblem):
+    """No live node goes by that name (never seen, or its agent stopped publishing): 404."""
+
+    status = 404
+    kind = "unknown-node"
+
+    def __init__(self, node: str) -> None:
+        super().__init__(
+            f"no live node is named {node!r}: it never published, or its agent "
+            "stopped and its keys expired"
+        )
+        self.node = node
+
+
+class ComputationTimeout(ApiProblem):
+    """A planning computation ran past ``GPUPLAN_PLANNING_TIMEOUT_SECONDS``: 503."""
+
+    status = 503
+    kind = "computation-timeout"
+    retry_after = 5
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            f"the planning computation did not finish within {seconds:g} s "
+            "(setting GPUPLAN_PLANNING_TIMEOUT_SECONDS); narrow the request or retry later"
+        )
+        self.seconds = seconds
 
 
 def problem_response(problem: Problem, headers: dict[str, str] | None = None) -> Response[Problem]:
@@ -102,82 +156,59 @@ def problem_response(problem: Problem, headers: dict[str, str] | None = None) ->
     )
 
 
-def _title(status: int) -> str:
+def title(status: int) -> str:
+    """The HTTP reason phrase of ``status``: a problem's ``title``."""
     try:
         return HTTPStatus(status).phrase
     except ValueError:
         return "Error"
 
 
-def on_invalid_input(request: Request[Any, Any, Any], exc: InvalidInput) -> Response[Problem]:
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + exc.kind,
-            title=_title(exc.status),
-            status=exc.status,
-            detail=exc.detail,
-            errors=exc.errors,
-        )
-    )
+Answer = tuple[Problem, dict[str, str]]
+"""A problem and the headers that go with it."""
 
 
-def on_unsupported_media_type(
-    request: Request[Any, Any, Any], exc: UnsupportedMediaType
-) -> Response[Problem]:
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + "unsupported-media-type",
-            title=_title(415),
-            status=415,
-            detail=f"request body must be {exc.accepted}, got {exc.got or 'no Content-Type'}",
-        ),
-        headers={"Accept-Post": exc.accepted},
-    )
+def _invalid_request(request: Request[Any, Any, Any], exc: InvalidRequest) -> Answer:
+    """The request's content is refused: 422, naming each field."""
+    errors = [FieldError(path=p, reason=r, location=exc.location) for p, r in exc.errors]
+    return Problem(
+        type=TYPE_PREFIX + exc.kind,
+        title=title(422),
+        status=422,
+        detail=exc.detail,
+        errors=errors,
+        suggestions=exc.suggestions or msgspec.UNSET,
+    ), {}
 
 
-def on_invalid_request(request: Request[Any, Any, Any], exc: InvalidRequest) -> Response[Problem]:
-    """The core refused the content of a well-formed request: 422, naming each field."""
-    errors = [FieldError(path=path, reason=reason) for path, reason in exc.errors]
-    first = errors[0] if errors else FieldError(path="$", reason=str(exc))
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + "validation",
-            title=_title(422),
-            status=422,
-            detail=f"invalid value at {first.path}: {first.reason}{more}",
-            errors=errors or [first],
-        )
-    )
-
-
-def on_unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Response[Problem]:
+def _unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Answer:
     closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + "unknown-gpu",
-            title=_title(404),
-            status=404,
-            detail=f"no GPU in the catalog is named {exc.query!r}{closest}",
-            suggestions=exc.suggestions,
-        )
+    return Problem(
+        type=TYPE_PREFIX + "unknown-gpu",
+        title=title(404),
+        status=404,
+        detail=f"no GPU in the catalog is named {exc.query!r}{closest}",
+        suggestions=exc.suggestions,
+    ), {}
+
+
+def _api_problem(request: Request[Any, Any, Any], exc: ApiProblem) -> Answer:
+    headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
+    errors: list[FieldError] | msgspec.UnsetType = msgspec.UNSET
+    if isinstance(exc, UnsupportedMediaType):
+        headers["Accept-Post"] = exc.accepted
+    if isinstance(exc, MalformedBody):
+        errors = []
+        if exc.repeated_key:
+            errors = [FieldError(path=f"$..{exc.repeated_key}", reason="duplicate key")]
+    kind = exc.kind if exc.kind == "about:blank" else TYPE_PREFIX + exc.kind
+    problem = Problem(
+        type=kind, title=title(exc.status), status=exc.status, detail=exc.detail, errors=errors
     )
+    return problem, headers
 
 
-def on_mig_input(request: Request[Any, Any, Any], exc: MigInputError) -> Response[Problem]:
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + exc.kind,
-            title=_title(422),
-            status=422,
-            detail=f"invalid value at {exc.path}: {exc.reason}",
-            errors=[FieldError(path=exc.path, reason=exc.reason, location=exc.location)],
-            suggestions=exc.suggestions if exc.suggestions else msgspec.UNSET,
-        )
-    )
-
-
-def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Problem]:
+def _http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Answer:
     """Litestar's own errors: routing misses, wrong methods, oversized bodies."""
     status = exc.status_code
     headers = dict(exc.headers or {})
@@ -194,23 +225,17 @@ def on_http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Re
         headers["Connection"] = "close"
     elif isinstance(exc, ValidationException):
         # Only reached by Litestar's own parameter parsing; our routes decode their
-        # input themselves (gpuplan.api.decode) and raise InvalidInput instead.
-        return problem_response(
-            Problem(
-                type=TYPE_PREFIX + "invalid-request",
-                title=_title(status),
-                status=status,
-                detail=str(exc.detail),
-            )
-        )
+        # input themselves (gpuplan.api.decode).
+        kind = TYPE_PREFIX + "invalid-request"
+        return Problem(type=kind, title=title(status), status=status, detail=str(exc.detail)), {}
     else:
-        detail = str(exc.detail) if exc.detail else _title(status)
+        detail = str(exc.detail) if exc.detail else title(status)
     if status >= 500:
-        return on_server_error(request, exc)
-    return problem_response(Problem(title=_title(status), status=status, detail=detail), headers)
+        return _server_error(request, exc)
+    return Problem(title=title(status), status=status, detail=detail), headers
 
 
-def on_server_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+def _server_error(request: Request[Any, Any, Any], exc: Exception) -> Answer:
     """The last resort: log everything, tell the client only an incident id."""
     incident = f"urn:uuid:{uuid.uuid4()}"
     log.error(
@@ -220,88 +245,26 @@ def on_server_error(request: Request[Any, Any, Any], exc: Exception) -> Response
         incident,
         exc_info=exc,
     )
-    return problem_response(
-        Problem(
-            title=_title(500),
-            status=500,
-            detail=f"an unexpected error occurred; quote incident {incident} when reporting it",
-            instance=incident,
-        )
-    )
+    return Problem(
+        title=title(500),
+        status=500,
+        detail=f"an unexpected error occurred; quote incident {incident} when reporting it",
+        instance=incident,
+    ), {}
 
 
-class FleetUnavailable(Exception):
-    """The live-fleet store is not configured or does not answer."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class UnknownNode(LookupError):
-    """No live node goes by that name (never seen, or its agent stopped publishing)."""
-
-    def __init__(self, node: str) -> None:
-        super().__init__(node)
-        self.node = node
-
-
-def on_fleet_unavailable(
-    request: Request[Any, Any, Any], exc: FleetUnavailable
-) -> Response[Problem]:
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + "fleet-unavailable", title=_title(503), status=503, detail=exc.detail
-        ),
-        headers={"Retry-After": "10"},
-    )
-
-
-def on_unknown_node(request: Request[Any, Any, Any], exc: UnknownNode) -> Response[Problem]:
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + "unknown-node",
-            title=_title(404),
-            status=404,
-            detail=f"no live node is named {exc.node!r}: it never published, or its agent "
-            "stopped and its keys expired",
-        )
-    )
-
-
-class ComputationTimeout(Exception):
-    """A planning computation ran past ``GPUPLAN_PLANNING_TIMEOUT_SECONDS``."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(seconds)
-        self.seconds = seconds
-
-
-def on_computation_timeout(
-    request: Request[Any, Any, Any], exc: ComputationTimeout
-) -> Response[Problem]:
-    seconds = exc.seconds
-    return problem_response(
-        Problem(
-            type=TYPE_PREFIX + "computation-timeout",
-            title=_title(503),
-            status=503,
-            detail=f"the planning computation did not finish within {seconds:g} s "
-            "(setting GPUPLAN_PLANNING_TIMEOUT_SECONDS); narrow the request or retry later",
-        ),
-        headers={"Retry-After": "5"},
-    )
-
-
-EXCEPTION_HANDLERS = {
-    InvalidInput: on_invalid_input,
-    FleetUnavailable: on_fleet_unavailable,
-    UnknownNode: on_unknown_node,
-    UnsupportedMediaType: on_unsupported_media_type,
-    ComputationTimeout: on_computation_timeout,
-    InvalidRequest: on_invalid_request,
-    UnknownGpu: on_unknown_gpu,
-    MigInputError: on_mig_input,
-    HTTPException: on_http_exception,
-    Exception: on_server_error,
+PROBLEMS: dict[type[Exception], Callable[[Request[Any, Any, Any], Any], Answer]] = {
+    InvalidRequest: _invalid_request,
+    UnknownGpu: _unknown_gpu,
+    ApiProblem: _api_problem,
+    HTTPException: _http_exception,
+    Exception: _server_error,
 }
+"""Each exception class's problem; an exception takes the entry of its nearest class."""
+
+
+def answer_problem(request: Request[Any, Any, Any], exc: Exception) -> Response[Problem]:
+    """The app's exception handler: the problem of ``exc`` per :data:`PROBLEMS`."""
+    to_problem = next(PROBLEMS[k] for k in type(exc).__mro__ if k in PROBLEMS)
+    problem, headers = to_problem(request, exc)
+    return problem_response(problem, headers or None)

@@ -11,8 +11,10 @@ from typing import Any
 
 import yaml
 
+from gpuplan.core.errors import DataError
 
-class DocumentError(ValueError):
+
+class DocumentError(DataError):
     """A file cannot be read or parsed; the message names it."""
 
 

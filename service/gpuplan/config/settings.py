@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from gpuplan.config.documents import DocumentError, read_document
+from gpuplan.core.errors import DataError, field_error
 from gpuplan.core.record import Record
 
 ENV_PREFIX = "GPUPLAN_"
@@ -108,7 +109,7 @@ class Settings(Record):
     so the pod stops by itself rather than by SIGKILL."""
 
 
-class SettingsError(ValueError):
+class SettingsError(DataError):
     """A setting is invalid or unknown; the message names it and its source."""
 
 
@@ -191,8 +192,8 @@ def _explain(
     exc: msgspec.ValidationError, values: Mapping[str, Any], origin: Mapping[str, str]
 ) -> str:
     """Name the setting behind a msgspec error such as ``Expected `int` >= 1 - at `$.port```."""
-    message, _, where = str(exc).partition(" - at `$.")
-    name = where.rstrip("`").split(".")[0].split("[")[0]
+    where, message = field_error(exc)
+    name = where.removeprefix("$.").split(".")[0].split("[")[0]
     got = values.get(name)
     shown = _redact(got) if name == "redis_url" and isinstance(got, str) else got
     if name == "api_tokens":

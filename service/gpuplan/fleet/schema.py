@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from gpuplan.core.errors import DataError
 from gpuplan.core.fleet import BenchmarkReport, NodeSnapshot
 
 DEFAULT_PREFIX = "gpuplan:v1:"
@@ -50,7 +51,7 @@ _NODE_EXTRA = (
 _NODE_NESTED = ("gpus", "mig_instances", "benchmark")
 
 
-class SchemaError(ValueError):
+class SchemaError(DataError):
     """A hash in Redis does not hold what schema v1 says (written by a foreign tool)."""
 
 

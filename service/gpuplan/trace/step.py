@@ -13,12 +13,13 @@ from typing import Any, Protocol
 import torch
 from torch.utils._pytree import tree_leaves
 
+from gpuplan.core.errors import GpuplanError
 from gpuplan.core.trace.log import Phase
 
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class TraceError(Exception):
+class TraceError(GpuplanError):
     """The target cannot be traced as asked (bad return value, no loss, ...)."""
 
 

@@ -10,12 +10,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from gpuplan.core.errors import GpuplanError
 from gpuplan.core.fleet import GpuTelemetry, MigInstance
 
 Vendor = Literal["nvidia", "amd", "none"]
 
 
-class TelemetryError(RuntimeError):
+class TelemetryError(GpuplanError, RuntimeError):
     """The telemetry library as a whole failed; the sweep has no data."""
 
 

@@ -6,16 +6,9 @@ from litestar import Request
 
 from gpuplan.api.answers import Encoded
 from gpuplan.api.compute import bounded
-from gpuplan.api.problems import FieldError, InvalidInput
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
-from gpuplan.core.memory.errors import InvalidModel
-from gpuplan.core.recommend import (
-    InvalidRecommendation,
-    RecommendRequest,
-    RecommendResponse,
-    recommend,
-)
+from gpuplan.core.recommend import RecommendRequest, RecommendResponse, recommend
 
 
 @operation(
@@ -38,8 +31,4 @@ async def recommendations(
     guide's scenario matrix, and advises changes that make it fit the preferred or the
     cheapest GPU. A request the core cannot plan answers 422 naming the field.
     """
-    try:
-        return await bounded(request, recommend, body, runtime(request).catalog)
-    except (InvalidModel, InvalidRecommendation) as exc:
-        errors = [FieldError(path=path, reason=reason) for path, reason in exc.errors]
-        raise InvalidInput(422, "validation", str(exc), errors) from None
+    return await bounded(request, recommend, body, runtime(request).catalog)

@@ -22,19 +22,14 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from litestar import Request, Response
+from litestar import Request
 from redis.exceptions import RedisError
 
 import gpuplan
-from gpuplan.api.problems import (
-    TYPE_PREFIX,
-    FieldError,
-    InvalidInput,
-    Problem,
-    problem_response,
-)
+from gpuplan.api.problems import ApiProblem
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
+from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.trace.schema import TraceRequest, TraceResult, workload_conflicts
 from gpuplan.trace.worker import PROBE_BUDGET_ENV
 
@@ -92,12 +87,33 @@ def trace_gate(request: Request[Any, Any, Any]) -> asyncio.Semaphore:
     return gate
 
 
-def _problem(status: int, kind: str, title: str, detail: str, **extra: Any) -> Response[Problem]:
-    headers = extra.pop("headers", None)
-    return problem_response(
-        Problem(type=TYPE_PREFIX + kind, title=title, status=status, detail=detail, **extra),
-        headers,
-    )
+class TraceUnavailable(ApiProblem):
+    """This server cannot trace: the `trace` extra is not installed (501)."""
+
+    status = 501
+    kind = "trace-unavailable"
+
+
+class TraceBusy(ApiProblem):
+    """As many traces as the setting allows already run in this process (503)."""
+
+    status = 503
+    kind = "trace-busy"
+    retry_after = 5
+
+
+class TraceTimeout(ApiProblem):
+    """The trace ran past its time limit and was stopped (504)."""
+
+    status = 504
+    kind = "trace-timeout"
+
+
+class Untraceable(ApiProblem):
+    """The model builds but cannot run under fake tensors (422)."""
+
+    status = 422
+    kind = "untraceable"
 
 
 async def run_worker(
@@ -161,29 +177,16 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
     if not isinstance(model_type, str) or not _MODEL_TYPE.fullmatch(model_type):
         # Refused here, before a worker process (seconds of imports) is started for it.
         reason = f"expected a transformers model type such as 'llama', got {model_type!r}"
-        raise InvalidInput(
-            422,
-            "invalid-model",
-            f"invalid value at $.model.hf_config.model_type: {reason}",
-            [FieldError(path="$.model.hf_config.model_type", reason=reason)],
-        )
+        raise InvalidRequest([("$.model.hf_config.model_type", reason)], kind="invalid-model")
     conflicts = workload_conflicts(body.workload)
     if conflicts:
-        errors = [FieldError(path=f"$.workload.{field}", reason=why) for field, why in conflicts]
-        raise InvalidInput(
-            422,
-            "invalid-workload",
-            "; ".join(f"invalid value at {e.path}: {e.reason}" for e in errors),
-            errors,
-        )
+        errors = [(f"$.workload.{field}", why) for field, why in conflicts]
+        raise InvalidRequest(errors, kind="invalid-workload")
     missing = missing_extras()
     if missing:
-        return _problem(  # type: ignore[return-value]
-            501,
-            "trace-unavailable",
-            "Not Implemented",
+        raise TraceUnavailable(
             f"tracing needs the optional extra `trace` ({', '.join(missing)} not installed "
-            "on this server); POST /v1/memory/estimate answers without it",
+            "on this server); POST /v1/memory/estimate answers without it"
         )
     key = cache_key(body, settings.trace_cache_prefix, settings.trace_probe_budget_bytes)
     if state.redis is not None and settings.trace_cache_ttl_seconds > 0:
@@ -196,23 +199,16 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             return msgspec.json.decode(cached, type=TraceResult)
     gate = trace_gate(request)
     if gate.locked():
-        return _problem(  # type: ignore[return-value]
-            503,
-            "trace-busy",
-            "Service Unavailable",
+        raise TraceBusy(
             f"{settings.trace_max_concurrent} trace(s) already running in this server "
-            "process (setting GPUPLAN_TRACE_MAX_CONCURRENT); retry shortly",
-            headers={"Retry-After": "5"},
+            "process (setting GPUPLAN_TRACE_MAX_CONCURRENT); retry shortly"
         )
     async with gate:
         answer = await run_worker(
             body, settings.trace_timeout_seconds, settings.trace_probe_budget_bytes
         )
     if answer is None:
-        return _problem(  # type: ignore[return-value]
-            504,
-            "trace-timeout",
-            "Gateway Timeout",
+        raise TraceTimeout(
             f"the trace ran past {settings.trace_timeout_seconds:g} s "
             "(setting GPUPLAN_TRACE_TIMEOUT_SECONDS) and was stopped; a smaller "
             "batch or sequence, or the analytic estimate, answers faster",
@@ -227,30 +223,14 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             except (RedisError, OSError) as exc:
                 log.warning("trace cache write failed: %s", exc)
         return result
-    return _failure(answer)  # type: ignore[return-value]
+    raise _failure(answer)
 
 
-def _failure(answer: dict[str, Any]) -> Response[Problem]:
-    """The problem a worker's error answer stands for."""
+def _failure(answer: dict[str, Any]) -> Exception:
+    """The error a worker's error answer stands for."""
     kind, detail = answer.get("error"), str(answer.get("detail", ""))
     if kind == "missing":
-        return _problem(
-            501,
-            "trace-unavailable",
-            "Not Implemented",
-            f"tracing needs the optional extra `trace`: {detail}",
-        )
+        return TraceUnavailable(f"tracing needs the optional extra `trace`: {detail}")
     if kind == "invalid":
-        return _problem(
-            422,
-            "invalid-model",
-            "Unprocessable Entity",
-            detail,
-            errors=[FieldError(path="$.model.hf_config", reason=detail)],
-        )
-    return _problem(
-        422,
-        "untraceable",
-        "Unprocessable Entity",
-        f"the model could not be traced under fake tensors: {detail}",
-    )
+        return InvalidRequest([("$.model.hf_config", detail)], kind="invalid-model")
+    return Untraceable(f"the model could not be traced under fake tensors: {detail}")

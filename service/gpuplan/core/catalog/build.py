@@ -18,6 +18,7 @@ import msgspec
 
 from gpuplan.core.catalog.catalog import Catalog, DuplicateName
 from gpuplan.core.catalog.model import PRECISIONS, GpuSpec, Source
+from gpuplan.core.errors import DataError, field_error
 
 # Fields whose value must name a source. peak_flops may be covered as a whole or per
 # precision ("peak_flops.fp8"); a price carries its own source and date.
@@ -51,7 +52,7 @@ _PCIE_LANE_BYTES_PER_S = {
 }
 
 
-class CatalogError(ValueError):
+class CatalogError(DataError):
     """A catalog document is invalid; the message names document, entry and field."""
 
 
@@ -229,5 +230,4 @@ def _check_consistency(where: str, spec: GpuSpec) -> None:
 
 
 def _where(exc: msgspec.ValidationError) -> str:
-    message, _, path = str(exc).partition(" - at `")
-    return f"{path.rstrip('`')}: {message}" if path else message
+    return "{}: {}".format(*field_error(exc))

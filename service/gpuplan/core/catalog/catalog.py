@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from gpuplan.core.catalog.model import GpuSpec
+from gpuplan.core.errors import DataError, NotFound
 
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "intel", "habana")
 # GFD appends the MIG profile or a sharing marker to the product label.
@@ -49,7 +50,7 @@ def parse_pci_id(text: str) -> tuple[str | None, str] | None:
     return None
 
 
-class DuplicateName(ValueError):
+class DuplicateName(DataError):
     """Two SKUs go by one name; ``ids`` are the two SKUs."""
 
     def __init__(self, message: str, ids: tuple[str, str]) -> None:
@@ -57,13 +58,8 @@ class DuplicateName(ValueError):
         self.ids = ids
 
 
-class UnknownGpu(LookupError):
+class UnknownGpu(NotFound):
     """No SKU goes by that name; ``suggestions`` holds the closest ids."""
-
-    def __init__(self, query: str, suggestions: list[str]) -> None:
-        super().__init__(query)
-        self.query = query
-        self.suggestions = suggestions
 
 
 class Catalog:

@@ -16,13 +16,14 @@ from typing import Any
 import msgspec
 
 from gpuplan.core.catalog.model import Source
+from gpuplan.core.errors import DataError
 from gpuplan.core.mig.model import MigGpu, MigProfile
 
 DATA_PACKAGE = "gpuplan.core.mig.data"
 _SOURCED = ("memory_bytes", "placements")
 
 
-class MigDataError(ValueError):
+class MigDataError(DataError):
     """The MIG data is invalid; the message names the table, profile and field."""
 
 
