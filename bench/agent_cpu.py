@@ -35,7 +35,7 @@ def run_once(size: int, threads: int) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "service")}
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "gpuplan.agent", "--once", "--backend", "none", "--node", "bench",
+        [sys.executable, "-m", "gpuplan", "agent", "--once", "--backend", "none", "--node", "bench",
          "--cpu-matmul-size", str(size), "--cpu-threads", str(threads)],
         capture_output=True, text=True, timeout=600, env=env, check=True,
     )  # fmt: skip

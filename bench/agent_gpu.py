@@ -93,7 +93,7 @@ def main() -> None:
     args = parser.parse_args()
 
     capture: dict[str, Any] | None = None
-    agent = ["-m", "gpuplan.agent", "--once", "--node", os.uname().nodename.split(".")[0]]
+    agent = ["-m", "gpuplan", "agent", "--once", "--node", os.uname().nodename.split(".")[0]]
     if args.nvml_recording is None:
         recorded = _run(["-m", "gpuplan.agent.telemetry.record"], 120)
         if recorded.returncode == 0:

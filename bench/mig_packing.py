@@ -1,7 +1,7 @@
 """MIG packing: the planner against an exact integer program, on random instances.
 
 For each random instance (a MIG table, workloads naming a profile or giving memory and
-compute) this runs ``gpuplan.core.mig.plan`` end to end and an exact MILP (HiGHS via
+compute) this runs ``gpuplan.core.mig.partition`` end to end and an exact MILP (HiGHS via
 ``scipy.optimize.milp``, a bench/dev-only dependency) over layouts enumerated
 independently (``bench/mig_check.py``):
 
@@ -38,7 +38,7 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 
 from bench.mig_check import check_plan, eligible, layouts
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.mig import PlanRequest, builtin_tables, plan
+from gpuplan.core.mig import PartitionRequest, builtin_tables, partition
 
 GPUS = {
     "a100-80gb": "a100-sxm4-80gb",
@@ -219,7 +219,7 @@ def run_instance(
     else:
         request = random_request(rng, table, GPUS[table_id], scale)
     start = time.perf_counter()
-    response = plan(msgspec.convert(request, PlanRequest), builtin_catalog())
+    response = partition(msgspec.convert(request, PartitionRequest), builtin_catalog())
     ours_s = time.perf_counter() - start
     body = msgspec.to_builtins(response)
     errors = check_plan(table, request, body)
@@ -269,7 +269,7 @@ def scale_test(tables: dict[str, Any]) -> dict[str, Any]:
     runs = []
     for _ in range(3):
         start = time.perf_counter()
-        response = plan(msgspec.convert(request, PlanRequest), builtin_catalog())
+        response = partition(msgspec.convert(request, PartitionRequest), builtin_catalog())
         runs.append(time.perf_counter() - start)
     body = msgspec.to_builtins(response)
     best, milp_s, _ = exact(table, request, 120)

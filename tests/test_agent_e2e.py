@@ -33,7 +33,7 @@ def _agent(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "service")}
     env.pop("NODE_NAME", None)
     return subprocess.run(
-        [sys.executable, "-m", "gpuplan.agent", "--once", *args],
+        [sys.executable, "-m", "gpuplan", "agent", "--once", *args],
         capture_output=True, text=True, timeout=timeout, env=env, check=False,
     )  # fmt: skip
 

@@ -14,8 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.answers import _first_unsafe, _maybe_unsafe, encode_answer
 from gpuplan.api.app import create_app
-from gpuplan.core.errors import InvalidRequest
 from gpuplan.config.settings import Settings
+from gpuplan.core.errors import InvalidRequest
 from tests.test_gpus_api import OVERRIDE
 
 

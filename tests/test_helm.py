@@ -18,7 +18,7 @@ import yaml
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (the dev extra)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-from gpuplan.cli_agent import agent as agent_command  # noqa: E402
+from gpuplan.cli.commands.agent import agent_command  # noqa: E402
 from gpuplan.config.settings import load_settings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,7 +282,7 @@ def test_agent_arguments_parse_with_the_real_cli(case: str) -> None:
     assert context.params["key_prefix"] == "gpuplan:v1:"
     if case == "full-values.yaml":
         assert context.params["benchmark"] is True
-        assert context.params["benchmark_interval"] == 21600
+        assert context.params["benchmark_interval_seconds"] == 21600
     else:
         assert context.params["benchmark"] is False
 

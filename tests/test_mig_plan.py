@@ -9,7 +9,7 @@ import yaml
 from bench.mig_check import check_plan, eligible
 
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.mig import MigInputError, PlanRequest, builtin_tables, plan
+from gpuplan.core.mig import MigInputError, PartitionRequest, builtin_tables, partition
 
 GiB = 2**30
 TABLES = {t.id: t for t in builtin_tables()}
@@ -18,7 +18,7 @@ GPU_OF = {"a100-80gb": "a100-sxm4-80gb", "h100-80gb": "h100-sxm5-80gb", "a100-40
 
 
 def run(body: dict[str, Any]) -> Any:
-    return plan(msgspec.convert(body, PlanRequest), builtin_catalog())
+    return partition(msgspec.convert(body, PartitionRequest), builtin_catalog())
 
 
 def table_of(gpu: str) -> Any:
@@ -80,16 +80,16 @@ def test_exact_search_alone_finds_the_milp_optimum() -> None:
     pytest.importorskip("scipy")
     from bench.mig_packing import exact
 
+    from gpuplan.core.mig.demand import classify
     from gpuplan.core.mig.geometry import geometry
     from gpuplan.core.mig.packing import _Packer
-    from gpuplan.core.mig.plan import classify
 
     rng = random.Random(9)
     for _ in range(25):
         table_id = rng.choice(["a100-80gb", "a30-24gb", "rtx-pro-6000-96gb", "h100-80gb"])
         body = random_body(rng, table_id, 4)
         table = TABLES[table_id]
-        demand = classify(table, msgspec.convert(body, PlanRequest))
+        demand = classify(table, msgspec.convert(body, PartitionRequest))
         counts = [sum(n for _, n in m) for m in demand.members]
         packer = _Packer(geometry(table), demand.classes, 200_000)
         found = packer.minimum(tuple(counts), 0, 10_000)

@@ -10,7 +10,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuplan.cli import main
-from gpuplan.cli_plan import schema_text
+from gpuplan.cli.commands.plan import schema_text
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "api" / "plan.schema.json"

@@ -19,7 +19,7 @@ def test_file_target_json() -> None:
         main, ["trace", f"{TARGETS}:mlp", "--runtime", "cpu", "--format", "json"]
     )
     assert result.exit_code == 0, result.output
-    body = json.loads(result.output)
+    body = json.loads(result.stdout)
     assert body["parameters"] == 256 * 1024 + 1024 + 1024 * 256 + 256
     b = body["breakdown"]
     assert b["parameters_bytes"] == 4 * body["parameters"]
@@ -94,7 +94,7 @@ def test_gpu_architecture_sizes_the_cublaslt_workspace() -> None:
     def peak(*extra: str) -> int:
         out = runner.invoke(main, ["trace", f"{TARGETS}:mlp", "--format", "json", *extra])
         assert out.exit_code == 0, out.output
-        return int(json.loads(out.output)["peak_bytes"])
+        return int(json.loads(out.stdout)["peak_bytes"])
 
     # Two threads (forward, autograd) x (32 MiB - 1 MiB) more cuBLASLt workspace on Hopper.
     assert peak("--gpu", "h100-sxm5-80gb") - peak() == 2 * 31 * (1 << 20)
@@ -112,7 +112,7 @@ def test_kernel_probes_on_the_cpu_runtime() -> None:
         args = ["trace", f"{TARGETS}:cnn", "--runtime", "cpu", "--format", "json", *extra]
         out = runner.invoke(main, args)
         assert out.exit_code == 0, out.output
-        return json.loads(out.output)  # type: ignore[no-any-return]
+        return json.loads(out.stdout)  # type: ignore[no-any-return]
 
     probed, unprobed = traced(), traced("--probe-budget-bytes", "0")
     assert probed["peak_bytes"] > unprobed["peak_bytes"]
@@ -130,7 +130,7 @@ def test_decode_steps() -> None:
         main, ["trace", target, "--mode", "inference", "--new-tokens", "3", "--format", "json"]
     )
     assert out.exit_code == 0, out.output
-    result = json.loads(out.output)
+    result = json.loads(out.stdout)
     assert result["new_tokens"] == 3
     assert result["phases"]["decode_bytes"] > 0
     table = runner.invoke(main, ["trace", target, "--mode", "inference", "--new-tokens", "3"])

@@ -7,10 +7,7 @@ docstrings of the Structs, the operations' summaries from the route docstrings.
 ``api/openapi.yaml`` is this document, committed; a test regenerates and compares it.
 """
 
-import ast
 import inspect
-import textwrap
-from functools import cache
 from http import HTTPStatus
 from typing import Any, get_args, get_origin
 
@@ -22,6 +19,7 @@ from litestar.routes import HTTPRoute
 
 from gpuplan import __version__
 from gpuplan.api.problems import PROBLEM_MEDIA_TYPE, Problem
+from gpuplan.core.describe import describe_components
 
 REF = "#/components/schemas/{name}"
 
@@ -52,8 +50,7 @@ def build_openapi(app: Litestar) -> dict[str, Any]:
             types.append(payload)
     unique = list(dict.fromkeys(types))
     _, components = msgspec.json.schema_components(unique, ref_template=REF)
-    for name, schema in components.items():
-        _describe_fields(schema, _struct_by_name(unique, name))
+    describe_components(unique, components)
 
     paths: dict[str, dict[str, Any]] = {}
     for route, handler, method in operations:
@@ -164,79 +161,3 @@ def _payload(returns: Any) -> Any:
 
 def _is_struct(tp: Any) -> bool:
     return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
-
-
-def _struct_by_name(types: list[Any], name: str) -> type | None:
-    """Find the Struct a component was generated from, among ``types`` and their fields."""
-    for struct in _all_structs(tuple(types)):
-        if struct.__name__ == name:
-            return struct
-    return None
-
-
-@cache
-def _all_structs(roots: tuple[Any, ...]) -> tuple[type, ...]:
-    found: dict[type, None] = {}
-
-    def visit(node: Any) -> None:
-        if isinstance(node, msgspec.inspect.StructType):
-            if node.cls in found:
-                return
-            found[node.cls] = None
-            for field in node.fields:
-                visit(field.type)
-            return
-        for attr in ("item_type", "key_type", "value_type"):
-            if hasattr(node, attr):
-                visit(getattr(node, attr))
-        for attr in ("types", "item_types"):
-            for sub in getattr(node, attr, ()):
-                visit(sub)
-
-    for info in msgspec.inspect.multi_type_info(list(roots)):
-        visit(info)
-    return tuple(found)
-
-
-def _describe_fields(schema: dict[str, Any], struct: type | None) -> None:
-    """Copy attribute docstrings of ``struct`` into its schema's properties."""
-    if struct is None or "properties" not in schema:
-        return
-    docs = field_docstrings(struct)
-    for field in msgspec.structs.fields(struct):
-        doc = docs.get(field.name)
-        prop = schema["properties"].get(field.encode_name)
-        if doc and prop is not None and "description" not in prop:
-            prop["description"] = doc
-
-
-@cache
-def field_docstrings(cls: type) -> dict[str, str]:
-    """Attribute docstrings (a string literal after a field) of ``cls`` and its bases."""
-    docs: dict[str, str] = {}
-    for klass in reversed(cls.__mro__):
-        if klass is object or not issubclass(klass, msgspec.Struct) or klass is msgspec.Struct:
-            continue
-        try:
-            source = textwrap.dedent(inspect.getsource(klass))
-        except (OSError, TypeError):
-            continue
-        body = ast.parse(source).body[0]
-        assert isinstance(body, ast.ClassDef)
-        for node, after in zip(body.body, body.body[1:], strict=False):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = inspect.cleandoc(after.value.value)
-    return docs
-
-
-def describe_components(roots: list[Any], components: dict[str, Any]) -> None:
-    """Field descriptions from attribute docstrings, for schemas generated outside
-    ``build_openapi`` (the plan file's JSON Schema, api/plan.schema.json)."""
-    for name, schema in components.items():
-        _describe_fields(schema, _struct_by_name(roots, name))

@@ -47,11 +47,11 @@ async def mig_validate(
 
 
 @operation(
-    "POST", "/v1/mig/plan", body=mig.PlanRequest, problems=(503,), tags=["mig"], remember=True
+    "POST", "/v1/mig/plan", body=mig.PartitionRequest, problems=(503,), tags=["mig"], remember=True
 )
 async def mig_plan(
-    request: Request[Any, Any, Any], body: mig.PlanRequest
-) -> Encoded[mig.PlanResponse]:
+    request: Request[Any, Any, Any], body: mig.PartitionRequest
+) -> Encoded[mig.PartitionResponse]:
     """Pack workloads onto the fewest MIG-partitioned GPUs.
 
     Workloads name a profile or give `memory_gib` (matched against usable memory) and
@@ -60,7 +60,7 @@ async def mig_plan(
     mig-parted config and Kubernetes resource names. With `current`, plans
     incrementally around instances in use.
     """
-    return await bounded(request, mig.plan, body, runtime(request).catalog)
+    return await bounded(request, mig.partition, body, runtime(request).catalog)
 
 
 @operation("GET", "/v1/mig/slices", query=mig.SlicesQuery, problems=(503,), tags=["mig"])

@@ -1,18 +1,18 @@
 """MIG partition planning: profile and placement tables (data), layout validation,
 optimal packing of workloads onto GPUs, incremental plans and mig-parted output.
 
-Entry points, one per adapter call: :func:`profiles`, :func:`validate`, :func:`plan`,
+Entry points, one per adapter call: :func:`profiles`, :func:`validate`, :func:`partition`,
 and :func:`slices` (free instances of the live fleet, best fit first).
 """
 
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.mig.load import MigDataError, builtin_tables
-from gpuplan.core.mig.plan import plan
+from gpuplan.core.mig.partition import partition
 from gpuplan.core.mig.profiles import profiles
 from gpuplan.core.mig.schema import (
     FreeSlice,
-    PlanRequest,
-    PlanResponse,
+    PartitionRequest,
+    PartitionResponse,
     ProfilesQuery,
     ProfilesResponse,
     SlicesQuery,
@@ -27,8 +27,8 @@ __all__ = [
     "FreeSlice",
     "MigDataError",
     "MigInputError",
-    "PlanRequest",
-    "PlanResponse",
+    "PartitionRequest",
+    "PartitionResponse",
     "ProfilesQuery",
     "ProfilesResponse",
     "SlicesQuery",
@@ -36,7 +36,7 @@ __all__ = [
     "ValidateRequest",
     "ValidateResponse",
     "builtin_tables",
-    "plan",
+    "partition",
     "profiles",
     "slices",
     "validate",

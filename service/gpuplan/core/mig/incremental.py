@@ -23,25 +23,18 @@ import msgspec
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.mig import lp
+from gpuplan.core.mig.assemble import assemble, build_gpu, stranded
+from gpuplan.core.mig.demand import Demand, classify, expand, workloads_on
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.mig.geometry import Counts, Geometry, count_violations, first_fit, geometry, place
 from gpuplan.core.mig.model import MigGpu
 from gpuplan.core.mig.packing import pack
-from gpuplan.core.mig.plan import (
-    Demand,
-    _expand,
-    _stranded,
-    build_gpu,
-    classify,
-    finish,
-    workloads_on,
-)
 from gpuplan.core.mig.schema import (
+    PartitionGpu,
+    PartitionInstance,
+    PartitionRequest,
+    PartitionResponse,
     PlacedInstance,
-    PlannedGpu,
-    PlannedInstance,
-    PlanRequest,
-    PlanResponse,
     Repartition,
     Unplaced,
 )
@@ -52,7 +45,7 @@ Gi = tuple[int, int, bool, str | None]
 """``(profile index, start, in use, workload)``."""
 
 
-def _current(table: MigGpu, request: PlanRequest) -> dict[int, list[Gi]]:
+def _current(table: MigGpu, request: PartitionRequest) -> dict[int, list[Gi]]:
     assert request.current is not None
     fleet: dict[int, list[Gi]] = {}
     for g, gpu in enumerate(request.current):
@@ -100,7 +93,7 @@ def _order_for(table: MigGpu, new: list[tuple[int, int]], occupied: int) -> list
     return walk(new, occupied) or sorted(new, key=lambda ps: ps[1])
 
 
-def plan_incremental(request: PlanRequest, spec: GpuSpec, table: MigGpu) -> PlanResponse:
+def incremental(request: PartitionRequest, spec: GpuSpec, table: MigGpu) -> PartitionResponse:
     geo = geometry(table)
     fleet = _current(table, request)
     demand = classify(table, request)
@@ -112,7 +105,7 @@ def plan_incremental(request: PlanRequest, spec: GpuSpec, table: MigGpu) -> Plan
     left = [len(q) for q in queues]
     packing = pack(geo, demand.classes, left)
     rest = Demand(demand.classes, [[(n, 1) for n in q] for q in queues], [])
-    plans = _expand(rest, packing.gpus, geo) if any(left) else []
+    plans = expand(rest, packing.gpus, geo) if any(left) else []
     unplaced = list(demand.unplaced)
     if len(plans) > len(idle):
         missing = workloads_on(plans[len(idle) :])
@@ -122,7 +115,7 @@ def plan_incremental(request: PlanRequest, spec: GpuSpec, table: MigGpu) -> Plan
         )
         plans = plans[: len(idle)]
     new_gpus: dict[int, GpuPlan] = dict(zip(idle, plans, strict=False))
-    gpus: list[PlannedGpu] = []
+    gpus: list[PartitionGpu] = []
     counts_out: list[Counts] = []
     layout_names: dict[Counts, str] = {}
     config_indices: set[int] = set()
@@ -148,7 +141,7 @@ def plan_incremental(request: PlanRequest, spec: GpuSpec, table: MigGpu) -> Plan
             gpus.append(_as_planned(geo, index, name, layout, key))
             counts_out.append(key)
     used = [(g, c) for g, c in zip(gpus, counts_out, strict=True) if g.instances]
-    response = finish(
+    response = assemble(
         spec=spec,
         geo=geo,
         gpus=[g for g, _ in used],
@@ -168,13 +161,15 @@ def _counts(table: MigGpu, layout: list[Gi]) -> Counts:
     return tuple(counts)
 
 
-def _as_planned(geo: Geometry, index: int, name: str, layout: list[Gi], key: Counts) -> PlannedGpu:
+def _as_planned(
+    geo: Geometry, index: int, name: str, layout: list[Gi], key: Counts
+) -> PartitionGpu:
     table = geo.table
-    return PlannedGpu(
+    return PartitionGpu(
         index=index,
         layout=name,
         instances=[
-            PlannedInstance(
+            PartitionInstance(
                 profile=table.profiles[p].name,
                 start=s,
                 size=table.profiles[p].memory_slices,
@@ -186,11 +181,11 @@ def _as_planned(geo: Geometry, index: int, name: str, layout: list[Gi], key: Cou
             for p, s, u, w in sorted(layout, key=lambda g: g[1])
         ],
         creation_order=None,
-        stranded_compute_slices=_stranded(geo, key) if any(key) else 0,
+        stranded_compute_slices=stranded(geo, key) if any(key) else 0,
     )
 
 
-def _whole_gpu_change(table: MigGpu, before: list[Gi], gpu: PlannedGpu) -> Repartition | None:
+def _whole_gpu_change(table: MigGpu, before: list[Gi], gpu: PartitionGpu) -> Repartition | None:
     old = sorted((table.profiles[p].name, s) for p, s, *_ in before)
     new = sorted((i.profile, i.start) for i in gpu.instances)
     if old == new:

@@ -164,7 +164,7 @@ class CurrentGpu(Record, kw_only=True):
     instances: Annotated[list[CurrentInstance], msgspec.Meta(max_length=8)] = []
 
 
-class PlanRequest(Record, kw_only=True):
+class PartitionRequest(Record, kw_only=True):
     gpu: GpuName
     workloads: Annotated[
         list[WorkloadSpec], msgspec.Meta(min_length=1, max_length=MAX_WORKLOAD_ENTRIES)
@@ -175,7 +175,7 @@ class PlanRequest(Record, kw_only=True):
     """The fleet as it is: plan incrementally on these GPUs, keeping in-use instances."""
 
 
-class PlannedInstance(Record, kw_only=True):
+class PartitionInstance(Record, kw_only=True):
     profile: str
     start: int
     size: int
@@ -186,11 +186,11 @@ class PlannedInstance(Record, kw_only=True):
     """Already running (incremental plans only)."""
 
 
-class PlannedGpu(Record, kw_only=True):
+class PartitionGpu(Record, kw_only=True):
     index: int
     layout: str
     """Name of the layout in ``mig_parted_config``."""
-    instances: list[PlannedInstance]
+    instances: list[PartitionInstance]
     creation_order: list[str] | None
     stranded_compute_slices: int
 
@@ -238,7 +238,7 @@ class Repartition(Record, kw_only=True):
     """True when no instance is in use, so mig-parted may re-apply the whole GPU."""
 
 
-class PlanResponse(Record, kw_only=True):
+class PartitionResponse(Record, kw_only=True):
     gpu: str
     table: str
     gpus_used: int
@@ -247,7 +247,7 @@ class PlanResponse(Record, kw_only=True):
     optimal: bool
     """True when ``gpus_used`` is proven minimal (it meets the bound, or the exact
     search finished)."""
-    gpus: list[PlannedGpu]
+    gpus: list[PartitionGpu]
     unplaced: list[Unplaced]
     utilization: Utilization
     mig_parted_config: str

@@ -6,20 +6,16 @@ reviewer needs first: the verdicts, then a compact table of the top plans, then 
 advice; the MIG fits and assumptions fold away under ``<details>``.
 """
 
+from gpuplan.cli.render.candidates import advice_line, layout
+from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.plan import PlanReport
-from gpuplan.core.recommend.schema import Recommendation
 
-GiB = 2**30
 MARK = {"pass": "✅", "fail": "❌"}
+DASH = "–"
 
 
 def _num(value: float | None, fmt: str) -> str:
-    return "–" if value is None else format(value, fmt)
-
-
-def _layout(r: Recommendation) -> str:
-    lay = r.layout
-    return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}" if lay else "–"
+    return num(value, fmt, DASH)
 
 
 def _cell(text: str) -> str:
@@ -54,7 +50,7 @@ def markdown(report: PlanReport) -> str:
     for i, r in enumerate(report.recommendations, 1):
         fit = "" if r.fits else " (no fit)"
         lines.append(
-            f"| {i} | `{r.gpu}`{fit} | {r.count} | {_layout(r)} | {r.required_bytes_per_gpu / GiB:.1f} | "
+            f"| {i} | `{r.gpu}`{fit} | {r.count} | {layout(r.layout, DASH)} | {r.required_bytes_per_gpu / GiB:.1f} | "
             f"{r.memory_utilization:.0%} | {_num(r.time_hours, ',.2f')} | {_num(r.cost_usd, ',.2f')} | "
             f"{r.score:.3f} |"
         )
@@ -114,17 +110,14 @@ def table(report: PlanReport) -> str:
     for i, r in enumerate(report.recommendations, 1):
         fit = "" if r.fits else " (no fit)"
         out.append(
-            f"{i:>3} {r.gpu:<26} {r.count:>4} {_layout(r):<10} {r.required_bytes_per_gpu / GiB:>8.1f} "
+            f"{i:>3} {r.gpu:<26} {r.count:>4} {layout(r.layout, DASH):<10} {r.required_bytes_per_gpu / GiB:>8.1f} "
             f"{r.memory_utilization:>5.0%} {_num(r.time_hours, ',.2f'):>10} "
             f"{_num(r.cost_usd, ',.2f'):>12} {r.score:>6.3f}{fit}"
         )
     for m in report.mig:
         where = f"{m.profile} ({m.resource})" if m.profile else "no profile holds it"
         out.append(f"mig  {m.gpu:<30} {where}")
-    for a in report.advice:
-        verdict = "fits" if a.fits_after else "still too big"
-        factor = f", time x{a.time_factor:.2f}" if a.time_factor is not None else ""
-        out.append(f"advice [{a.gpu}]: {a.change}: {verdict}{factor}. {a.detail}")
+    out += [advice_line(a) for a in report.advice]
     if report.hybrid is not None:
         out.append(f"hybrid: {report.hybrid.detail}")
     out += [f"warning: {w}" for w in report.warnings]

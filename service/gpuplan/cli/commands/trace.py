@@ -4,48 +4,14 @@ This command imports and runs the user's code (that is its purpose); the API's
 trace route never does.
 """
 
-import sys
+from pathlib import Path
 
 import click
 
-GiB = 1 << 30
-MiB = 1 << 20
-
-
-def _size(nbytes: int) -> str:
-    return f"{nbytes / GiB:,.2f} GiB" if nbytes >= GiB else f"{nbytes / MiB:,.1f} MiB"
-
-
-def _table(result: object) -> str:
-    from gpuplan.core.trace import TraceResult
-
-    assert isinstance(result, TraceResult)
-    b = result.breakdown
-    rows = [
-        ("parameters", f"{result.parameters:,} ({result.trainable_parameters:,} trainable)"),
-        ("peak (allocated)", f"{_size(result.peak_bytes)} in {result.peak_phase}"),
-        ("reserved", _size(result.reserved_bytes)),
-        ("total", _size(result.total_bytes)),
-        ("  parameters", _size(b.parameters_bytes)),
-        ("  gradients", _size(b.gradients_bytes)),
-        ("  optimizer state", _size(b.optimizer_state_bytes)),
-        ("  activations", _size(b.activations_bytes)),
-        ("  temporary", _size(b.temporary_bytes)),
-        ("  other", _size(b.other_bytes)),
-        ("peak in forward", _size(result.phases.forward_bytes)),
-        ("peak in backward", _size(result.phases.backward_bytes)),
-        ("peak in optimizer", _size(result.phases.optimizer_bytes)),
-    ]
-    if result.new_tokens:
-        rows.append((f"peak in decode ({result.new_tokens})", _size(result.phases.decode_bytes)))
-    lines = [f"{name:<20} {value}" for name, value in rows]
-    lines.append("top modules at the peak:")
-    lines += [f"  {_size(m.bytes):>12}  {m.module}" for m in result.top_modules]
-    lines += [f"note: {note}" for note in result.notes]
-    lines.append(
-        f"traced {result.runtime} {result.mode} step {result.steps} in {result.seconds:.1f} s"
-    )
-    return "\n".join(lines) + "\n"
+from gpuplan.cli.context import catalog, catalog_option
+from gpuplan.cli.errors import reported
+from gpuplan.cli.render import trace as render
+from gpuplan.cli.render.output import machine, write
 
 
 @click.command("trace")
@@ -109,6 +75,7 @@ def _table(result: object) -> str:
     help="A catalog GPU (any name form): its architecture sizes the cuBLASLt workspace "
     "(32 MiB on Hopper/Blackwell, 4 MiB on Ampere/Ada, 1 MiB otherwise).",
 )
+@catalog_option
 @click.option(
     "--probe-budget-bytes",
     "probe_budget_bytes",
@@ -132,6 +99,7 @@ def trace_command(
     fsdp: int,
     tensor_parallel: int,
     gpu: str | None,
+    catalog_file: Path | None,
     probe_budget_bytes: int | None,
     fmt: str,
 ) -> None:
@@ -143,30 +111,17 @@ def trace_command(
     FakeTensorMode: build the model and inputs inside it (not at import time).
     """
     try:
-        import msgspec
-
         from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES
         from gpuplan.trace.run import trace
-        from gpuplan.trace.step import TraceError
         from gpuplan.trace.target import load_target
     except ImportError as exc:
         raise click.ClickException(
             f"gpuplan trace needs torch (pip install 'gpuplan[trace]'): {exc}"
         ) from None
-    architecture = None
-    if gpu is not None:
-        from gpuplan.core.catalog import UnknownGpu, builtin_catalog
-
-        try:
-            architecture = builtin_catalog().get(gpu).architecture
-        except UnknownGpu as exc:
-            raise click.BadParameter(
-                f"no catalog GPU is named {gpu!r}", param_hint="--gpu"
-            ) from exc
-    try:
-        build = load_target(target)
+    with reported("trace", target):
+        architecture = catalog(catalog_file).get(gpu).architecture if gpu is not None else None
         result = trace(
-            build,
+            load_target(target),
             mode=mode,  # type: ignore[arg-type]
             optimizer=optimizer,  # type: ignore[arg-type]
             steps=steps,
@@ -180,9 +135,4 @@ def trace_command(
                 DEFAULT_BUDGET_BYTES if probe_budget_bytes is None else probe_budget_bytes
             ),
         )
-    except TraceError as exc:
-        raise click.ClickException(str(exc)) from None
-    if fmt == "json":
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(result)).decode() + "\n")
-    else:
-        sys.stdout.write(_table(result))
+    write(render.table(result) if fmt == "table" else machine(result, "json"))

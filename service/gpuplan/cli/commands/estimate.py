@@ -1,0 +1,49 @@
+"""``gpuplan estimate``: the memory estimate on the command line, no server needed.
+
+A request comes from a file (YAML, JSON or TOML, the schema of
+``POST /v1/memory/estimate``), from flags that fill the same Struct, or from both (flags
+override the file's fields), so the CLI and the API cannot disagree. Invalid input
+prints each offending field's JSONPath and exits 2, as a CI step expects.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuplan.cli.context import catalog, catalog_option
+from gpuplan.cli.errors import reported
+from gpuplan.cli.options import RequestOptions
+from gpuplan.cli.render import estimate as render
+from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
+from gpuplan.core.memory.schema import EstimateRequest
+
+OPTIONS = RequestOptions(EstimateRequest, defaults={"workload.mode": "training"})
+
+
+@click.command("estimate")
+@click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
+@OPTIONS.options
+@catalog_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", *MACHINE_FORMATS]),
+    default="table",
+    show_default=True,
+)
+def estimate_command(file: Path | None, fmt: str, catalog_file: Path | None, **values: Any) -> None:
+    """Estimate the peak GPU memory of a job, from FILE (or -f FILE) and flags.
+
+    FILE is YAML, JSON or TOML with the schema of POST /v1/memory/estimate; flags set
+    or override single fields. Without a file the mode defaults to training. Exits 2
+    on invalid input, naming each offending field.
+    """
+    from gpuplan.core.memory.estimate import estimate
+
+    if file is not None and values["request_file"] is not None:
+        raise click.UsageError("give the request file once: FILE or -f FILE")
+    values["request_file"] = values["request_file"] or file
+    with reported("estimate", values["request_file"]):
+        result = estimate(OPTIONS.request(values), catalog(catalog_file))
+    write(render.table(result) if fmt == "table" else machine(result, fmt))

@@ -1,0 +1,93 @@
+"""``gpuplan mig``: the MIG partitioner on the command line, with the API's schemas.
+
+``plan`` and ``validate`` read a YAML, JSON or TOML file holding exactly the body the
+API takes (``POST /v1/mig/plan``, ``POST /v1/mig/validate``) and print the API's
+answer; ``--output mig-parted`` prints (or ``--write`` saves) the partition's
+nvidia-mig-parted config instead. Exit status: 0 on success (and for ``validate``, a
+valid layout), 1 for an invalid layout, 2 for unusable input.
+"""
+
+import sys
+from pathlib import Path
+
+import click
+
+from gpuplan.cli.context import catalog, catalog_option, read_request
+from gpuplan.cli.errors import EXIT_FAILED, reported
+from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
+
+FORMAT = click.option(
+    "--output", "fmt", type=click.Choice(MACHINE_FORMATS), default="json", show_default=True
+)
+
+
+@click.group("mig")
+def mig_command() -> None:
+    """Plan and check MIG partitions (same schemas as /v1/mig/*)."""
+
+
+@mig_command.command("plan")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--output",
+    "fmt",
+    type=click.Choice([*MACHINE_FORMATS, "mig-parted"]),
+    default="json",
+    show_default=True,
+    help="The partition as JSON or YAML, or only its nvidia-mig-parted config.",
+)
+@click.option(
+    "-w",
+    "--write",
+    "write_to",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --output mig-parted: write the config to this file.",
+)
+@catalog_option
+def partition_command(
+    file: Path, fmt: str, write_to: Path | None, catalog_file: Path | None
+) -> None:
+    """Pack the workloads of FILE (a /v1/mig/plan body) onto the fewest GPUs."""
+    from gpuplan.core.mig import PartitionRequest, partition
+
+    if write_to is not None and fmt != "mig-parted":
+        raise click.UsageError("--write goes with --output mig-parted")
+    with reported("mig plan", file):
+        result = partition(read_request(file, PartitionRequest), catalog(catalog_file))
+    if fmt != "mig-parted":
+        write(machine(result, fmt))
+        return
+    if write_to is not None:
+        write_to.write_text(result.mig_parted_config, encoding="utf-8")
+    else:
+        write(result.mig_parted_config)
+    if result.unplaced:
+        click.echo(f"{sum(u.count for u in result.unplaced)} workload(s) unplaced", err=True)
+
+
+@mig_command.command("validate")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@FORMAT
+@catalog_option
+def validate_command(file: Path, fmt: str, catalog_file: Path | None) -> None:
+    """Check the layout of FILE (a /v1/mig/validate body); exit 1 if it is invalid."""
+    from gpuplan.core.mig import ValidateRequest, validate
+
+    with reported("mig validate", file):
+        result = validate(read_request(file, ValidateRequest), catalog(catalog_file))
+    write(machine(result, fmt))
+    if not result.valid:
+        sys.exit(EXIT_FAILED)
+
+
+@mig_command.command("profiles")
+@click.argument("gpu")
+@FORMAT
+@catalog_option
+def profiles_command(gpu: str, fmt: str, catalog_file: Path | None) -> None:
+    """List the MIG profiles of GPU (any catalog name)."""
+    from gpuplan.core.mig import ProfilesQuery, profiles
+
+    with reported("mig profiles"):
+        result = profiles(ProfilesQuery(gpu=gpu), catalog(catalog_file))
+    write(machine(result, fmt))

@@ -1,0 +1,48 @@
+"""``gpuplan recommend``: the recommendation from flags or a YAML/JSON/TOML request file.
+
+The file has exactly the shape of the ``POST /v1/recommendations`` body; flags set or
+override single fields of it, so a CI job can keep one request file and vary the
+objective on the command line. Errors name the field (as the API's problem+json does)
+and exit 2.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuplan.cli.context import catalog, catalog_option
+from gpuplan.cli.errors import reported
+from gpuplan.cli.options import RequestOptions
+from gpuplan.cli.render import candidates as render
+from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
+from gpuplan.core.recommend.schema import RecommendRequest
+
+OPTIONS = RequestOptions(RecommendRequest)
+
+
+@click.command("recommend")
+@OPTIONS.options
+@catalog_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", *MACHINE_FORMATS]),
+    default="table",
+    show_default=True,
+)
+def recommend_command(fmt: str, catalog_file: Path | None, **values: Any) -> None:
+    """Rank catalog GPUs and counts for a job by fit, time, cost and energy.
+
+    \b
+    Examples:
+      gpuplan recommend --model llama-2-7b --mode inference --seq-len 4096 --rps 2
+      gpuplan recommend --model llama-2-70b --mode training --seq-len 4096 \\
+          --checkpointing full --tokens 1e9 --objective cheapest
+      gpuplan recommend -f request.yaml --objective fastest --format json
+    """
+    from gpuplan.core.recommend import recommend
+
+    with reported("recommend", values["request_file"]):
+        response = recommend(OPTIONS.request(values), catalog(catalog_file))
+    write(render.table(response) if fmt == "table" else machine(response, fmt))

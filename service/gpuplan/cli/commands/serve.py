@@ -1,0 +1,51 @@
+"""``gpuplan serve``: run the HTTP API (the one command that reads the server's settings)."""
+
+import os
+from pathlib import Path
+
+import click
+
+
+@click.command("serve")
+@click.option("--host", help="Address to listen on [env GPUPLAN_HOST; default 127.0.0.1].")
+@click.option("--port", type=int, help="TCP port [env GPUPLAN_PORT; default 8000].")
+@click.option("--workers", type=int, help="Worker processes [env GPUPLAN_WORKERS; default 1].")
+@click.option(
+    "--config",
+    "config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Settings file (TOML, YAML or JSON) [env GPUPLAN_CONFIG].",
+)
+def serve_command(
+    host: str | None, port: int | None, workers: int | None, config: Path | None
+) -> None:
+    """Run the HTTP API until SIGINT or SIGTERM.
+
+    Options override the environment, which overrides the settings file.
+    """
+    from gpuplan.config.catalog import load_catalog
+    from gpuplan.config.settings import load_settings
+    from gpuplan.core.errors import DataError
+
+    # Workers read their settings from the environment: the options go there, once
+    # they have been validated together with it.
+    overrides = {
+        f"GPUPLAN_{name}": str(value)
+        for name, value in (
+            ("HOST", host),
+            ("PORT", port),
+            ("WORKERS", workers),
+            ("CONFIG", config),
+        )
+        if value is not None
+    }
+    try:
+        settings = load_settings({**os.environ, **overrides})
+        load_catalog(settings.catalog_file)  # refuse a bad catalog file before forking workers
+    except DataError as exc:
+        raise click.UsageError(str(exc)) from None
+    os.environ.update(overrides)
+
+    from gpuplan.api.server import serve
+
+    serve(settings)

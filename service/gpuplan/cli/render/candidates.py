@@ -1,0 +1,38 @@
+"""Recommendation candidates as text: the ranking table and the lines every report shares."""
+
+from gpuplan.cli.render.output import GiB, num
+from gpuplan.core.recommend.schema import Advice, Layout, RecommendResponse
+
+
+def layout(lay: Layout | None, missing: str = "-") -> str:
+    """``t2p1d4z3``: tensor, pipeline, data parallel degrees and ZeRO stage."""
+    return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}" if lay else missing
+
+
+def advice_line(a: Advice, times: str = "x") -> str:
+    verdict = "fits" if a.fits_after else "still too big"
+    factor = f", time {times}{a.time_factor:.2f}" if a.time_factor is not None else ""
+    return f"advice [{a.gpu}]: {a.change}: {verdict}{factor}. {a.detail}"
+
+
+def table(response: RecommendResponse) -> str:
+    lines = [
+        f"objective: {response.objective}   scenario: {response.scenario.class_} "
+        f"({response.scenario.band})",
+        f"{'#':>3} {'gpu':<18} {'n':>4} {'layout':<14} {'GiB/GPU':>8} {'mem%':>5} "
+        f"{'tokens/s':>10} {'hours':>9} {'USD':>11} {'kWh':>9} {'score':>6}",
+    ]
+    for i, r in enumerate(response.recommendations, 1):
+        tput = r.throughput.value if r.throughput else None
+        fit = "" if r.fits else " (no fit)"
+        lines.append(
+            f"{i:>3} {r.gpu:<18} {r.count:>4} {layout(r.layout):<14} "
+            f"{r.required_bytes_per_gpu / GiB:>8.1f} {r.memory_utilization:>5.0%} "
+            f"{num(tput, ',.0f'):>10} {num(r.time_hours, ',.2f'):>9} "
+            f"{num(r.cost_usd, ',.2f'):>11} {num(r.energy_kwh, ',.1f'):>9} {r.score:>6.3f}{fit}"
+        )
+    lines += [advice_line(a) for a in response.advice]
+    if response.hybrid is not None:
+        lines.append(f"hybrid: {response.hybrid.detail}")
+    lines += [f"warning: {w}" for w in response.warnings]
+    return "\n".join(lines) + "\n"
