@@ -15,7 +15,7 @@ import difflib
 import math
 import types
 import typing
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
@@ -152,8 +152,23 @@ def _errors(value: Any, annotation: Any, path: str, strict: bool) -> list[tuple[
     try:
         msgspec.convert(value, annotation, strict=strict)
     except msgspec.ValidationError as exc:
-        return [field_error(exc, root=path)]
+        where, reason = field_error(exc, root=path)
+        if isinstance(value, str) and where == path:
+            reason += _choices_hint(value, annotation)
+        return [(where, reason)]
     return []
+
+
+def _choices_hint(value: str, annotation: Any) -> str:
+    """For a string a ``Literal`` refuses: the values it takes, and the closest one."""
+    allowed = [
+        str(v) for t in _options(annotation) if get_origin(t) is Literal for v in get_args(t)
+    ]
+    if not allowed:
+        return ""
+    close = closest(value, allowed)
+    hint = f"; did you mean `{close}`?" if close else ""
+    return f" (one of: {', '.join(allowed)}{hint})"
 
 
 def _struct_errors(

@@ -16,6 +16,7 @@ from gpuplan.cli.errors import reported
 from gpuplan.cli.options import RequestOptions
 from gpuplan.cli.render import candidates as render
 from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
+from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.recommend.schema import RecommendRequest
 
 OPTIONS = RequestOptions(RecommendRequest)
@@ -44,5 +45,16 @@ def recommend_command(fmt: str, catalog_file: Path | None, **values: Any) -> Non
     from gpuplan.core.recommend import recommend
 
     with reported("recommend", values["request_file"]):
-        response = recommend(OPTIONS.request(values), catalog(catalog_file))
+        response = recommend(_request(values), catalog(catalog_file))
     write(render.table(response) if fmt == "table" else machine(response, fmt))
+
+
+def _request(values: dict[str, Any]) -> RecommendRequest:
+    try:
+        request: RecommendRequest = OPTIONS.request(values)
+    except InvalidRequest as exc:
+        if any(path == "$.targets" for path, _ in exc.errors):
+            hint = "a plan file's targets: check them with `gpuplan plan FILE`"
+            exc.errors = [(p, f"{r} ({hint})" if p == "$.targets" else r) for p, r in exc.errors]
+        raise
+    return request
