@@ -33,7 +33,7 @@ def test_a_field_added_to_a_struct_gets_its_flag() -> None:
     assert set(options) == {"--knobs-sharpness", "--knobs-style", "--knobs-tags"}
     sharp = options["--knobs-sharpness"]
     assert sharp.path == ("knobs", "sharpness")
-    assert "How sharp. [$.knobs.sharpness; default: 3]" == sharp.option.help
+    assert sharp.option.help == "How sharp. [$.knobs.sharpness; default: 3]"
     assert options["--knobs-style"].option.type.choices == ("a", "b")  # type: ignore[attr-defined]
     assert options["--knobs-tags"].option.multiple
 
