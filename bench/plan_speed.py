@@ -1,4 +1,4 @@
-"""In-process speed of ``plan()`` on every plan file in examples/.
+"""In-process speed of ``check()`` on every plan file in examples/.
 
     python -m bench.plan_speed [--repeat 30]
 
@@ -20,7 +20,7 @@ import msgspec
 from bench.recommend_speed import _time
 from gpuplan.config.documents import read_document
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.plan import PlanFile, plan
+from gpuplan.core.ci import CiPlan, check
 
 RESULTS = Path(__file__).parent / "results"
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -33,9 +33,9 @@ def main() -> None:
     catalog = builtin_catalog()
     rows = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        request = msgspec.convert(read_document(path), PlanFile)
-        report = plan(request, catalog)  # warm-up
-        median, p95, fastest, cpu = _time(lambda r=request: plan(r, catalog), args.repeat)
+        request = msgspec.convert(read_document(path), CiPlan)
+        report = check(request, catalog)  # warm-up
+        median, p95, fastest, cpu = _time(lambda r=request: check(r, catalog), args.repeat)
         rows.append(
             {
                 "plan": path.name,

@@ -12,10 +12,10 @@ from litestar.testing import TestClient
 
 from gpuplan.cli import main
 from gpuplan.config.documents import read_document
+from gpuplan.core.ci import CiPlan
 from gpuplan.core.convert import closest, convert
 from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.schema import EstimateRequest
-from gpuplan.core.plan import PlanFile
 from gpuplan.core.recommend.schema import RecommendRequest
 
 THREE_MISTAKES = {
@@ -59,7 +59,7 @@ def test_a_misspelt_target_gets_the_closest_name() -> None:
         "workload": {"mode": "training", "sequence_length": 2048},
         "targets": {"fit": {"gpu": "l4"}},
     }
-    errors = _errors(plan, PlanFile)
+    errors = _errors(plan, CiPlan)
     assert errors == {"$.targets.fit": "Object contains unknown field `fit` (did you mean `fits`?)"}
 
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.plan import PlanFile, PlanReport, plan
+from gpuplan.core.ci import CiPlan, CiReport, check
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot
@@ -48,10 +48,10 @@ def _problem(response: Any, path: str) -> dict[str, Any]:
 def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient) -> None:  # type: ignore[type-arg]
     first = client.post(PATH, json=BODY)
     assert first.status_code == 200, first.text
-    expected = msgspec.json.encode(plan(msgspec.convert(BODY, PlanFile), builtin_catalog()))
+    expected = msgspec.json.encode(check(msgspec.convert(BODY, CiPlan), builtin_catalog()))
     assert first.content == expected
     assert client.post(PATH, json=BODY).content == first.content
-    report = msgspec.json.decode(first.content, type=PlanReport)
+    report = msgspec.json.decode(first.content, type=CiReport)
     assert [v.target for v in report.verdicts] == [
         "fits",
         "max_cost_usd",

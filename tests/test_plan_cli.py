@@ -13,7 +13,7 @@ import yaml
 from click.testing import CliRunner
 
 from gpuplan.cli import main
-from gpuplan.core.plan import PlanReport
+from gpuplan.core.ci import CiReport
 from tests.conftest import free_port
 from tests.test_serve import serving
 
@@ -67,7 +67,7 @@ def test_exit_1_when_a_target_fails_with_markdown_verdicts_first(tmp_path: Path)
 def test_json_format_is_the_report(tmp_path: Path) -> None:
     result = _run(str(_write(tmp_path, PASSING, "plan.json")), "--format", "json")
     assert result.exit_code == 0
-    report = msgspec.json.decode(result.output, type=PlanReport)
+    report = msgspec.json.decode(result.output, type=CiReport)
     assert report.passed
     assert report.plan_id.startswith("sha256:")
 

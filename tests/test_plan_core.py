@@ -7,15 +7,15 @@ import msgspec
 import pytest
 
 from gpuplan.core.catalog import Catalog, builtin_catalog
+from gpuplan.core.ci import CiPlan, CiReport, InvalidCiPlan, check
+from gpuplan.core.ci.mig_fit import plain_profiles
+from gpuplan.core.ci.schema import Verdict
 from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.fleet import MeasuredFlops
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.mig import builtin_tables
 from gpuplan.core.mig.errors import MigInputError
-from gpuplan.core.plan import InvalidPlan, PlanFile, PlanReport, plan
-from gpuplan.core.plan.mig_fit import plain_profiles
-from gpuplan.core.plan.schema import Verdict
 from gpuplan.core.recommend import RecommendRequest, recommend
 
 LLAMA_INFERENCE: dict[str, Any] = {
@@ -44,11 +44,11 @@ def catalog() -> Catalog:
     return builtin_catalog()
 
 
-def _plan(catalog: Catalog, base: dict[str, Any], **targets: Any) -> PlanReport:
-    return plan(msgspec.convert({**base, "targets": targets}, PlanFile), catalog)
+def _plan(catalog: Catalog, base: dict[str, Any], **targets: Any) -> CiReport:
+    return check(msgspec.convert({**base, "targets": targets}, CiPlan), catalog)
 
 
-def _verdict(report: PlanReport, target: str) -> Verdict:
+def _verdict(report: CiReport, target: str) -> Verdict:
     (found,) = [v for v in report.verdicts if v.target == target]
     return found
 
@@ -257,14 +257,14 @@ def test_plan_id_hashes_the_normalized_input(catalog: Catalog) -> None:
         "workload": {**LLAMA_INFERENCE["workload"], "batch_size": 1},
         "model": LLAMA_INFERENCE["model"],
     }
-    a = plan(msgspec.convert(doc, PlanFile), catalog)
-    b = plan(msgspec.convert(explicit, PlanFile), catalog)
+    a = check(msgspec.convert(doc, CiPlan), catalog)
+    b = check(msgspec.convert(explicit, CiPlan), catalog)
     assert a.plan_id == b.plan_id
     assert a.plan_id.startswith("sha256:")
     assert len(a.plan_id) == 71
     assert msgspec.json.encode(a) == msgspec.json.encode(b)
     other = {**doc, "targets": {"fits": {"gpu": "NVIDIA L4", "count": 2}}}
-    assert plan(msgspec.convert(other, PlanFile), catalog).plan_id != a.plan_id
+    assert check(msgspec.convert(other, CiPlan), catalog).plan_id != a.plan_id
 
 
 def test_same_input_gives_byte_identical_json(catalog: Catalog) -> None:
@@ -278,8 +278,8 @@ def test_same_input_gives_byte_identical_json(catalog: Catalog) -> None:
             "min_memory_headroom": 0.1,
         },
     }
-    first = msgspec.json.encode(plan(msgspec.convert(doc, PlanFile), catalog))
-    again = msgspec.json.encode(plan(msgspec.convert(doc, PlanFile), builtin_catalog()))
+    first = msgspec.json.encode(check(msgspec.convert(doc, CiPlan), catalog))
+    again = msgspec.json.encode(check(msgspec.convert(doc, CiPlan), builtin_catalog()))
     assert first == again
 
 
@@ -288,8 +288,8 @@ def test_fleet_measurements_replace_the_datasheet_but_not_the_request(catalog: C
         **LLAMA_TRAINING,
         "targets": {"fits": {"gpu": "a100-sxm4-80gb", "count": 4}, "max_time_hours": 1e5},
     }
-    request = msgspec.convert(doc, PlanFile)
-    datasheet = plan(request, catalog)
+    request = msgspec.convert(doc, CiPlan)
+    datasheet = check(request, catalog)
     peak = catalog.get("a100-sxm4-80gb").peak_flops.get("bf16")
     assert peak is not None
     slow = MeasuredFlops(
@@ -300,25 +300,25 @@ def test_fleet_measurements_replace_the_datasheet_but_not_the_request(catalog: C
         min_flops_per_second=peak / 2,
         max_flops_per_second=peak / 2,
     )
-    measured = plan(request, catalog, [slow])
+    measured = check(request, catalog, [slow])
     t0, t1 = _verdict(datasheet, "max_time_hours"), _verdict(measured, "max_time_hours")
     assert isinstance(t0.actual, float)
     assert isinstance(t1.actual, float)
     assert t1.actual > t0.actual * 1.5
     assert measured.plan_id != datasheet.plan_id
     own = msgspec.convert(
-        {**doc, "measured_flops": {"NVIDIA A100-SXM4-80GB": {"bf16": peak}}}, PlanFile
+        {**doc, "measured_flops": {"NVIDIA A100-SXM4-80GB": {"bf16": peak}}}, CiPlan
     )
-    assert _verdict(plan(own, catalog, [slow]), "max_time_hours").actual == pytest.approx(
-        _verdict(plan(own, catalog), "max_time_hours").actual
+    assert _verdict(check(own, catalog, [slow]), "max_time_hours").actual == pytest.approx(
+        _verdict(check(own, catalog), "max_time_hours").actual
     )
 
 
 @pytest.mark.parametrize(
     ("targets", "path", "kind"),
     [
-        ({}, "$.targets", InvalidPlan),
-        ({"fits": {"gpu": "NVIDIA L5"}}, "$.targets.fits.gpu", InvalidPlan),
+        ({}, "$.targets", InvalidCiPlan),
+        ({"fits": {"gpu": "NVIDIA L5"}}, "$.targets.fits.gpu", InvalidCiPlan),
         (
             {"mig_profile_at_most": {"gpu": "NVIDIA L4", "profile": "1g.10gb"}},
             "$.targets.mig_profile_at_most.gpu",
@@ -335,7 +335,7 @@ def test_bad_targets_name_the_field(
     catalog: Catalog, targets: dict[str, Any], path: str, kind: type[InvalidRequest]
 ) -> None:
     with pytest.raises(kind) as caught:
-        plan(msgspec.convert({**LLAMA_INFERENCE, "targets": targets}, PlanFile), catalog)
+        check(msgspec.convert({**LLAMA_INFERENCE, "targets": targets}, CiPlan), catalog)
     assert caught.value.errors[0][0] == path
 
 
@@ -343,13 +343,13 @@ def test_missing_work_volume_names_the_field(catalog: Catalog) -> None:
     doc = {**LLAMA_TRAINING, "targets": {"max_cost_usd": 10}}
     del doc["training"]
     with pytest.raises(InvalidRequest) as caught:
-        plan(msgspec.convert(doc, PlanFile), catalog)
+        check(msgspec.convert(doc, CiPlan), catalog)
     assert caught.value.errors[0][0] == "$.training"
 
 
 def test_unknown_target_is_refused_by_the_schema() -> None:
     with pytest.raises(msgspec.ValidationError, match=r"\$\.targets"):
-        msgspec.convert({**LLAMA_INFERENCE, "targets": {"fit": {"gpu": "NVIDIA L4"}}}, PlanFile)
+        msgspec.convert({**LLAMA_INFERENCE, "targets": {"fit": {"gpu": "NVIDIA L4"}}}, CiPlan)
 
 
 def test_a_hybrid_plan_carries_the_recommendations_hybrid_comparison(catalog: Catalog) -> None:

@@ -302,7 +302,7 @@ def test_tensor_parallel_over_pcie_is_penalized() -> None:
 
 
 def test_recompute_adds_about_one_forward() -> None:
-    from gpuplan.core.memory.estimate import resolve_model
+    from gpuplan.core.memory.model import resolve_model
     from gpuplan.core.memory.parameters import count_parameters
 
     arch = resolve_model(ModelSpec(name="llama-2-7b")).arch
@@ -325,7 +325,7 @@ def test_recompute_adds_about_one_forward() -> None:
 
 
 def test_moe_counts_active_parameters() -> None:
-    from gpuplan.core.memory.estimate import resolve_model
+    from gpuplan.core.memory.model import resolve_model
     from gpuplan.core.memory.parameters import count_parameters
 
     arch = resolve_model(ModelSpec(name="mixtral-8x7b")).arch

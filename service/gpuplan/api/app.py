@@ -13,8 +13,7 @@ from prometheus_client import CollectorRegistry
 from gpuplan.api.answer_cache import serve_repeats
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import PROBLEMS, answer_problem
-from gpuplan.api.routes import docs, fleet, gpus, health, memory, meta, mig
-from gpuplan.api.routes import plan as plan_route
+from gpuplan.api.routes import ci, docs, fleet, gpus, health, memory, meta, mig
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
@@ -40,7 +39,7 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     mig.mig_validate,
     mig.mig_plan,
     mig.mig_slices,
-    plan_route.plan_job,
+    ci.plan_job,
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,

@@ -70,8 +70,15 @@ def decode_json(body: bytes, type_: type[T]) -> T:
         value = msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError:
         # The slow path of a refused body: every offending field, or the body as meant
-        # (a whole number written 2e8). The body parsed, so json.loads cannot fail.
-        value = convert(json.loads(body), type_)
+        # (a whole number written 2e8). A typed decode stops at the first wrong type,
+        # before it sees the rest: the body may still not be JSON.
+        try:
+            document = msgspec.json.decode(body)
+        except msgspec.DecodeError as exc:
+            raise MalformedBody(f"request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            raise MalformedBody("request body is nested too deeply") from None
+        value = convert(document, type_)
     except msgspec.DecodeError as exc:
         if not body.strip():
             raise MalformedBody("request body is empty; a JSON object is required") from None

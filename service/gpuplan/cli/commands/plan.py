@@ -35,13 +35,13 @@ INVALID_STATUSES = frozenset({400, 413, 415, 422})
 
 def plan_file_schema() -> dict[str, Any]:
     """JSON Schema (2020-12) of a plan file, generated from the Struct the API decodes."""
-    from gpuplan.core.plan import PlanFile
+    from gpuplan.core.ci import CiPlan
 
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": SCHEMA_ID,
         "title": "gpuplan plan file",
-        **json_schema(PlanFile),
+        **json_schema(CiPlan),
     }
 
 
@@ -73,7 +73,7 @@ def _token(token_file: Path | None) -> str | None:
 
 
 def _remote(doc: dict[str, Any], api: str, timeout: float, token: str | None) -> Any:
-    from gpuplan.core.plan import PlanReport
+    from gpuplan.core.ci import CiReport
 
     body = json.dumps(doc, default=str).encode()
     headers = {"content-type": "application/json", "accept": "application/json"}
@@ -94,7 +94,7 @@ def _remote(doc: dict[str, Any], api: str, timeout: float, token: str | None) ->
     except (urllib.error.URLError, OSError) as exc:
         raise Unavailable(f"cannot reach {api}: {getattr(exc, 'reason', exc)}") from None
     try:
-        return msgspec.json.decode(payload, type=PlanReport)
+        return msgspec.json.decode(payload, type=CiReport)
     except msgspec.DecodeError as exc:
         raise Unavailable(f"{api} answered a body that is not a plan report: {exc}") from None
 
@@ -163,7 +163,7 @@ def plan_command(
       gpuplan plan plan.yaml --format markdown > comment.md
       gpuplan plan plan.yaml --api http://gpuplan:8000 --format json
     """
-    from gpuplan.core.plan import PlanFile, plan
+    from gpuplan.core.ci import CiPlan, check
 
     if api is not None:
         if ctx.get_parameter_source("catalog_file") is click.core.ParameterSource.COMMANDLINE:
@@ -177,7 +177,7 @@ def plan_command(
         if api:
             report = _remote(doc, api, timeout, _token(token_file))
         else:
-            report = plan(convert(doc, PlanFile), catalog(catalog_file))
+            report = check(convert(doc, CiPlan), catalog(catalog_file))
     if fmt == "json":
         write(machine(report, "json"))
     elif fmt == "markdown":

@@ -1,4 +1,4 @@
-"""Recommendation candidates as text: the ranking table and the lines every report shares."""
+"""Candidate candidates as text: the ranking table and the lines every report shares."""
 
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.recommend.schema import Advice, Layout, RecommendResponse

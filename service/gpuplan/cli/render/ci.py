@@ -1,6 +1,6 @@
 """Plan reports as text: a pull-request comment (Markdown) and a terminal table.
 
-Pure functions of a :class:`PlanReport`, so a report computed locally and one
+Pure functions of a :class:`CiReport`, so a report computed locally and one
 fetched from ``POST /v1/plan`` render to the same bytes. The Markdown puts what a
 reviewer needs first: the verdicts, then a compact table of the top plans, then the
 advice; the MIG fits and assumptions fold away under ``<details>``.
@@ -8,7 +8,7 @@ advice; the MIG fits and assumptions fold away under ``<details>``.
 
 from gpuplan.cli.render.candidates import advice_line, layout
 from gpuplan.cli.render.output import GiB, num
-from gpuplan.core.plan import PlanReport
+from gpuplan.core.ci import CiReport
 
 MARK = {"pass": "✅", "fail": "❌"}
 DASH = "–"
@@ -22,7 +22,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(report: PlanReport) -> str:
+def markdown(report: CiReport) -> str:
     failed = [v for v in report.verdicts if v.status == "fail"]
     n = len(report.verdicts)
     head = (
@@ -93,7 +93,7 @@ def markdown(report: PlanReport) -> str:
     return "\n".join(lines)
 
 
-def table(report: PlanReport) -> str:
+def table(report: CiReport) -> str:
     out = []
     for v in report.verdicts:
         out.append(f"{v.status.upper():<4}  {v.target:<20} {v.reason}")

@@ -6,17 +6,14 @@ step's timeline to its peak, and adds what lives outside the tensors. Nothing he
 reads the clock, the environment or the network.
 """
 
-import math
-from functools import cache
-
 import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.head import head_cost
-from gpuplan.core.memory.hf_config import from_hf_config
 from gpuplan.core.memory.inference import (
     KV_BYTES,
     inference_peak,
@@ -24,39 +21,19 @@ from gpuplan.core.memory.inference import (
     mask_bytes,
 )
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
+from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.numerics import Numerics, numerics_for
-from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
-from gpuplan.core.memory.presets import VisionActivations, presets
+from gpuplan.core.memory.response import Peak, describe, respond, rule_of_thumb
 from gpuplan.core.memory.schema import (
-    ArchitectureSummary,
-    Breakdown,
     EstimateRequest,
     EstimateResponse,
-    Fit,
-    ModelSpec,
     Parallelism,
     Workload,
 )
 from gpuplan.core.memory.states import ModelStates, adapted_modules, bare_states, model_states
 from gpuplan.core.memory.training import LayerGrads, training_peak
 from gpuplan.core.memory.vision import vision_peak
-from gpuplan.core.record import Record
-
-HEADROOM = 0.20
-"""The seed guide's planning headroom on top of everything we can account for."""
-
-RULE_OF_THUMB_BUFFER = 0.30
-
-
-class _Peak(Record, kw_only=True):
-    """What is alive at the peak, beyond the model states."""
-
-    gradients: float
-    activations: float
-    temporary: float
-    kv_cache: float
-    phase: str
 
 
 def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
@@ -68,7 +45,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     gpu = _gpu(catalog, request.gpu)
     model = resolve_model(request.model)
     arch, bare, assumptions = model.arch, model.parameters, list(model.notes)
-    _check_workload(arch, w, vision=model.vision is not None)
+    check_workload(arch, w, vision=model.vision is not None)
     if arch is None:
         assert bare is not None
         counts = None
@@ -81,9 +58,9 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             counts = _scaled(counts, bare)
     total_parameters = counts.total if counts is not None else bare or 0
     if request.method == "rule_of_thumb":
-        return _rule_of_thumb(request, total_parameters, assumptions, arch, gpu)
+        return rule_of_thumb(request, total_parameters, assumptions, arch, gpu)
     num = numerics_for(w.precision, request.runtime)
-    assumptions.extend(_describe(w, request.runtime))
+    assumptions.extend(describe(w, request.runtime))
     warnings: list[str] = []
     if model.vision is not None:
         states = bare_states(total_parameters, w, runtime=request.runtime)
@@ -97,7 +74,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             image_size=size,
             accumulating=w.gradient_accumulation_steps > 1,
         )
-        peak = _Peak(
+        peak = Peak(
             gradients=seen.gradients,
             activations=seen.activations,
             temporary=seen.temporary,
@@ -110,7 +87,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         )
     elif arch is None or counts is None:
         states = bare_states(total_parameters, w, runtime=request.runtime)
-        peak = _Peak(
+        peak = Peak(
             gradients=states.gradients,
             activations=0.0,
             temporary=states.optimizer_temporary,
@@ -143,7 +120,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
                 costs=costs,
                 assumptions=assumptions,
             )
-    return _response(
+    return respond(
         request,
         parameters=total_parameters,
         states=states,
@@ -152,115 +129,6 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         assumptions=assumptions,
         warnings=warnings,
         gpu=gpu,
-    )
-
-
-def _gpu(catalog: Catalog, name: str | None) -> GpuSpec | None:
-    if name is None:
-        return None
-    try:
-        return catalog.get(name)
-    except UnknownGpu as exc:
-        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        raise InvalidModel(
-            [("$.gpu", f"no GPU in the catalog is named {name!r}{closest}")]
-        ) from None
-
-
-class ResolvedModel(Record, kw_only=True):
-    """A model spec, read: its architecture, or its bare size and measured activations."""
-
-    arch: Architecture | None
-    parameters: int | None
-    """A parameter count given as such (bare, or overriding the hinted shape's)."""
-
-    vision: VisionActivations | None = None
-    counts: ParameterCount | None = None
-    """The architecture's parameter count, when already known (presets are counted once)."""
-
-    notes: list[str]
-
-
-def resolve_model(spec: ModelSpec) -> ResolvedModel:
-    """Read a model spec; raise :class:`InvalidModel` naming the field if it is unusable."""
-    given = [k for k in ("hf_config", "name", "parameters") if getattr(spec, k) is not None]
-    if len(given) != 1:
-        raise InvalidModel(
-            [
-                (
-                    "$.model",
-                    f"give exactly one of hf_config, name, parameters (got {', '.join(given) or 'none'})",
-                )
-            ]
-        )
-    if spec.hints is not None and spec.parameters is None:
-        raise InvalidModel([("$.model.hints", "hints describe a bare parameters count")])
-    if spec.hf_config is not None:
-        arch, notes = from_hf_config(spec.hf_config)
-        return ResolvedModel(arch=arch, parameters=None, notes=notes)
-    if spec.name is not None:
-        return _preset_model(spec.name.lower())
-    return _bare_model(spec)
-
-
-@cache
-def _preset_model(name: str) -> ResolvedModel:
-    """A preset, read once per process (presets are immutable data)."""
-    preset = presets().get(name)
-    if preset is None:
-        raise InvalidModel(
-            [
-                (
-                    "$.model.name",
-                    f"no preset named {name!r}; known: {', '.join(sorted(presets()))}",
-                )
-            ]
-        )
-    note = f"preset {preset.name}: {preset.source}"
-    if preset.config is None:
-        return ResolvedModel(
-            arch=None, parameters=preset.parameters, vision=preset.activations, notes=[note]
-        )
-    arch, notes = from_hf_config(preset.config)
-    return ResolvedModel(
-        arch=arch, parameters=None, counts=count_parameters(arch), notes=[note, *notes]
-    )
-
-
-def _bare_model(spec: ModelSpec) -> ResolvedModel:
-    assert spec.parameters is not None
-    hints = spec.hints
-    if hints is None or hints.num_layers is None or hints.hidden_size is None:
-        return ResolvedModel(
-            arch=None,
-            parameters=spec.parameters,
-            notes=["parameters only: model states, no activation or KV-cache terms"],
-        )
-    h = hints.hidden_size
-    heads = hints.num_attention_heads or max(h // 128, 1)
-    config: dict[str, object] = {
-        "model_type": "llama",
-        "hidden_size": h,
-        "num_hidden_layers": hints.num_layers,
-        "num_attention_heads": heads,
-        "num_key_value_heads": hints.num_key_value_heads or heads,
-        "intermediate_size": hints.intermediate_size or (8 * h // 3 if hints.gated_mlp else 4 * h),
-        "vocab_size": hints.vocab_size or 32000,
-    }
-    if hints.head_dim:
-        config["head_dim"] = hints.head_dim
-    arch, _ = from_hf_config(config)
-    if not hints.gated_mlp:
-        arch = msgspec.structs.replace(arch, mlp_gated=False, activation="gelu")
-    shape = "a Llama-style decoder" if hints.gated_mlp else "a decoder with a GELU MLP"
-    return ResolvedModel(
-        arch=arch,
-        parameters=spec.parameters,
-        notes=[
-            f"parameters with hints: read as {shape} of the hinted shape"
-            + ("" if hints.vocab_size else ", vocabulary 32000")
-            + ("" if hints.intermediate_size else ", feed-forward width from the hidden size")
-        ],
     )
 
 
@@ -309,7 +177,7 @@ def _training(
     states: ModelStates,
     costs: list[LayerCost],
     assumptions: list[str],
-) -> _Peak:
+) -> Peak:
     p = w.parallelism
     lora = w.mode in ("finetune_lora", "finetune_qlora")
     head = head_cost(arch, d, num, training=True, head_trains=not lora)
@@ -355,7 +223,7 @@ def _training(
         assumptions.append(
             "DDP keeps flat gradient buckets beside the gradients (gradient_as_bucket_view=False)"
         )
-    return _Peak(
+    return Peak(
         gradients=moment.gradients,
         activations=moment.activations,
         temporary=moment.temporary + ddp,
@@ -372,7 +240,7 @@ def _inference(
     w: Workload,
     costs: list[LayerCost],
     assumptions: list[str],
-) -> _Peak:
+) -> Peak:
     p = w.parallelism
     kv_dtype = (
         w.kv_cache_dtype
@@ -393,7 +261,7 @@ def _inference(
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
     )
-    return _Peak(
+    return Peak(
         gradients=0.0,
         activations=peak.activations,
         temporary=peak.temporary,
@@ -443,260 +311,13 @@ def _scaled(counts: ParameterCount, total: int) -> ParameterCount:
     )
 
 
-def _check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> None:
-    errors = _check_vision(w) if vision else _check_shape(arch, w)
-    p = w.parallelism
-    if p.cpu_offload.parameters and p.zero_stage < 3:
-        errors.append(
-            (
-                "$.workload.parallelism.cpu_offload.parameters",
-                "parameter offload needs zero_stage 3",
-            )
-        )
-    if w.mode not in ("finetune_qlora", "inference") and w.weight_quantization != "none":
-        errors.append(
-            (
-                "$.workload.weight_quantization",
-                "quantized weights apply to inference (finetune_qlora implies nf4)",
-            )
-        )
-    if errors:
-        raise InvalidModel(errors)
-
-
-def _check_vision(w: Workload) -> list[tuple[str, str]]:
-    errors = []
-    p = w.parallelism
-    if w.sequence_length is not None:
-        errors.append(("$.workload.sequence_length", "a vision model takes image_size"))
-    if w.gradient_checkpointing != "none":
-        errors.append(
-            (
-                "$.workload.gradient_checkpointing",
-                "not modelled for vision presets (their activations are measured without it)",
-            )
-        )
-    if p.tensor > 1 or p.pipeline > 1 or p.expert > 1:
-        errors.append(("$.workload.parallelism", "vision presets support data parallelism only"))
-    if w.mode in ("finetune_lora", "finetune_qlora"):
-        errors.append(("$.workload.mode", "LoRA modes apply to transformer models"))
-    return errors
-
-
-def _check_shape(arch: Architecture | None, w: Workload) -> list[tuple[str, str]]:
-    errors = []
-    p = w.parallelism
-    if w.image_size is not None:
-        errors.append(("$.workload.image_size", "applies to vision presets only"))
-    if arch is not None:
-        if w.sequence_length is None:
-            errors.append(("$.workload.sequence_length", "required for a transformer model"))
-        if p.tensor > 1 and arch.num_heads % p.tensor:
-            errors.append(
-                (
-                    "$.workload.parallelism.tensor",
-                    f"{p.tensor} does not divide {arch.num_heads} attention heads",
-                )
-            )
-        if p.pipeline > arch.num_layers:
-            errors.append(
-                (
-                    "$.workload.parallelism.pipeline",
-                    f"{p.pipeline} stages for {arch.num_layers} layers",
-                )
-            )
-        if p.expert > 1 and (arch.moe is None or arch.moe.num_experts % p.expert):
-            errors.append(
-                (
-                    "$.workload.parallelism.expert",
-                    "expert parallelism needs an MoE model whose experts it divides",
-                )
-            )
-    return errors
-
-
-def _describe(w: Workload, runtime: str) -> list[str]:
-    notes = []
-    if w.mode == "inference":
-        notes.append(
-            "inference: a no-grad prefill that keeps its KV cache and the last position's logits"
-        )
-    else:
-        notes.append(
-            "training: one steady-state step (forward, backward, optimizer step) after the first, "
-            "gradients freed with zero_grad(set_to_none=True); the loss is cross-entropy over every position"
-        )
-    if w.precision.startswith("amp_"):
-        notes.append(
-            "autocast: fp32 weights; each linear keeps its own half-precision copy of an fp32 input"
-        )
-    if runtime == "cpu":
-        notes.append(
-            "runtime cpu: CPU kernels (dropout keeps a noise tensor; Adam loops over tensors)"
-        )
-    if w.precision == "fp8":
-        notes.append(
-            "fp8: Transformer Engine convention (bf16 weights, fp32 master, fp8 copies of linear inputs); not validated against a real run"
-        )
-    return notes
-
-
-def _b(value: float) -> int:
-    return max(math.ceil(value), 0)
-
-
-def _response(
-    request: EstimateRequest,
-    *,
-    parameters: int,
-    states: ModelStates,
-    peak: _Peak,
-    arch: Architecture | None,
-    assumptions: list[str],
-    warnings: list[str],
-    gpu: GpuSpec | None,
-) -> EstimateResponse:
-    w = request.workload
-    p = w.parallelism
-    peak_bytes = (
-        states.weights
-        + states.optimizer
-        + states.master
-        + peak.gradients
-        + peak.activations
-        + peak.temporary
-        + peak.kv_cache
-    )
-    dynamic = peak.activations + peak.temporary + peak.gradients
-    overhead = framework_overhead(
-        request.runtime,
-        gpu.architecture if gpu else None,
-        [p.data, p.tensor, p.pipeline, p.expert],
-        dynamic,
-    )
-    breakdown = Breakdown(
-        weights_bytes=_b(states.weights),
-        gradients_bytes=_b(peak.gradients),
-        optimizer_state_bytes=_b(states.optimizer),
-        master_weights_bytes=_b(states.master),
-        activations_bytes=_b(peak.activations),
-        kv_cache_bytes=_b(peak.kv_cache),
-        temporary_bytes=_b(peak.temporary),
-        framework_overhead_bytes=_b(overhead.total),
-    )
-    return _finish(
-        request,
-        parameters=parameters,
-        trainable=states.trainable,
-        breakdown=breakdown,
-        peak_bytes=_b(peak_bytes),
-        phase=peak.phase,
-        arch=arch,
-        assumptions=[*assumptions, *overhead.notes],
-        warnings=warnings,
-        gpu=gpu,
-    )
-
-
-def _finish(
-    request: EstimateRequest,
-    *,
-    parameters: int,
-    trainable: int,
-    breakdown: Breakdown,
-    peak_bytes: int,
-    phase: str,
-    arch: Architecture | None,
-    assumptions: list[str],
-    warnings: list[str],
-    gpu: GpuSpec | None,
-) -> EstimateResponse:
-    total = peak_bytes + breakdown.framework_overhead_bytes
-    required = _b(total * (1 + HEADROOM))
-    fit = None
-    if gpu is not None:
-        usable = gpu.usable_memory_bytes
-        fit = Fit(
-            gpu=gpu.id,
-            usable_memory_bytes=usable,
-            required_bytes=required,
-            fits=required <= usable,
-            utilization=round(required / usable, 4),
-        )
-    return EstimateResponse(
-        method=request.method,
-        parameters=parameters,
-        trainable_parameters=trainable,
-        peak_bytes=peak_bytes,
-        total_bytes=total,
-        required_bytes=required,
-        headroom_fraction=HEADROOM,
-        peak_phase=phase,
-        breakdown=breakdown,
-        architecture=_summary(arch),
-        assumptions=assumptions,
-        warnings=warnings,
-        fit=fit,
-    )
-
-
-def _summary(arch: Architecture | None) -> ArchitectureSummary | None:
-    if arch is None:
+def _gpu(catalog: Catalog, name: str | None) -> GpuSpec | None:
+    if name is None:
         return None
-    return ArchitectureSummary(
-        model_type=arch.model_type,
-        num_layers=arch.num_layers,
-        hidden_size=arch.hidden_size,
-        num_attention_heads=arch.num_heads,
-        num_key_value_heads=arch.num_kv_heads,
-        head_dim=arch.head_dim,
-        intermediate_size=arch.intermediate_size,
-        vocab_size=arch.vocab_size,
-        num_experts=arch.moe.num_experts if arch.moe else 0,
-        experts_per_token=arch.moe.experts_per_token if arch.moe else 0,
-        tie_word_embeddings=arch.tie_word_embeddings,
-    )
-
-
-def _rule_of_thumb(
-    request: EstimateRequest,
-    parameters: int,
-    assumptions: list[str],
-    arch: Architecture | None,
-    gpu: GpuSpec | None,
-) -> EstimateResponse:
-    """The seed guide: parameter bytes x 2 (fp16) x parallel degree, + 30%, spread over the GPUs."""
-    p = request.workload.parallelism
-    degree = p.tensor * p.pipeline * p.data
-    per_gpu = parameters * 2 * degree * (1 + RULE_OF_THUMB_BUFFER) / degree
-    weights = parameters * 2
-    breakdown = Breakdown(
-        weights_bytes=weights,
-        gradients_bytes=0,
-        optimizer_state_bytes=0,
-        master_weights_bytes=0,
-        activations_bytes=0,
-        kv_cache_bytes=0,
-        temporary_bytes=_b(per_gpu - weights),
-        framework_overhead_bytes=0,
-    )
-    warnings = [
-        "rule_of_thumb is the seed guide's formula, kept for comparison: it ignores gradients, optimizer states and "
-        "activations, and underestimates training by more than half on real runs; plan with method analytic"
-    ]
-    notes = [
-        *assumptions,
-        "rule of thumb: parameters x 2 bytes x parallel degree x 1.3, divided over the GPUs",
-    ]
-    return _finish(
-        request,
-        parameters=parameters,
-        trainable=0,
-        breakdown=breakdown,
-        peak_bytes=_b(per_gpu),
-        phase="rule of thumb",
-        arch=arch,
-        assumptions=notes,
-        warnings=warnings,
-        gpu=gpu,
-    )
+    try:
+        return catalog.get(name)
+    except UnknownGpu as exc:
+        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
+        raise InvalidModel(
+            [("$.gpu", f"no GPU in the catalog is named {name!r}{closest}")]
+        ) from None

@@ -15,17 +15,12 @@ import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.schema import Workload
+from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job, resolve_gpu
-from gpuplan.core.recommend.plans import (
-    GpuContext,
-    _serve,
-    gpu_context,
-    inference_plans,
-    time_training,
-    training_plans,
-)
 from gpuplan.core.recommend.schema import Advice, Layout, RecommendRequest
+from gpuplan.core.recommend.serving import serve_option, serving_options
+from gpuplan.core.recommend.training import time_training, training_options
 
 ONE = Layout(tensor=1, pipeline=1, data=1, zero_stage=0)
 OFFLOAD = Layout(tensor=1, pipeline=1, data=1, zero_stage=0, cpu_offload_optimizer=True)
@@ -109,7 +104,7 @@ class _Advisor:
             base = self.oracle.response(with_layout(w, layout))
             if base is None:
                 return None
-            plan = _serve(
+            plan = serve_option(
                 job,
                 ctx,
                 w,
@@ -233,7 +228,7 @@ class _Advisor:
         return None
 
     def _shard_training(self) -> Advice | None:
-        plans, _ = training_plans(
+        plans, _ = training_options(
             self.job,
             self.ctx,
             self.oracle,
@@ -299,7 +294,7 @@ class _Advisor:
                 if a is not None:
                     out.append(a)
                 break
-        plans, _ = inference_plans(self.job, self.ctx, self.oracle, self.request.constraints)
+        plans, _ = serving_options(self.job, self.ctx, self.oracle, self.request.constraints)
         if plans and plans[0].layout is not None:
             lay = Layout(tensor=plans[0].layout.tensor, pipeline=1, data=1, zero_stage=0)
             a = self._advice("shard over more GPUs", w, _layout_text(lay), lay)

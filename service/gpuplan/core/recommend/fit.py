@@ -15,8 +15,9 @@ import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.errors import InvalidModel
-from gpuplan.core.memory.estimate import HEADROOM, estimate
+from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.overhead import framework_overhead
+from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
 from gpuplan.core.perf.speed import LayoutLinks
 from gpuplan.core.recommend.schema import Layout

@@ -18,15 +18,18 @@ import math
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.perf.cost import break_even_utilization, gpu_power_kw
+from gpuplan.core.recommend.context import gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job, resolve_gpu
-from gpuplan.core.recommend.plans import Plan, gpu_context, inference_plans, training_plans
+from gpuplan.core.recommend.option import Option
 from gpuplan.core.recommend.schema import (
     HybridComparison,
     HybridOption,
     HybridSpec,
     RecommendRequest,
 )
+from gpuplan.core.recommend.serving import serving_options
+from gpuplan.core.recommend.training import training_options
 from gpuplan.core.record import Record
 
 HOURS_PER_MONTH = 730.0
@@ -37,7 +40,7 @@ class _Month(Record, kw_only=True):
 
     owned: GpuSpec
     burst: GpuSpec
-    own_plan: Plan | None
+    own_plan: Option | None
     own_hours: float | None
     burst_hours: float | None
     purchase: float | None
@@ -161,14 +164,14 @@ def _hybrid(m: _Month, job: Job, owned_count: int) -> HybridOption:
 
 def _plan(
     request: RecommendRequest, job: Job, oracle: MemoryOracle, gpu: GpuSpec, trainable: int
-) -> Plan | None:
+) -> Option | None:
     ctx = gpu_context(gpu, job, request.efficiency.mfu, request.efficiency.mbu, request.constraints)
     if ctx.rate is None:
         return None
     if job.kind == "inference":
-        plans, _ = inference_plans(job, ctx, oracle, request.constraints)
+        plans, _ = serving_options(job, ctx, oracle, request.constraints)
     else:
-        plans, _ = training_plans(
+        plans, _ = training_options(
             job, ctx, oracle, request.constraints, objective="cheapest", trainable=trainable
         )
     plans = [p for p in plans if p.fits]

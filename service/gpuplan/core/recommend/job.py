@@ -8,7 +8,7 @@ import msgspec
 from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
-from gpuplan.core.memory.estimate import ResolvedModel, resolve_model
+from gpuplan.core.memory.model import ResolvedModel, resolve_model
 from gpuplan.core.memory.parameters import ParameterCount, count_parameters
 from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.perf.cost import EnergyInputs, OnPremInputs

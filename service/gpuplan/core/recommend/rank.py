@@ -9,27 +9,23 @@ advice for the preferred or cheapest GPU, and the hybrid comparison.
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.recommend.advice import advise
+from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
 from gpuplan.core.recommend.job import Job, resolve_gpu, resolve_job
-from gpuplan.core.recommend.plans import (
-    GpuContext,
-    Plan,
-    gpu_context,
-    inference_plans,
-    objective_key,
-    training_plans,
-)
+from gpuplan.core.recommend.option import Option, objective_key
 from gpuplan.core.recommend.scenario import classify
 from gpuplan.core.recommend.schema import (
+    Candidate,
     Constraints,
     Objective,
-    Recommendation,
     RecommendRequest,
     RecommendResponse,
     SearchStats,
 )
+from gpuplan.core.recommend.serving import serving_options
+from gpuplan.core.recommend.training import training_options
 
 
 def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
@@ -46,9 +42,9 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     base = oracle.first(job.workload)
     trainable = base.trainable_parameters
     contexts: dict[str, GpuContext] = {}
-    best: list[Plan] = []
-    extra: list[Plan] = []
-    misses: list[Plan] = []
+    best: list[Option] = []
+    extra: list[Option] = []
+    misses: list[Option] = []
     considered = 0
     for gpu in candidates:
         ctx = gpu_context(gpu, job, request.efficiency.mfu, request.efficiency.mbu, c)
@@ -119,9 +115,9 @@ def _plans(
     *,
     objective: Objective,
     trainable: int,
-) -> tuple[list[Plan], Plan]:
+) -> tuple[list[Option], Option]:
     if ctx.rate is None:
-        miss = Plan(
+        miss = Option(
             gpu=ctx.gpu,
             count=1,
             layout=None,
@@ -132,8 +128,8 @@ def _plans(
         )
         return [], miss
     if job.kind == "inference":
-        return inference_plans(job, ctx, oracle, c)
-    return training_plans(job, ctx, oracle, c, objective=objective, trainable=trainable)
+        return serving_options(job, ctx, oracle, c)
+    return training_options(job, ctx, oracle, c, objective=objective, trainable=trainable)
 
 
 def candidate_gpus(catalog: Catalog, c: Constraints) -> list[GpuSpec]:
@@ -155,7 +151,7 @@ def candidate_gpus(catalog: Catalog, c: Constraints) -> list[GpuSpec]:
     return gpus
 
 
-def _score(plans: list[Plan], objective: Objective) -> list[tuple[Plan, float]]:
+def _score(plans: list[Option], objective: Objective) -> list[tuple[Option, float]]:
     """Score in (0, 1]: the best plan's figure over this plan's (balanced: geometric mean)."""
     if not plans:
         return []
@@ -182,7 +178,7 @@ def _score(plans: list[Plan], objective: Objective) -> list[tuple[Plan, float]]:
     return out
 
 
-def _recommendation(p: Plan, score: float) -> Recommendation:
+def _recommendation(p: Option, score: float) -> Candidate:
     usable = p.gpu.usable_memory_bytes
     reasons = list(p.reasons)
     if not p.fits:
@@ -194,7 +190,7 @@ def _recommendation(p: Plan, score: float) -> Recommendation:
             )
         elif not reasons:
             reasons.append("no layout could be estimated for this GPU")
-    return Recommendation(
+    return Candidate(
         gpu=p.gpu.id,
         name=p.gpu.name,
         count=p.count,

@@ -181,7 +181,7 @@ class Latency(Record, kw_only=True):
     decode_bound: str
 
 
-class Recommendation(Record, kw_only=True):
+class Candidate(Record, kw_only=True):
     """One GPU model at one count."""
 
     gpu: str
@@ -282,7 +282,7 @@ class SearchStats(Record, kw_only=True):
 class RecommendResponse(Record, kw_only=True):
     objective: Objective
     workload_kind: Literal["training", "inference"]
-    recommendations: list[Recommendation]
+    recommendations: list[Candidate]
     scenario: Scenario
     advice: list[Advice]
     hybrid: HybridComparison | None

@@ -14,28 +14,28 @@ import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.catalog.model import PRECISIONS
-from gpuplan.core.fleet import MeasuredFlops
-from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.schema import EstimateRequest
-from gpuplan.core.mig.load import builtin_tables
-from gpuplan.core.mig.model import MigGpu, MigProfile
-from gpuplan.core.mig.tables import profile_index, resolve
-from gpuplan.core.plan.errors import InvalidPlan
-from gpuplan.core.plan.identity import plan_id
-from gpuplan.core.plan.mig_fit import mig_capable, mig_fit, smallest_holding
-from gpuplan.core.plan.schema import PlanFile, PlanReport, Targets, Verdict
-from gpuplan.core.plan.sizing import Sized, size_at
-from gpuplan.core.plan.verdicts import (
+from gpuplan.core.ci.errors import InvalidCiPlan
+from gpuplan.core.ci.identity import plan_id
+from gpuplan.core.ci.mig_fit import mig_capable, mig_fit, smallest_holding
+from gpuplan.core.ci.schema import CiPlan, CiReport, Targets, Verdict
+from gpuplan.core.ci.sizing import Sized, size_at
+from gpuplan.core.ci.verdicts import (
     cost_verdict,
     fits_verdict,
     headroom_verdict,
     mig_verdict,
     time_verdict,
 )
+from gpuplan.core.fleet import MeasuredFlops
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.schema import EstimateRequest
+from gpuplan.core.mig.load import builtin_tables
+from gpuplan.core.mig.model import MigGpu, MigProfile
+from gpuplan.core.mig.tables import profile_index, resolve
 from gpuplan.core.recommend import InvalidRecommendation, recommend
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job, resolve_job
-from gpuplan.core.recommend.schema import Layout, Recommendation, RecommendRequest
+from gpuplan.core.recommend.schema import Candidate, Layout, RecommendRequest
 from gpuplan.core.record import Record
 
 ASSUMPTIONS = [
@@ -56,12 +56,12 @@ class _Resolved(Record, kw_only=True):
     mig: tuple[GpuSpec, MigGpu, MigProfile] | None
 
 
-def plan(
-    request: PlanFile,
+def check(
+    request: CiPlan,
     catalog: Catalog,
     measured: Sequence[MeasuredFlops] | None = None,
     mig_tables: Sequence[MigGpu] | None = None,
-) -> PlanReport:
+) -> CiReport:
     """Check the plan's targets; raises :class:`~gpuplan.core.errors.InvalidRequest`
     subclasses naming the offending field."""
     tables = builtin_tables() if mig_tables is None else mig_tables
@@ -72,7 +72,7 @@ def plan(
         job = resolve_job(rec_request, catalog)
         rec = recommend(rec_request, catalog)
     except InvalidRecommendation as exc:
-        raise InvalidPlan(exc.errors) from None
+        raise InvalidCiPlan(exc.errors) from None
     oracle = MemoryOracle(request.model, catalog)
     one_gpu = oracle.laid_out(job.workload, Layout(tensor=1, pipeline=1, data=1, zero_stage=0))
 
@@ -107,7 +107,7 @@ def plan(
     shaky = [f"{m.gpu} {m.profile}" for m in mig if m.unverified]
     if shaky:
         unverified.append("MIG profiles not confirmed on hardware: " + ", ".join(shaky))
-    return PlanReport(
+    return CiReport(
         plan_id=plan_id(request),
         passed=all(v.status == "pass" for v in verdicts),
         verdicts=verdicts,
@@ -126,7 +126,7 @@ def plan(
 def _resolve_targets(t: Targets, catalog: Catalog, tables: Sequence[MigGpu]) -> _Resolved:
     """Every name the targets use, resolved before any work (a typo is a 422 at once)."""
     if all(getattr(t, name) is None for name in t.__struct_fields__):
-        raise InvalidPlan(
+        raise InvalidCiPlan(
             [("$.targets", "name at least one target: " + ", ".join(t.__struct_fields__))]
         )
     fits_gpu = _gpu(catalog, t.fits.gpu, "$.targets.fits.gpu") if t.fits else None
@@ -140,11 +140,11 @@ def _resolve_targets(t: Targets, catalog: Catalog, tables: Sequence[MigGpu]) -> 
 
 
 def _verdicts(
-    request: PlanFile,
+    request: CiPlan,
     names: _Resolved,
     *,
-    recs: list[Recommendation],
-    chosen: tuple[Recommendation | None, str],
+    recs: list[Candidate],
+    chosen: tuple[Candidate | None, str],
     job: Job,
     oracle: MemoryOracle,
     required_on: Callable[[GpuSpec], int | None],
@@ -172,7 +172,7 @@ def _verdicts(
         spec, table, named = names.mig
         need = required_on(spec)
         if need is None:
-            raise InvalidPlan([("$.workload", "the estimator cannot size the job on one GPU")])
+            raise InvalidCiPlan([("$.workload", "the estimator cannot size the job on one GPU")])
         verdicts.append(mig_verdict(spec, named, smallest_holding(table, need), need))
     if t.min_memory_headroom is not None:
         if fits_gpu is not None and t.fits is not None:
@@ -198,12 +198,12 @@ def _gpu(catalog: Catalog, name: str, path: str) -> GpuSpec:
         return catalog.get(name)
     except UnknownGpu as exc:
         hint = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        raise InvalidPlan([(path, f"no GPU in the catalog is named {name!r}{hint}")]) from None
+        raise InvalidCiPlan([(path, f"no GPU in the catalog is named {name!r}{hint}")]) from None
 
 
 def _with_measured(
-    request: PlanFile, measured: Sequence[MeasuredFlops] | None, catalog: Catalog
-) -> PlanFile:
+    request: CiPlan, measured: Sequence[MeasuredFlops] | None, catalog: Catalog
+) -> CiPlan:
     """The fleet's measured FLOP/s merged under the request's own, per GPU and precision.
 
     The request's names are resolved to catalog ids first, so ``NVIDIA H100 80GB HBM3``
@@ -223,10 +223,10 @@ def _with_measured(
             key = name
         for dtype, value in rates.items():
             merged.setdefault(key, {})[dtype] = value
-    return msgspec.convert({**msgspec.to_builtins(request), "measured_flops": merged}, PlanFile)
+    return msgspec.convert({**msgspec.to_builtins(request), "measured_flops": merged}, CiPlan)
 
 
-def _recommend_request(request: PlanFile, fits_gpu: GpuSpec | None) -> RecommendRequest:
+def _recommend_request(request: CiPlan, fits_gpu: GpuSpec | None) -> RecommendRequest:
     fields = {name: getattr(request, name) for name in RecommendRequest.__struct_fields__}
     constraints = request.constraints
     if fits_gpu is not None and constraints.preferred_gpu is None:
@@ -238,10 +238,10 @@ def _recommend_request(request: PlanFile, fits_gpu: GpuSpec | None) -> Recommend
 
 def _chosen(
     rec_request: RecommendRequest,
-    recs: list[Recommendation],
+    recs: list[Candidate],
     fits: tuple[GpuSpec, int] | None,
     catalog: Catalog,
-) -> tuple[Recommendation | None, str]:
+) -> tuple[Candidate | None, str]:
     """The plan the cost and time targets are checked against, and how it was chosen.
 
     With a ``fits`` target: the recommendation's best plan on that GPU using at most

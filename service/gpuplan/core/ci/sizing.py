@@ -10,10 +10,11 @@ exactly when that one fits, and its headroom is the most the count allows.
 """
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.recommend.context import TP_DEGREES
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.plans import TP_DEGREES, training_ladder
 from gpuplan.core.recommend.schema import Constraints, Layout
+from gpuplan.core.recommend.training import training_ladder
 from gpuplan.core.record import Record
 
 

@@ -3,5 +3,5 @@
 from gpuplan.core.errors import InvalidRequest
 
 
-class InvalidPlan(InvalidRequest):
+class InvalidCiPlan(InvalidRequest):
     """The plan cannot be computed (see :class:`InvalidRequest`); the API answers 422."""

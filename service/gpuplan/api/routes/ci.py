@@ -17,8 +17,8 @@ from gpuplan.api.answers import Encoded
 from gpuplan.api.compute import bounded
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
+from gpuplan.core.ci import CiPlan, CiReport, check
 from gpuplan.core.fleet import MeasuredFlops, measured_flops
-from gpuplan.core.plan import PlanFile, PlanReport, plan
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.store import FleetStore
 
@@ -35,8 +35,8 @@ async def _measured(state: Runtime) -> tuple[list[MeasuredFlops] | None, str | N
     return measured_flops(nodes, state.catalog), None
 
 
-@operation("POST", "/v1/plan", body=PlanFile, problems=(503,), tags=["plan"])
-async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> Encoded[PlanReport]:
+@operation("POST", "/v1/plan", body=CiPlan, problems=(503,), tags=["plan"])
+async def plan_job(request: Request[Any, Any, Any], body: CiPlan) -> Encoded[CiReport]:
     """Check a job's targets: fits, cost, time, MIG profile, memory headroom.
 
     The body is a recommendation request (`model`, `workload`, `objective`,
@@ -49,8 +49,8 @@ async def plan_job(request: Request[Any, Any, Any], body: PlanFile) -> Encoded[P
     state = runtime(request)
     measured, warning = await _measured(state)
 
-    def planned() -> PlanReport:
-        report = plan(body, state.catalog, measured)
+    def planned() -> CiReport:
+        report = check(body, state.catalog, measured)
         if warning is None:
             return report
         return msgspec.structs.replace(report, warnings=[*report.warnings, warning])

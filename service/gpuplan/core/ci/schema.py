@@ -14,9 +14,9 @@ import msgspec
 from gpuplan.core.memory.schema import EstimateResponse
 from gpuplan.core.recommend.schema import (
     Advice,
+    Candidate,
     GpuName,
     HybridComparison,
-    Recommendation,
     RecommendRequest,
     Scenario,
 )
@@ -65,7 +65,7 @@ class Targets(Record, kw_only=True):
     """1 − required/usable on the ``fits`` GPU (else the top recommendation's) ≥ this."""
 
 
-class PlanFile(RecommendRequest, kw_only=True):
+class CiPlan(RecommendRequest, kw_only=True):
     """A plan file: the recommendation's request and the targets to check."""
 
     targets: Targets
@@ -129,7 +129,7 @@ class MigFit(Record, kw_only=True):
     """The profile's numbers are not all confirmed on hardware."""
 
 
-class PlanReport(Record, kw_only=True):
+class CiReport(Record, kw_only=True):
     plan_id: str
     """``sha256:`` of the normalized request (defaults filled, keys sorted): equal plans, equal ids."""
 
@@ -140,7 +140,7 @@ class PlanReport(Record, kw_only=True):
     estimate: EstimateResponse
     """The job on one GPU, as its workload describes it (parallelism included)."""
 
-    recommendations: list[Recommendation]
+    recommendations: list[Candidate]
     scenario: Scenario
     mig: list[MigFit]
     advice: list[Advice]

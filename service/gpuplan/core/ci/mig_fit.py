@@ -11,9 +11,9 @@ and ``-c`` variants hold no more memory than their plain sibling.
 from collections.abc import Sequence
 
 from gpuplan.core.catalog import Catalog, GpuSpec
+from gpuplan.core.ci.schema import MigFit
 from gpuplan.core.mig.model import MigGpu, MigProfile
 from gpuplan.core.mig.tables import resource_name
-from gpuplan.core.plan.schema import MigFit
 
 
 def plain_profiles(table: MigGpu) -> list[MigProfile]:

@@ -10,9 +10,9 @@ import hashlib
 
 import msgspec
 
-from gpuplan.core.plan.schema import PlanFile
+from gpuplan.core.ci.schema import CiPlan
 
 
-def plan_id(request: PlanFile) -> str:
+def plan_id(request: CiPlan) -> str:
     canonical = msgspec.json.encode(request, order="sorted")
     return "sha256:" + hashlib.sha256(canonical).hexdigest()

@@ -16,10 +16,10 @@ Semantics (docs/ci.md):
 """
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.ci.schema import FitsTarget, Verdict
+from gpuplan.core.ci.sizing import Sized, describe
 from gpuplan.core.mig.model import MigProfile
-from gpuplan.core.plan.schema import FitsTarget, Verdict
-from gpuplan.core.plan.sizing import Sized, describe
-from gpuplan.core.recommend.schema import Recommendation
+from gpuplan.core.recommend.schema import Candidate
 
 GiB = 2**30
 
@@ -61,7 +61,7 @@ def fits_verdict(target: FitsTarget, gpu: GpuSpec, sized: Sized | None, why_not:
     )
 
 
-def _unusable(rec: Recommendation | None, what: str, basis: str) -> str | None:
+def _unusable(rec: Candidate | None, what: str, basis: str) -> str | None:
     if rec is None:
         return f"no plan to take the {what} from ({basis})"
     if not rec.fits:
@@ -69,7 +69,7 @@ def _unusable(rec: Recommendation | None, what: str, basis: str) -> str | None:
     return None
 
 
-def cost_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdict:
+def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
     problem = _unusable(rec, "cost", basis)
     if problem is None and rec is not None and rec.cost_usd is None:
         problem = f"{rec.gpu} has no price ({'; '.join(rec.reasons[-1:])})"
@@ -100,7 +100,7 @@ def cost_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdic
     )
 
 
-def time_verdict(limit: float, rec: Recommendation | None, basis: str) -> Verdict:
+def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
     problem = _unusable(rec, "time", basis)
     if problem is None and rec is not None and rec.time_hours is None:
         problem = f"{rec.gpu} has no time estimate"
