@@ -105,6 +105,18 @@ def test_mig_capability(catalog: Catalog) -> None:
         assert catalog.get(gpu_id).mig.max_instances == count
 
 
+def test_scale_up_links(catalog: Catalog) -> None:
+    # MI355X: 7 Infinity Fabric links of 153.6 GB/s (CDNA 4 white paper), not MI300X's 896 GB/s.
+    link = catalog.get("mi355x-288gb").interconnect.gpu_link
+    assert link is not None
+    assert (link.links, link.bidirectional_bytes_per_s) == (7, 1_075_200_000_000)
+    assert link.per_direction_bytes_per_s == 537_600_000_000
+    assert "interconnect.gpu_link" not in catalog.get("mi355x-288gb").unverified
+    mi300x = catalog.get("mi300x-192gb").interconnect.gpu_link
+    assert mi300x is not None
+    assert mi300x.bidirectional_bytes_per_s == 896_000_000_000
+
+
 def test_prices_carry_date_and_source(catalog: Catalog) -> None:
     priced = [g for g in catalog if g.price.cloud_on_demand or g.price.purchase]
     assert priced, "some SKUs have a sourced price"
