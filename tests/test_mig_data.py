@@ -42,9 +42,13 @@ FACTS = {
     "h100-80gb": _seven("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me"),
     "h100-94gb": _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", "1g.12gb+me"),
     "h100-96gb": _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me"),
+    "h20-96gb": _seven("1g.12gb", "1g.24gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me"),
     "h200-141gb": _seven("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me"),
+    "gh200-144gb": _seven("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb", "1g.18gb+me"),
     "b200-180gb": _seven("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", "1g.23gb+me"),
     "gb200-186gb": _seven("1g.23gb", "1g.47gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "1g.23gb+me"),
+    "b300-288gb": _seven("1g.34gb", "1g.67gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb", "1g.34gb+me"),
+    "gb300-288gb": _seven("1g.35gb", "1g.70gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb", "1g.35gb+me"),
     "a30-24gb": [("1g.6gb", 1, 1, 4, [0, 1, 2, 3]), ("1g.6gb+me", 1, 1, 1, [0, 1, 2, 3]),
                  ("2g.12gb", 2, 2, 2, [0, 2]), ("2g.12gb+me", 2, 2, 1, [0, 2]), ("4g.24gb", 4, 4, 1, [0])],
     "rtx-pro-6000-96gb": [
@@ -54,8 +58,14 @@ FACTS = {
         ("2g.48gb+me.all", 2, 2, 1, [0, 2]), ("2g.48gb-me", 2, 2, 2, [0, 2]), ("4g.96gb", 4, 4, 1, [0]),
         ("4g.96gb+gfx", 4, 4, 1, [0]),
     ],
+    # MIG User Guide r610: two slices, at most two instances.
+    "rtx-pro-5000-48gb": [
+        ("1g.24gb", 1, 1, 2, [0, 1]), ("1g.24gb+me", 1, 1, 1, [0, 1]), ("1g.24gb+gfx", 1, 1, 2, [0, 1]),
+        ("1g.24gb+me.all", 1, 1, 1, [0, 1]), ("1g.24gb-me", 1, 1, 2, [0, 1]), ("2g.48gb", 2, 2, 1, [0]),
+        ("2g.48gb+gfx", 2, 2, 1, [0]),
+    ],
 }  # fmt: skip
-SLICES = {"a30-24gb": 4, "rtx-pro-6000-96gb": 4}
+SLICES = {"a30-24gb": 4, "rtx-pro-6000-96gb": 4, "rtx-pro-5000-48gb": 2}
 # Placement tables confirmed by nvidia-smi mig -lgipp or NVML output (mig.md §2a, the B200 and
 # A30 captures, the RTX PRO 6000 capture on its 12-unit grid); the rest are unverified.
 VERIFIED_PLACEMENTS = {"a100-40gb", "a100-80gb", "h100-80gb", "h100-94gb", "b200-180gb", "a30-24gb",

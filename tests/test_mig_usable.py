@@ -108,7 +108,7 @@ def test_every_derived_figure_is_the_model(model: dict[str, Any]) -> None:
                 usable.is_captured(q) and q.memory_slices == p.memory_slices for q in table.profiles
             )
             assert kinds == {"mig-memory-same-slices" if same_slices else "mig-memory-model"}
-    assert derived == 10
+    assert derived == 45
 
 
 def test_a_fraction_without_captures_has_no_figure() -> None:
