@@ -16,6 +16,9 @@ REQUIRED_IDS = {
     "a100-sxm4-40gb", "a100-pcie-80gb", "a100-sxm4-80gb", "h100-pcie-80gb", "h100-sxm5-80gb",
     "h100-nvl-94gb", "h200-sxm-141gb", "h200-nvl-141gb", "b200-180gb", "gb200-186gb",
     "mi250x", "mi300x-192gb", "mi325x-256gb", "mi355x-288gb",
+    # MIG-capable parts of the MIG User Guide and mig-parted's default config
+    "gh200-96gb", "gh200-144gb", "h20-96gb", "b300-288gb", "gb300-288gb", "rtx-pro-5000-48gb",
+    "rtx-pro-6000-server-96gb", "rtx-pro-6000-workstation-96gb", "rtx-pro-6000-max-q-96gb",
 }  # fmt: skip
 
 
@@ -100,9 +103,36 @@ def test_precisions_a_part_lacks_are_absent(catalog: Catalog) -> None:
 
 def test_mig_capability(catalog: Catalog) -> None:
     expected = {"a30-24gb": 4, "a100-sxm4-40gb": 7, "a100-pcie-80gb": 7, "h100-sxm5-80gb": 7,
-                "h200-sxm-141gb": 7, "b200-180gb": 7, "l40s-48gb": 0, "rtx-4090-24gb": 0}  # fmt: skip
+                "h200-sxm-141gb": 7, "b200-180gb": 7, "l40s-48gb": 0, "rtx-4090-24gb": 0,
+                "h20-96gb": 7, "gh200-144gb": 7, "b300-288gb": 7, "gb300-288gb": 7,
+                "rtx-pro-5000-48gb": 2, "rtx-pro-6000-max-q-96gb": 4}  # fmt: skip
     for gpu_id, count in expected.items():
         assert catalog.get(gpu_id).mig.max_instances == count
+
+
+def test_scale_up_links(catalog: Catalog) -> None:
+    # MI355X: 7 Infinity Fabric links of 153.6 GB/s (CDNA 4 white paper), not MI300X's 896 GB/s.
+    link = catalog.get("mi355x-288gb").interconnect.gpu_link
+    assert link is not None
+    assert (link.links, link.bidirectional_bytes_per_s) == (7, 1_075_200_000_000)
+    assert link.per_direction_bytes_per_s == 537_600_000_000
+    assert "interconnect.gpu_link" not in catalog.get("mi355x-288gb").unverified
+    mi300x = catalog.get("mi300x-192gb").interconnect.gpu_link
+    assert mi300x is not None
+    assert mi300x.bidirectional_bytes_per_s == 896_000_000_000
+
+
+def test_new_mig_parts_mark_what_no_primary_source_confirms(catalog: Catalog) -> None:
+    for gpu_id in ("h20-96gb", "b300-288gb", "gb300-288gb", "rtx-pro-5000-48gb"):
+        gpu = catalog.get(gpu_id)
+        assert "peak_flops" in gpu.unverified, gpu_id
+        assert "memory_bandwidth_bytes_per_s" in gpu.unverified, gpu_id
+        assert all(s.kind == "measured" for s in gpu.sources["usable_memory_bytes"]), gpu_id
+    # Driver totals read on hardware; the MIG names round them up (7g.269gb, 7g.278gb, 7g.144gb).
+    assert catalog.get("b300-288gb").usable_memory_bytes == 275040 * 2**20
+    assert catalog.get("gb300-288gb").usable_memory_bytes == 284208 * 2**20
+    assert catalog.get("gh200-144gb").usable_memory_bytes == 146831 * 2**20
+    assert catalog.get("h20-96gb").usable_memory_bytes == 97871 * 2**20
 
 
 def test_prices_carry_date_and_source(catalog: Catalog) -> None:
@@ -143,6 +173,16 @@ def test_prices_carry_date_and_source(catalog: Catalog) -> None:
         ("0x74a1", "mi300x-192gb"),
         ("1002:74a1", "mi300x-192gb"),
         ("AMD Instinct MI300X", "mi300x-192gb"),
+        ("NVIDIA H20", "h20-96gb"),
+        ("0x232910DE", "h20-96gb"),
+        ("NVIDIA GH200 144G HBM3e", "gh200-144gb"),
+        ("NVIDIA B300 SXM6 AC", "b300-288gb"),
+        ("0x318210DE", "b300-288gb"),
+        ("NVIDIA GB300", "gb300-288gb"),
+        ("0x31C210DE", "gb300-288gb"),
+        ("NVIDIA RTX PRO 5000 Blackwell", "rtx-pro-5000-48gb"),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", "rtx-pro-6000-max-q-96gb"),
+        ("10de:2bb4", "rtx-pro-6000-max-q-96gb"),
     ],
 )
 def test_lookup_by_every_name_form(catalog: Catalog, query: str, expected: str) -> None:

@@ -31,7 +31,9 @@ def test_filters_combine(client: TestClient) -> None:  # type: ignore[type-arg]
     ).json()
     assert set(_ids(body)) == {"h100-pcie-80gb", "h100-sxm5-80gb", "h100-nvl-94gb", "h200-sxm-141gb",
                                "h200-nvl-141gb", "b200-180gb", "gb200-186gb", "gh200-96gb",
-                               "rtx-pro-6000-server-96gb", "rtx-pro-6000-workstation-96gb"}  # fmt: skip
+                               "rtx-pro-6000-server-96gb", "rtx-pro-6000-workstation-96gb",
+                               "rtx-pro-6000-max-q-96gb", "h20-96gb", "gh200-144gb", "b300-288gb",
+                               "gb300-288gb"}  # fmt: skip
     for gpu in body["gpus"]:
         assert gpu["vendor"] == "nvidia"
         assert gpu["mig"]["supported"]

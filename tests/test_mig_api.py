@@ -35,10 +35,13 @@ def test_profiles_by_every_lookup_form(client: TestClient, name: str) -> None:  
 
 
 def test_profiles_show_unverified_fields(client: TestClient) -> None:  # type: ignore[type-arg]
-    body = client.get("/v1/mig/profiles?gpu=NVIDIA%20B200").json()
+    body = client.get("/v1/mig/profiles?gpu=NVIDIA%20GB200").json()
     assert body["unverified"] is True
     assert all("placements" in p["unverified"] for p in body["profiles"])
     assert body["profiles"][0]["sources"]["placements"][0]["kind"] == "derived"
+    # B200's memory and placements are captured on hardware now.
+    body = client.get("/v1/mig/profiles?gpu=NVIDIA%20B200").json()
+    assert body["unverified"] is False
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,12 @@
 """The MIG data Structs: one :class:`MigGpu` per slice geometry, one :class:`MigProfile` per
 GPU-instance profile.
 
-A GPU in MIG mode has ``memory_slices`` memory slices (8, or 4 on A30 and RTX PRO) and
-``compute_slices`` compute slices. A GPU instance (GI) takes a run of memory slices that
-must start at one of its profile's ``placements`` (NVML's ``{start, size}``, in memory
-slices) and may not overlap another GI; its compute slices are counted, not placed. The
-``gb`` number in a profile's name is rounded marketing: ``memory_bytes`` is what the
-driver reports, and fit decisions use only that.
+A GPU in MIG mode has ``memory_slices`` memory slices (8; 4 on A30 and RTX PRO 6000; 2 on
+RTX PRO 5000) and ``compute_slices`` compute slices. A GPU instance (GI) takes a run of
+memory slices that must start at one of its profile's ``placements`` (NVML's ``{start,
+size}``, in memory slices) and may not overlap another GI; its compute slices are counted,
+not placed. The ``gb`` number in a profile's name is rounded marketing: ``memory_bytes`` is
+what the driver reports, and fit decisions use only that.
 """
 
 from typing import Annotated, Literal
@@ -73,7 +73,7 @@ class MigGpu(Record, kw_only=True):
     gpus: list[str]
     """Catalog ids that use this table."""
 
-    memory_slices: Literal[4, 8]
+    memory_slices: Literal[2, 4, 8]
     compute_slices: Annotated[int, msgspec.Meta(ge=1, le=8)]
     max_instances: Annotated[int, msgspec.Meta(ge=1, le=8)]
     engine_budget: list[Engine] = []

@@ -6,6 +6,11 @@ a list of entries, each with ``devices`` (a list of GPU indices or ``all``),
 entry to PCI device ids written ``0x<device><vendor>``. A node applies one config,
 chosen by the label ``nvidia.com/mig.config``. The text is written here, not by a YAML
 library, so that it is byte-stable and every string is quoted.
+
+mig-parted refuses a file without a config ("at least one entry in 'mig-configs' is
+required"), so a plan that places no GPU still writes ``gpuplan-all``: one entry whose
+``devices`` list is empty. mig-parted accepts an empty list and applies the entry to no
+GPU, so a node labelled ``gpuplan-all`` is left as it is.
 """
 
 from collections.abc import Sequence
@@ -42,9 +47,14 @@ def repr_yaml(text: str) -> str:
 def render(layouts: Sequence[Layout], pci_device_ids: Sequence[str] = ()) -> str:
     """The config file: one config per layout, and ``gpuplan-all`` with every entry."""
     device_filter = [f"0x{d[2:].upper()}10DE" for d in pci_device_ids]
-    if not layouts:
-        return "version: v1\nmig-configs: {}\n"
     lines = ["version: v1", "mig-configs:"]
+    if not layouts:
+        lines.append(
+            "  # No GPU is placed: this entry matches none, so applying it changes nothing."
+        )
+        lines.append("  gpuplan-all:")
+        lines.extend("  " + line for line in _entry([], [], device_filter))
+        return "\n".join(lines) + "\n"
     for name, devices, counts in layouts:
         lines.append(f"  {name}:")
         lines.extend("  " + line for line in _entry(devices, counts, device_filter))
