@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.mig import PlanRequest, builtin_tables, plan
+from gpuplan.core.mig import PartitionRequest, builtin_tables, partition
 from tests.migparted_spec import (
     DeviceID,
     Spec,
@@ -36,7 +36,7 @@ def table_of(gpu_id: str) -> Any:
 
 
 def run(body: dict[str, Any]) -> Any:
-    return plan(msgspec.convert(body, PlanRequest), CATALOG)
+    return partition(msgspec.convert(body, PartitionRequest), CATALOG)
 
 
 def node_of(gpu_id: str, size: int) -> list[DeviceID]:
