@@ -32,7 +32,7 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], int, int]] = {
     "resnet-50": (lambda: ResNet((3, 4, 6, 3)), 128, 4),
     "yolov5s": (lambda: YoloV5(0.33, 0.50), 256, 2),
 }
-RUNS = [("train", "adamw", "none"), ("train", "adamw", "bf16"), ("inference", "none", "none")]
+RUNS = [("training", "adamw", "none"), ("training", "adamw", "bf16"), ("inference", "none", "none")]
 
 
 def _target(name: str) -> Callable[[], Any]:

@@ -105,7 +105,7 @@ def main() -> None:
         )
         dtype, amp = PRECISION[precision]
         workload = TraceWorkload(
-            mode="train" if mode == "training" else "inference",
+            mode="training" if mode == "training" else "inference",
             batch_size=batch,
             sequence_length=seq,
             dtype=dtype,  # type: ignore[arg-type]

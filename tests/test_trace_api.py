@@ -24,7 +24,7 @@ LLAMA = {
 }
 BODY = {
     "model": {"hf_config": LLAMA},
-    "workload": {"mode": "train", "batch_size": 2, "sequence_length": 64},
+    "workload": {"mode": "training", "batch_size": 2, "sequence_length": 64},
     "runtime": "cpu",
 }
 
@@ -184,7 +184,7 @@ def test_the_probe_budget_is_part_of_the_cache_key() -> None:
 
 def test_contradicting_workload_fields_are_422_naming_the_field() -> None:
     """Decode steps in a training workload: refused before a worker starts."""
-    body = {"model": {"hf_config": LLAMA}, "workload": {"mode": "train", "new_tokens": 4}}
+    body = {"model": {"hf_config": LLAMA}, "workload": {"mode": "training", "new_tokens": 4}}
     with TestClient(app=create_app(Settings())) as client:
         response = client.post("/v1/memory/trace", json=body)
     assert response.status_code == 422

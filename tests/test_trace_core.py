@@ -88,7 +88,7 @@ def test_peak_is_live_bytes_of_the_last_step_only() -> None:
         (F, 5, 0, 0, 0),
         (P, 0, 0, Phase.END, 0),
     ]
-    result = analyze(_log(events), runtime="cpu", mode="train", steps=2)
+    result = analyze(_log(events), runtime="cpu", mode="training", steps=2)
     assert result.peak_bytes == 400 + 800 + 300 + 400
     assert result.peak_phase == "backward"
     assert result.breakdown.activations_bytes == 300
@@ -116,4 +116,18 @@ def test_cuda_runtime_rounds_caches_and_adds_context() -> None:
 
 def test_a_log_without_a_measured_step_is_refused() -> None:
     with pytest.raises(ValueError, match="no measured step"):
-        analyze(_log([(A, 1, 10, 0, 0)]), runtime="cpu", mode="train", steps=1)
+        analyze(_log([(A, 1, 10, 0, 0)]), runtime="cpu", mode="training", steps=1)
+
+
+def test_train_is_the_deprecated_spelling_of_training() -> None:
+    from gpuplan.core.trace.schema import TraceRequest
+
+    config = {"model_type": "llama"}
+    old = msgspec.convert(
+        {"model": {"hf_config": config}, "workload": {"mode": "train"}}, TraceRequest
+    )
+    new = msgspec.convert(
+        {"model": {"hf_config": config}, "workload": {"mode": "training"}}, TraceRequest
+    )
+    assert old.workload.mode == new.workload.mode == "training"
+    assert msgspec.json.encode(old) == msgspec.json.encode(new)  # one cache key for both

@@ -36,32 +36,32 @@ def _seeded(name: str):  # type: ignore[no-untyped-def]
 
 
 CASES = [
-    ("mlp", "train", "adamw", "none"),
+    ("mlp", "training", "adamw", "none"),
     ("mlp", "inference", "none", "none"),
-    ("cnn", "train", "adamw", "none"),
+    ("cnn", "training", "adamw", "none"),
     ("cnn", "inference", "none", "none"),
-    ("cnn", "train", "adamw", "bf16"),
-    ("cnn_channels_last", "train", "sgd", "none"),
-    ("conv1d_bf16", "train", "adamw", "none"),
-    ("conv_transpose", "train", "adam", "none"),
+    ("cnn", "training", "adamw", "bf16"),
+    ("cnn_channels_last", "training", "sgd", "none"),
+    ("conv1d_bf16", "training", "adamw", "none"),
+    ("conv_transpose", "training", "adam", "none"),
     ("conv3d", "inference", "none", "none"),
-    ("lstm", "train", "adamw", "none"),
+    ("lstm", "training", "adamw", "none"),
     ("lstm", "inference", "none", "none"),
-    ("rnn_loop", "train", "adamw", "none"),
-    ("grad_twice", "train", "sgd", "none"),
-    ("grad_expanded", "train", "sgd", "none"),
-    ("hf_mamba", "train", "adamw", "none"),
+    ("rnn_loop", "training", "adamw", "none"),
+    ("grad_twice", "training", "sgd", "none"),
+    ("grad_expanded", "training", "sgd", "none"),
+    ("hf_mamba", "training", "adamw", "none"),
     ("hf_falcon", "inference", "none", "none"),
-    ("hf_llama_checkpointed", "train", "adamw", "bf16"),
-    ("transformer", "train", "adam", "none"),
-    ("checkpointed", "train", "adamw", "none"),
-    ("hf_llama", "train", "adamw", "none"),
-    ("hf_llama", "train", "adamw", "bf16"),
-    ("hf_llama_eager", "train", "sgd", "none"),
-    ("hf_llama_bf16", "train", "adamw", "none"),
+    ("hf_llama_checkpointed", "training", "adamw", "bf16"),
+    ("transformer", "training", "adam", "none"),
+    ("checkpointed", "training", "adamw", "none"),
+    ("hf_llama", "training", "adamw", "none"),
+    ("hf_llama", "training", "adamw", "bf16"),
+    ("hf_llama_eager", "training", "sgd", "none"),
+    ("hf_llama_bf16", "training", "adamw", "none"),
     ("hf_llama", "inference", "none", "none"),
-    ("hf_mixtral", "train", "adamw", "none"),
-    ("hf_mixtral_bf16", "train", "adamw", "none"),
+    ("hf_mixtral", "training", "adamw", "none"),
+    ("hf_mixtral_bf16", "training", "adamw", "none"),
 ]
 
 
@@ -74,7 +74,7 @@ def test_traced_peak_equals_measured_peak(name: str, mode: str, optimizer: str, 
     error = (traced.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(error) <= TOLERANCE, (traced.peak_bytes, measured.peak_bytes)
     assert traced.phases.forward_bytes == pytest.approx(measured.phases["forward"], rel=TOLERANCE)
-    if mode == "train":
+    if mode == "training":
         assert traced.phases.backward_bytes == pytest.approx(
             measured.phases["backward"], rel=TOLERANCE
         )

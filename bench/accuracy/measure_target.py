@@ -21,7 +21,7 @@ from gpuplan.trace.step import make_optimizer, run_steps
 def measure_target(
     build: Callable[[], Any],
     *,
-    mode: str = "train",
+    mode: str = "training",
     optimizer: str = "adamw",
     steps: int = 2,
     amp: str = "none",
@@ -50,7 +50,7 @@ def measure_target(
             from gpuplan.trace.fsdp import distribute
 
             distribute(model, mesh, fsdp=fsdp, tensor_parallel=tensor_parallel)
-        opt = make_optimizer(optimizer, model, foreach=foreach) if mode == "train" else None
+        opt = make_optimizer(optimizer, model, foreach=foreach) if mode == "training" else None
         run_steps(
             model,
             inputs,

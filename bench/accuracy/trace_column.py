@@ -40,7 +40,7 @@ def trace_case(case: Case) -> tuple[int | None, str, float]:
         return None, "the Hugging Face builder adds no PEFT adapters", 0.0
     dtype, amp = PRECISION[case.precision]
     workload = TraceWorkload(
-        mode="inference" if case.mode == "inference" else "train",
+        mode="inference" if case.mode == "inference" else "training",
         batch_size=case.batch,
         sequence_length=case.seq,
         dtype=dtype,  # type: ignore[arg-type]

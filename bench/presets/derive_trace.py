@@ -32,7 +32,7 @@ def _traced(name: str, batch: int, mode: str) -> Any:
 
 def derive(name: str) -> dict[str, Any]:
     started = time.perf_counter()
-    train = {b: _traced(name, b, "train") for b in BATCHES}
+    train = {b: _traced(name, b, "training") for b in BATCHES}
     infer = {b: _traced(name, b, "inference") for b in BATCHES}
 
     def dynamic(result: Any) -> int:

@@ -154,7 +154,7 @@ def _instrument(
     tree_map_only(torch.Tensor, lambda t: recorder.retag(t, Category.OTHER, inputs_owner), inputs)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = None
-    if mode == "train":
+    if mode == "training":
         _hook_gradients(recorder, model, owners)
         # foreach (multi-tensor) kernels are torch's default on CUDA, not on the CPU.
         if foreach is None and runtime == "cuda":
@@ -209,7 +209,7 @@ def _check(*, steps: int, fsdp: int, tensor_parallel: int, new_tokens: int, mode
 def trace(
     build: Callable[[], Any],
     *,
-    mode: TraceMode = "train",
+    mode: TraceMode = "training",
     optimizer: TraceOptimizer = "adamw",
     steps: int = 2,
     amp: Amp = "none",
@@ -335,7 +335,7 @@ def trace(
             probe=probe,
             fsdp=fsdp,
             tensor_parallel=tensor_parallel,
-            foreach=foreach is not False and optimizer != "none" and mode == "train",
+            foreach=foreach is not False and optimizer != "none" and mode == "training",
             runtime=runtime,
         )
     )

@@ -132,7 +132,7 @@ def run_steps(
     *,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
-    mode: str = "train",
+    mode: str = "training",
     steps: int = 2,
     amp: str = "none",
     accumulation: int = 1,

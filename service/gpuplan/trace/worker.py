@@ -44,7 +44,7 @@ def main() -> int:
         build = builder(request.model.hf_config, workload)
         result = trace(
             build,
-            mode=workload.mode,
+            mode="inference" if workload.mode == "inference" else "training",
             optimizer=workload.optimizer,
             steps=workload.steps,
             amp=workload.amp,

@@ -17,7 +17,12 @@ from gpuplan.cli.render.output import machine, write
 @click.command("trace")
 @click.argument("target")
 @click.option(
-    "--mode", type=click.Choice(["train", "inference"]), default="train", show_default=True
+    "--mode",
+    type=click.Choice(["training", "inference", "train"]),
+    default="training",
+    show_default=True,
+    help="training: forward, backward, optimizer step; inference: a no-grad forward "
+    "(train: the earlier spelling of training).",
 )
 @click.option(
     "--optimizer",
@@ -122,7 +127,7 @@ def trace_command(
         architecture = catalog(catalog_file).get(gpu).architecture if gpu is not None else None
         result = trace(
             load_target(target),
-            mode=mode,  # type: ignore[arg-type]
+            mode="inference" if mode == "inference" else "training",
             optimizer=optimizer,  # type: ignore[arg-type]
             steps=steps,
             new_tokens=new_tokens,

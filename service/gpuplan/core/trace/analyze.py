@@ -73,7 +73,7 @@ def _cuda(
     overhead = framework_overhead("cuda", architecture, communicators, 0)
     # One cuBLAS handle per (thread, stream): the forward runs on the caller's thread,
     # the backward on the autograd engine's device thread.
-    threads = 2 if mode == "train" else 1
+    threads = 2 if mode == "training" else 1
     lt = int(overhead.workspaces) - CUBLAS
     workspaces: list[Event] = [
         (Op.ALLOC, -1 - i, n, Category.OTHER, -1) for i, n in enumerate([CUBLAS, lt] * threads)

@@ -12,7 +12,7 @@ import msgspec
 from gpuplan.core.memory.schema import HfConfig
 from gpuplan.core.record import Record
 
-TraceMode = Literal["train", "inference"]
+TraceMode = Literal["training", "inference"]
 TraceOptimizer = Literal["adamw", "adam", "sgd", "sgd_momentum", "none"]
 Amp = Literal["none", "bf16", "fp16"]
 TraceRuntime = Literal["cuda", "cpu"]
@@ -31,9 +31,10 @@ class TraceModel(Record):
 class TraceWorkload(Record):
     """The step to trace."""
 
-    mode: TraceMode = "train"
-    """``train``: forward, backward, optimizer step, ``zero_grad(set_to_none=True)``.
-    ``inference``: a no-grad forward that keeps its KV cache and last-position logits."""
+    mode: TraceMode | Literal["train"] = "training"
+    """``training``: forward, backward, optimizer step, ``zero_grad(set_to_none=True)``.
+    ``inference``: a no-grad forward that keeps its KV cache and last-position logits.
+    ``train`` is the earlier spelling of ``training``, still accepted (deprecated)."""
 
     batch_size: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
     sequence_length: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 512
@@ -60,6 +61,10 @@ class TraceWorkload(Record):
     new_tokens: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
     """Inference only: greedy decode steps after the prefill, one token each, reusing and
     growing its KV cache (the peak is then often at the last step)."""
+
+    def __post_init__(self) -> None:
+        if self.mode == "train":  # the spelling before /v1/memory/estimate's was adopted
+            self.mode = "training"
 
 
 def workload_conflicts(workload: TraceWorkload) -> list[tuple[str, str]]:
