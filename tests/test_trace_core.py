@@ -1,5 +1,6 @@
 """The pure half of tracing: the caching-allocator replay and the log analysis."""
 
+import msgspec
 import pytest
 
 from gpuplan.core.trace import TraceLog, analyze, simulate
