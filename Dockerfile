@@ -6,14 +6,14 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY service ./service
-RUN python -m venv /opt/gpuplan && /opt/gpuplan/bin/pip install --no-cache-dir .
+RUN python -m venv /opt/gpuplan && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt .
 
 FROM build AS build-agent
 # PyPI's default torch wheel for linux x86_64 is the CUDA build the agent needs on GPU nodes.
 # The agent extra adds nvidia-ml-py (NVML); without it the agent falls back to CPU mode.
-RUN /opt/gpuplan/bin/pip install --no-cache-dir ".[torch]" ".[agent]"
+RUN /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt ".[torch]" ".[agent]"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/gpuplan/bin:$PATH \

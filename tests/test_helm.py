@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from gpuplan import __version__
+
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (the dev extra)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
@@ -453,7 +455,12 @@ def test_bad_values_are_refused_with_a_message(values: dict[str, Any], message: 
 def test_digest_pins_the_image() -> None:
     image = _container(_one("full-values.yaml", "Deployment", "api"))["image"]
     assert image.startswith("registry.example.com/gpuplan@sha256:")
-    assert _container(_one("default", "Deployment", "api"))["image"] == "gpuplan:0.1.0"
+    assert _container(_one("default", "Deployment", "api"))["image"] == f"gpuplan:{__version__}"
+
+
+def test_the_chart_carries_the_package_version() -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text(encoding="utf-8"))
+    assert chart["appVersion"] == __version__
 
 
 def test_notes_name_the_service() -> None:

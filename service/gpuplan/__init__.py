@@ -6,6 +6,6 @@ logic lives in :mod:`gpuplan.core` (pure functions over msgspec Structs); everyt
 else is an adapter around it.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__"]
