@@ -14,6 +14,15 @@ from litestar.testing import TestClient
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
 
+REDIS_FIXTURES = frozenset({"redis_url", "own_redis"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a Redis fixture ``redis`` (``-m "not redis"`` skips them)."""
+    for item in items:
+        if REDIS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.redis)
+
 
 def free_port() -> int:
     with socket.socket() as sock:

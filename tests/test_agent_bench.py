@@ -5,6 +5,7 @@ import sys
 import time
 
 import msgspec
+import pytest
 
 from gpuplan.agent.bench.protocol import BenchOutput
 from gpuplan.agent.bench.runner import BenchSizes, plan_benchmark, run_benchmark
@@ -12,6 +13,8 @@ from gpuplan.agent.bench.worker import _set_tf32
 from gpuplan.agent.telemetry import Sweep
 from gpuplan.core.fleet import CpuInfo, MatmulResult
 from tests.agent_fixtures import replay_source
+
+pytestmark = pytest.mark.torch
 
 CPU = CpuInfo(model_name="test cpu", logical_cpus=2)
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 from litestar.testing import TestClient
 from prometheus_client import generate_latest
 from redis.asyncio import Redis
@@ -22,6 +23,8 @@ from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.store import FleetStore
 from tests.agent_fixtures import NVML_FIXTURES, replay_source
 from tests.conftest import RedisServer, free_port
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 # Small CPU problems and one thread: a few seconds on a shared 2-core machine.

@@ -22,9 +22,9 @@ from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
+from tests.helpers import problem
 
 SPEC = yaml.safe_load((Path(__file__).parent.parent / "api" / "openapi.yaml").read_text())
-PROBLEM = "application/problem+json"
 LIMIT = 1024 * 1024
 SLOW_SECONDS = 5.0  # no bad input may take longer than this to refuse
 
@@ -124,18 +124,6 @@ def client(redis_url: str) -> Iterator[TestClient]:  # type: ignore[type-arg]
         yield test_client
 
 
-def _problem(response: Any, statuses: tuple[int, ...], *words: str) -> dict[str, Any]:
-    assert response.status_code in statuses, (response.status_code, response.text[:500])
-    assert response.headers["content-type"].startswith(PROBLEM), response.headers
-    body: dict[str, Any] = response.json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == response.status_code
-    text = json.dumps(body)
-    for word in words:
-        assert word in text, (word, text[:500])
-    return body
-
-
 def _names_path(body: dict[str, Any], path: str) -> None:
     paths = [e["path"] for e in body.get("errors", [])]
     assert any(p == path or p.startswith(path) or path.startswith(p) for p in paths), (
@@ -200,7 +188,7 @@ def test_raw_bodies(client: TestClient, method: str, path: str, op: str, case: s
     # The literal sits at a key the operation takes, so it is the literal that is refused.
     first = next(iter(VALID_BODIES[op]))
     content = content.replace(b'"model"', b'"%s"' % first.encode())
-    _problem(_send(client, method, path, content), statuses, word)
+    problem(_send(client, method, path, content), statuses, word)
 
 
 @pytest.mark.parametrize(
@@ -211,17 +199,17 @@ def test_body_shapes(client: TestClient, method: str, path: str, op: str) -> Non
     text = json.dumps(valid).encode()
     # Wrong content type, or none.
     for ctype in ("text/plain", "application/x-www-form-urlencoded", "application/xml", ""):
-        body = _problem(_send(client, method, path, text, ctype), (415,), "application/json")
+        body = problem(_send(client, method, path, text, ctype), (415,), "application/json")
         assert body["type"].endswith("unsupported-media-type")
     # Duplicate keys, at the root and nested.
     first = next(iter(valid))
     dup = b'{"%s": %s, ' % (first.encode(), json.dumps(valid[first]).encode()) + text[1:]
-    _problem(_send(client, method, path, dup), (400,), "duplicate", first)
+    problem(_send(client, method, path, dup), (400,), "duplicate", first)
     # Unknown field at the root and in every nested object.
     for where in _objects(valid):
         mutated = copy.deepcopy(valid)
         _at(mutated, where)["no_such_field"] = 1
-        body = _problem(
+        body = problem(
             _send(client, method, path, json.dumps(mutated).encode()), (422,), "no_such_field"
         )
         _names_path(body, _jsonpath(where) + ".no_such_field")
@@ -234,7 +222,7 @@ def test_required_fields_missing(client: TestClient, method: str, path: str, op:
     schema = _request_schema(path, method)
     for name in schema.get("required", []):
         mutated = {k: v for k, v in VALID_BODIES[op].items() if k != name}
-        body = _problem(_send(client, method, path, json.dumps(mutated).encode()), (422,), name)
+        body = problem(_send(client, method, path, json.dumps(mutated).encode()), (422,), name)
         _names_path(body, f"$.{name}")
 
 
@@ -256,7 +244,7 @@ def test_every_leaf_wrong_and_enormous(client: TestClient, method: str, path: st
             mutated = copy.deepcopy(valid)
             _set(mutated, where, bad)
             response = _send(client, method, path, json.dumps(mutated).encode())
-            body = _problem(response, (422,), "")
+            body = problem(response, (422,), "")
             _names_path(body, jsonpath)
 
 
@@ -269,7 +257,7 @@ def test_huge_lists(client: TestClient, method: str, path: str, op: str) -> None
         mutated = copy.deepcopy(valid)
         _set(mutated, where, [value[0]] * 100_000)
         response = _send(client, method, path, json.dumps(mutated).encode())
-        body = _problem(response, (413, 422), "")
+        body = problem(response, (413, 422), "")
         if response.status_code == 422:
             _names_path(body, _jsonpath(where))
 
@@ -310,8 +298,8 @@ def test_enormous_job_numbers_are_422_naming_the_field(
         "workload": {"mode": "training", "sequence_length": 1024},
     }
     _set(body, list(field), value)
-    problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), "")
-    _names_path(problem, _jsonpath(list(field)))
+    answer = problem(_send(client, method, path, json.dumps(body).encode()), (422,), "")
+    _names_path(answer, _jsonpath(list(field)))
 
 
 @pytest.mark.parametrize(
@@ -340,8 +328,8 @@ def test_enormous_hf_config_values_are_422(
     body = _job(
         op, {"hf_config": {**TINY_LLAMA, **hf_patch}}, {"mode": "training", "sequence_length": 128}
     )
-    problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), field)
-    _names_path(problem, "$.model.hf_config")
+    answer = problem(_send(client, method, path, json.dumps(body).encode()), (422,), field)
+    _names_path(answer, "$.model.hf_config")
 
 
 def test_hf_config_with_too_many_keys_is_422(client: TestClient) -> None:  # type: ignore[type-arg]
@@ -350,8 +338,8 @@ def test_hf_config_with_too_many_keys_is_422(client: TestClient) -> None:  # typ
         body = {"model": {"hf_config": config}, "workload": {"mode": "training"}}
         if path.endswith("/trace"):
             body = {"model": {"hf_config": config}}
-        problem = _problem(_send(client, "POST", path, json.dumps(body).encode()), (422,), "")
-        _names_path(problem, "$.model.hf_config")
+        answer = problem(_send(client, "POST", path, json.dumps(body).encode()), (422,), "")
+        _names_path(answer, "$.model.hf_config")
 
 
 @pytest.mark.parametrize(
@@ -361,10 +349,10 @@ def test_unknown_model_and_gpu_are_422_naming_the_field(
     client: TestClient, method: str, path: str, op: str
 ) -> None:  # type: ignore[type-arg]
     unknown_model = _job(op, {"name": "no-such-model"}, {"mode": "inference"})
-    problem = _problem(
+    answer = problem(
         _send(client, method, path, json.dumps(unknown_model).encode()), (422,), "no-such-model"
     )
-    _names_path(problem, "$.model.name")
+    _names_path(answer, "$.model.name")
     gpu = _job(op, {"parameters": 10**9}, {"mode": "inference"})
     if op == "estimate_memory":
         gpu["gpu"] = "no-such-gpu"
@@ -372,8 +360,8 @@ def test_unknown_model_and_gpu_are_422_naming_the_field(
     else:
         gpu["constraints"] = {"include": ["no-such-gpu"]}
         where = "$.constraints.include"
-    problem = _problem(_send(client, method, path, json.dumps(gpu).encode()), (422,), "no-such-gpu")
-    _names_path(problem, where)
+    answer = problem(_send(client, method, path, json.dumps(gpu).encode()), (422,), "no-such-gpu")
+    _names_path(answer, where)
 
 
 def test_100000_workloads_are_refused(client: TestClient) -> None:  # type: ignore[type-arg]
@@ -381,13 +369,13 @@ def test_100000_workloads_are_refused(client: TestClient) -> None:  # type: igno
     workload = {"mode": "inference", "sequence_length": 1024}
     for _, path, _, _ in ESTIMATE_LIKE:
         body = {"model": {"parameters": 10**9}, "workload": [workload] * 100_000}
-        _problem(_send(client, "POST", path, json.dumps(body).encode()), (413, 422), "")
+        problem(_send(client, "POST", path, json.dumps(body).encode()), (413, 422), "")
         body = {
             "model": {"parameters": 10**9},
             "workloads": [{"mode": "inference"}] * 60_000,
             "workload": workload,
         }
-        _problem(_send(client, "POST", path, json.dumps(body).encode()), (413, 422), "")
+        problem(_send(client, "POST", path, json.dumps(body).encode()), (413, 422), "")
 
 
 # ------------------------------------------------------------------ query and path
@@ -399,26 +387,26 @@ def test_100000_workloads_are_refused(client: TestClient) -> None:  # type: igno
 def test_bad_query_strings(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
     params = [p for p in SPEC["paths"][path][method.lower()]["parameters"] if p["in"] == "query"]
     url = _concrete(path)
-    problem = _problem(
+    answer = problem(
         client.request(method, url + "?no_such_parameter=1"), (422,), "no_such_parameter"
     )
-    assert problem["errors"][0]["location"] == "query"
+    assert answer["errors"][0]["location"] == "query"
     for param in params:
         schema = param["schema"]
         name = param["name"]
         kinds = {schema.get("type")} | {s.get("type") for s in schema.get("anyOf", [])}
         if kinds & {"integer", "number"}:
             for bad in ("abc", str(10**30), "-1e400", "NaN"):
-                _problem(client.request(method, f"{url}?{name}={bad}"), (422,), name)
+                problem(client.request(method, f"{url}?{name}={bad}"), (422,), name)
         if "array" in kinds:
             query = "&".join(f"{name}=nvidia" for _ in range(1000))
-            _problem(client.request(method, f"{url}?{query}"), (422,), name)
+            problem(client.request(method, f"{url}?{query}"), (422,), name)
         if "boolean" in kinds:
-            _problem(client.request(method, f"{url}?{name}=maybe"), (422,), name)
+            problem(client.request(method, f"{url}?{name}=maybe"), (422,), name)
         if schema.get("enum") or any(
             s.get("enum") for s in schema.get("items", {}).get("anyOf", [])
         ):
-            _problem(client.request(method, f"{url}?{name}=no-such-value"), (422,), name)
+            problem(client.request(method, f"{url}?{name}=no-such-value"), (422,), name)
 
 
 @pytest.mark.parametrize(
@@ -427,10 +415,10 @@ def test_bad_query_strings(client: TestClient, method: str, path: str, op: str) 
 def test_bad_path_parameters(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
     name = path[path.index("{") + 1 : path.index("}")]
     long_url = path.replace("{" + name + "}", "x" * 5000)
-    problem = _problem(client.request(method, long_url), (422,), name)
-    assert problem["errors"][0]["location"] == "path"
+    answer = problem(client.request(method, long_url), (422,), name)
+    assert answer["errors"][0]["location"] == "path"
     unknown = path.replace("{" + name + "}", "no-such-thing")
-    _problem(client.request(method, unknown), (404,), "no-such-thing")
+    problem(client.request(method, unknown), (404,), "no-such-thing")
     odd = path.replace("{" + name + "}", "%00%ff%2e%2e%2f..%5c")
     assert client.request(method, odd).status_code in (404, 422)
 
@@ -440,7 +428,7 @@ def test_bad_path_parameters(client: TestClient, method: str, path: str, op: str
 )
 def test_wrong_method_is_405(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
     other = "DELETE" if method != "DELETE" else "PUT"
-    _problem(client.request(other, _concrete(path)), (405,), other)
+    problem(client.request(other, _concrete(path)), (405,), other)
 
 
 # ------------------------------------------------------------------ helpers
@@ -522,22 +510,22 @@ def test_unknown_mig_profile_and_gpu_are_422_naming_the_field(
     items = "instances" if op == "mig_validate" else "workloads"
     body = copy.deepcopy(valid)
     body[items][0]["profile"] = "9g.999gb"
-    problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), "9g.999gb")
-    assert problem["type"] == "urn:gpuplan:problem:unknown-profile"
-    _names_path(problem, f"$.{items}[0].profile")
+    answer = problem(_send(client, method, path, json.dumps(body).encode()), (422,), "9g.999gb")
+    assert answer["type"] == "urn:gpuplan:problem:unknown-profile"
+    _names_path(answer, f"$.{items}[0].profile")
     for gpu, kind in (("no-such-gpu", ""), ("NVIDIA L40S", "mig-unsupported")):
         body = {**copy.deepcopy(valid), "gpu": gpu}
-        problem = _problem(_send(client, method, path, json.dumps(body).encode()), (422,), "")
-        _names_path(problem, "$.gpu")
-        assert problem["type"].endswith(kind)
+        answer = problem(_send(client, method, path, json.dumps(body).encode()), (422,), "")
+        _names_path(answer, "$.gpu")
+        assert answer["type"].endswith(kind)
 
 
 def test_unknown_mig_profile_in_a_ci_plan_target(client: TestClient) -> None:  # type: ignore[type-arg]
     body = copy.deepcopy(VALID_BODIES["plan_job"])
     body["targets"]["mig_profile_at_most"]["profile"] = "9g.999gb"
-    problem = _problem(
+    answer = problem(
         _send(client, "POST", "/v1/plan", json.dumps(body).encode()), (422,), "9g.999gb"
     )
-    _names_path(problem, "$.targets.mig_profile_at_most")
-    problem = _problem(client.get("/v1/mig/profiles?gpu=no-such-gpu"), (422,), "no-such-gpu")
-    _names_path(problem, "$.gpu")
+    _names_path(answer, "$.targets.mig_profile_at_most")
+    answer = problem(client.get("/v1/mig/profiles?gpu=no-such-gpu"), (422,), "no-such-gpu")
+    _names_path(answer, "$.gpu")

@@ -12,6 +12,8 @@ import pytest
 from bench.api_overhead import REQUESTS
 from litestar.testing import TestClient
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "service"), str(ROOT)])}
 

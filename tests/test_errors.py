@@ -16,8 +16,8 @@ from gpuplan.api.app import ROUTES, assemble
 from gpuplan.api.routing import operation
 from gpuplan.config.settings import Settings
 from gpuplan.core.record import Record
-
-PROBLEM = "application/problem+json"
+from tests.helpers import PROBLEM
+from tests.helpers import problem as problem_body
 
 
 class Workload(Record):
@@ -60,15 +60,6 @@ def app_client() -> Iterator[TestClient]:  # type: ignore[type-arg]
         yield client
 
 
-def _problem(response: Any, status: int) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM)
-    body: dict[str, Any] = response.json()
-    assert {"type", "title", "status", "detail"} <= body.keys()
-    assert body["status"] == status
-    return body
-
-
 def _post(client: TestClient, content: bytes, ctype: str = "application/json") -> Any:  # type: ignore[type-arg]
     return client.post("/test/jobs", content=content, headers={"content-type": ctype})
 
@@ -83,7 +74,7 @@ def test_valid_body_is_decoded(app_client: TestClient) -> None:  # type: ignore[
     "body", [b"{bad", b'{"workload": ', b"", b"\xff\xfe{}", b'{"workload": {"batch_size": NaN}}']
 )
 def test_malformed_json_is_400(app_client: TestClient, body: bytes) -> None:  # type: ignore[type-arg]
-    problem = _problem(_post(app_client, body), 400)
+    problem = problem_body(_post(app_client, body), 400)
     assert problem["type"] == "urn:gpuplan:problem:malformed-json"
 
 
@@ -110,7 +101,7 @@ def test_schema_violation_is_422_naming_the_field(
     path: str,
     reason: str,
 ) -> None:
-    problem = _problem(_post(app_client, body), 422)
+    problem = problem_body(_post(app_client, body), 422)
     assert problem["type"] == "urn:gpuplan:problem:validation"
     [error] = problem["errors"]
     assert error["path"] == path
@@ -121,7 +112,7 @@ def test_schema_violation_is_422_naming_the_field(
 
 def test_duplicate_key_is_refused(app_client: TestClient) -> None:  # type: ignore[type-arg]
     body = b'{"workload": {"batch_size": 8, "batch_size": 16}}'
-    problem = _problem(_post(app_client, body), 400)
+    problem = problem_body(_post(app_client, body), 400)
     assert problem["type"] == "urn:gpuplan:problem:duplicate-key"
     assert problem["errors"][0]["path"] == "$..batch_size"
 
@@ -134,7 +125,7 @@ def test_deep_nesting_is_a_client_error(app_client: TestClient) -> None:  # type
 
 def test_body_over_the_limit_is_413(app_client: TestClient) -> None:  # type: ignore[type-arg]
     body = b'{"workload": {"batch_size": 1}, "tags": ["' + b"x" * 4096 + b'"]}'
-    problem = _problem(_post(app_client, body), 413)
+    problem = problem_body(_post(app_client, body), 413)
     assert "2048 bytes" in problem["detail"]
     assert "GPUPLAN_MAX_BODY_BYTES" in problem["detail"]
 
@@ -144,7 +135,7 @@ def test_body_over_the_limit_is_413(app_client: TestClient) -> None:  # type: ig
 )
 def test_wrong_media_type_is_415(app_client: TestClient, ctype: str) -> None:  # type: ignore[type-arg]
     response = _post(app_client, b'{"workload": {"batch_size": 8}}', ctype)
-    problem = _problem(response, 415)
+    problem = problem_body(response, 415)
     assert "application/json" in problem["detail"]
 
 
@@ -154,7 +145,7 @@ def test_json_with_charset_and_suffix_types_are_accepted(app_client: TestClient)
 
 
 def test_unknown_route_is_404(app_client: TestClient) -> None:  # type: ignore[type-arg]
-    problem = _problem(app_client.get("/v1/nothing-here"), 404)
+    problem = problem_body(app_client.get("/v1/nothing-here"), 404)
     assert "/v1/nothing-here" in problem["detail"]
     assert problem["type"] == "about:blank"
     assert problem["title"] == "Not Found"
@@ -162,13 +153,13 @@ def test_unknown_route_is_404(app_client: TestClient) -> None:  # type: ignore[t
 
 def test_wrong_method_is_405_with_allow(app_client: TestClient) -> None:  # type: ignore[type-arg]
     response = app_client.delete("/v1/version")
-    problem = _problem(response, 405)
+    problem = problem_body(response, 405)
     assert "GET" in response.headers["allow"]
     assert "DELETE" in problem["detail"]
 
 
 def test_unexpected_error_is_500_without_internals(app_client: TestClient) -> None:  # type: ignore[type-arg]
-    problem = _problem(app_client.get("/test/boom"), 500)
+    problem = problem_body(app_client.get("/test/boom"), 500)
     assert "secret" not in problem["detail"]
     assert "Traceback" not in str(problem)
     assert problem["instance"].startswith("urn:uuid:")
@@ -194,7 +185,7 @@ def test_bad_query_is_422_naming_the_parameter(
     query: str,
     path: str,
 ) -> None:
-    problem = _problem(app_client.get(f"/test/filter?{query}"), 422)
+    problem = problem_body(app_client.get(f"/test/filter?{query}"), 422)
     [error] = problem["errors"]
     assert error == {"path": path, "reason": error["reason"], "location": "query"}
 

@@ -1,38 +1,13 @@
 """GET /v1/fleet/*: live nodes from a real Redis, 404 for stale ones, 503 without Redis."""
 
-import asyncio
-
-from litestar.testing import TestClient
-from redis.asyncio import Redis
-
-from gpuplan.api.app import create_app
-from gpuplan.config.settings import Settings
-from gpuplan.fleet.schema import Keys
-from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, free_port
-
-
-def _publish(redis_url: str, prefix: str, *nodes: str) -> None:
-    async def go() -> None:
-        client = Redis.from_url(redis_url)
-        try:
-            for node in nodes:
-                await publish(client, Keys(prefix), snapshot(node), new_benchmark=True)
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
-
-
-def _client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient:  # type: ignore[type-arg]
-    settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
-    return TestClient(app=create_app(settings))
+from tests.helpers import fleet_client, publish_snapshots
 
 
 def test_nodes_list_and_one_node(redis_url: str, key_prefix: str) -> None:
-    _publish(redis_url, key_prefix, "node-b", "node-a")
-    with _client(redis_url, key_prefix) as client:
+    publish_snapshots(redis_url, key_prefix, snapshot("node-b"), snapshot("node-a"))
+    with fleet_client(redis_url, key_prefix) as client:
         body = client.get("/v1/fleet/nodes").json()
         assert body["count"] == 2
         assert [n["node"] for n in body["nodes"]] == ["node-a", "node-b"]
@@ -48,8 +23,8 @@ def test_nodes_list_and_one_node(redis_url: str, key_prefix: str) -> None:
 
 
 def test_measured_flops_over_the_fleet(redis_url: str, key_prefix: str) -> None:
-    _publish(redis_url, key_prefix, "node-a", "node-b")
-    with _client(redis_url, key_prefix) as client:
+    publish_snapshots(redis_url, key_prefix, snapshot("node-a"), snapshot("node-b"))
+    with fleet_client(redis_url, key_prefix) as client:
         body = client.get("/v1/fleet/flops").json()
     by_dtype = {m["dtype"]: m for m in body["models"]}
     assert set(by_dtype) == {"bf16", "fp8", "tf32"}
@@ -59,7 +34,7 @@ def test_measured_flops_over_the_fleet(redis_url: str, key_prefix: str) -> None:
 
 
 def test_unknown_or_stale_node_is_404(redis_url: str, key_prefix: str) -> None:
-    with _client(redis_url, key_prefix) as client:
+    with fleet_client(redis_url, key_prefix) as client:
         assert client.get("/v1/fleet/nodes").json() == {"count": 0, "nodes": []}
         response = client.get("/v1/fleet/nodes/no-such-node")
         assert response.status_code == 404
@@ -69,7 +44,7 @@ def test_unknown_or_stale_node_is_404(redis_url: str, key_prefix: str) -> None:
 
 
 def test_without_redis_the_fleet_is_503() -> None:
-    with _client(None) as client:
+    with fleet_client(None) as client:
         for path in ("/v1/fleet/nodes", "/v1/fleet/nodes/x", "/v1/fleet/flops"):
             response = client.get(path)
             assert response.status_code == 503, path
@@ -81,8 +56,8 @@ def test_without_redis_the_fleet_is_503() -> None:
 
 
 def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
-    _publish(own_redis.url, "gpuplan:v1:", "node-a")
-    with _client(own_redis.url) as client:
+    publish_snapshots(own_redis.url, "gpuplan:v1:", snapshot("node-a"))
+    with fleet_client(own_redis.url) as client:
         assert client.get("/v1/fleet/nodes").json()["count"] == 1
         own_redis.stop()
         response = client.get("/v1/fleet/nodes")
@@ -94,5 +69,5 @@ def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
 
 
 def test_unreachable_redis_is_503() -> None:
-    with _client(f"redis://127.0.0.1:{free_port()}/0") as client:
+    with fleet_client(f"redis://127.0.0.1:{free_port()}/0") as client:
         assert client.get("/v1/fleet/nodes/node-a").status_code == 503

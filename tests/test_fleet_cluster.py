@@ -23,6 +23,8 @@ from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot
 from tests.conftest import free_port
 
+pytestmark = pytest.mark.slow
+
 
 def _cluster_ok(port: int) -> bool:
     info = redis.Redis(port=port).execute_command("CLUSTER INFO")

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis import checks as st_checks
@@ -27,8 +28,11 @@ from schemathesis.config import SchemathesisConfig
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
+from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, _answers
-from tests.test_fleet_api import _publish
+from tests.helpers import publish_snapshots
+
+pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 
 SPEC = Path(__file__).parent.parent / "api" / "openapi.yaml"
 EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_EXAMPLES", "100"))
@@ -51,7 +55,9 @@ def _redis_url() -> str:
 
 REDIS_URL = _redis_url()
 PREFIX = f"gpuplan-test:fuzz:{uuid.uuid4().hex}:"
-_publish(REDIS_URL, PREFIX, "node-a", "node-b")  # fleet answers are validated, not just empty lists
+publish_snapshots(
+    REDIS_URL, PREFIX, snapshot("node-a"), snapshot("node-b")
+)  # fleet answers are validated, not just empty lists
 
 APP = create_app(
     Settings(

@@ -17,6 +17,8 @@ import yaml
 
 from gpuplan import __version__
 
+pytestmark = pytest.mark.helm
+
 helm = pytest.importorskip("helm_python", reason="pip install helm-python-sdk (the dev extra)")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 

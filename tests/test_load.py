@@ -7,7 +7,10 @@ error, and the report carries the figures the long run publishes.
 
 from pathlib import Path
 
+import pytest
 from bench.load import parse, run
+
+pytestmark = pytest.mark.slow
 
 
 def test_short_load_run_has_zero_errors(tmp_path: Path) -> None:

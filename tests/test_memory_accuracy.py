@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 

@@ -1,40 +1,17 @@
 """GET /v1/mig/slices end to end: instances published by the agent's writer to a real
 Redis, read back by the API; 503 without Redis; 422 for bad query values."""
 
-import asyncio
 from typing import Any
 
 import msgspec
 import pytest
-from litestar.testing import TestClient
-from redis.asyncio import Redis
 
-from gpuplan.api.app import create_app
-from gpuplan.config.settings import Settings
 from gpuplan.core.fleet import MigInstance, NodeSnapshot
-from gpuplan.fleet.schema import Keys
-from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, free_port
+from tests.helpers import fleet_client, publish_snapshots
 
 GiB = 2**30
-
-
-def _publish(redis_url: str, prefix: str, *snaps: NodeSnapshot) -> None:
-    async def go() -> None:
-        client = Redis.from_url(redis_url)
-        try:
-            for snap in snaps:
-                await publish(client, Keys(prefix), snap, new_benchmark=False)
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
-
-
-def _client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient:  # type: ignore[type-arg]
-    settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
-    return TestClient(app=create_app(settings))
 
 
 def _with_me(snap: NodeSnapshot) -> NodeSnapshot:
@@ -60,8 +37,10 @@ def _picked(body: dict[str, Any]) -> list[tuple[str, str, int]]:
 
 def test_free_instances_best_fit_first(redis_url: str, key_prefix: str) -> None:
     # The recorded H200 node: GPU 1 carries 3g.71gb (in use), 2g.35gb and 1g.18gb (free).
-    _publish(redis_url, key_prefix, snapshot("node-b"), _with_me(snapshot("node-a")))
-    with _client(redis_url, key_prefix) as client:
+    publish_snapshots(
+        redis_url, key_prefix, snapshot("node-b"), _with_me(snapshot("node-a")), new_benchmark=False
+    )
+    with fleet_client(redis_url, key_prefix) as client:
         response = client.get("/v1/mig/slices", params={"memory_gib": 10})
         assert response.status_code == 200
         body = response.json()
@@ -117,7 +96,7 @@ def test_free_instances_best_fit_first(redis_url: str, key_prefix: str) -> None:
 
 
 def test_an_empty_fleet_is_an_empty_list_with_a_note(redis_url: str, key_prefix: str) -> None:
-    with _client(redis_url, key_prefix) as client:
+    with fleet_client(redis_url, key_prefix) as client:
         response = client.get("/v1/mig/slices?memory_gib=8")
     assert response.status_code == 200
     body = response.json()
@@ -126,7 +105,7 @@ def test_an_empty_fleet_is_an_empty_list_with_a_note(redis_url: str, key_prefix:
 
 
 def test_unknown_gpu_is_422_with_suggestions(redis_url: str, key_prefix: str) -> None:
-    with _client(redis_url, key_prefix) as client:
+    with fleet_client(redis_url, key_prefix) as client:
         for gpu, kind in (("h2000", "validation"), ("l40s", "mig-unsupported")):
             response = client.get("/v1/mig/slices", params={"gpu": gpu})
             assert response.status_code == 422, gpu
@@ -137,7 +116,7 @@ def test_unknown_gpu_is_422_with_suggestions(redis_url: str, key_prefix: str) ->
 
 
 def test_without_redis_it_is_503() -> None:
-    with _client(None) as client:
+    with fleet_client(None) as client:
         response = client.get("/v1/mig/slices?memory_gib=10")
     assert response.status_code == 503
     assert response.headers["content-type"].startswith("application/problem+json")
@@ -147,8 +126,8 @@ def test_without_redis_it_is_503() -> None:
 
 
 def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
-    _publish(own_redis.url, "gpuplan:v1:", snapshot("node-a"))
-    with _client(own_redis.url) as client:
+    publish_snapshots(own_redis.url, "gpuplan:v1:", snapshot("node-a"), new_benchmark=False)
+    with fleet_client(own_redis.url) as client:
         assert client.get("/v1/mig/slices").json()["matched"] == 2
         own_redis.stop()
         response = client.get("/v1/mig/slices")
@@ -160,7 +139,7 @@ def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
 
 
 def test_unreachable_redis_is_503() -> None:
-    with _client(f"redis://127.0.0.1:{free_port()}/0") as client:
+    with fleet_client(f"redis://127.0.0.1:{free_port()}/0") as client:
         assert client.get("/v1/mig/slices?memory_gib=1").status_code == 503
 
 
@@ -187,7 +166,7 @@ def test_unreachable_redis_is_503() -> None:
 )
 def test_bad_query_values_are_422(query: str, path: str) -> None:
     # No Redis: a bad query is refused before the fleet is read.
-    with _client(None) as client:
+    with fleet_client(None) as client:
         response = client.get(f"/v1/mig/slices?{query}")
     assert response.status_code == 422, response.text
     assert response.headers["content-type"].startswith("application/problem+json")
@@ -201,8 +180,10 @@ def test_a_node_without_placement_rights_still_offers_its_instances(
 ) -> None:
     # Recorded A100 PCIe whose GPU-instance lookups answer NoPermission: the agent
     # publishes the profile (parsed from the MIG device name) but no placement.
-    _publish(redis_url, key_prefix, snapshot("node-c", fixture="a100-pcie-mig"))
-    with _client(redis_url, key_prefix) as client:
+    publish_snapshots(
+        redis_url, key_prefix, snapshot("node-c", fixture="a100-pcie-mig"), new_benchmark=False
+    )
+    with fleet_client(redis_url, key_prefix) as client:
         body = client.get("/v1/mig/slices?memory_gib=19&compute_slices=3").json()
         (item,) = body["slices"]
         assert (item["profile"], item["placement_start"], item["placement_size"]) == (

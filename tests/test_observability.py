@@ -32,6 +32,8 @@ from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
 from tests.agent_fixtures import replay_source, snapshot
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "gpuplan.rules.yaml"
 RULE_TESTS = ROOT / "deploy" / "prometheus" / "gpuplan.rules.test.yaml"

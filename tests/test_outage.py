@@ -17,12 +17,16 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
+from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer
-from tests.test_fleet_api import _publish
+from tests.helpers import publish_snapshots
+
+pytestmark = pytest.mark.slow
 
 PLANNING: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/v1/memory/estimate",
@@ -58,7 +62,7 @@ def _hammer(
 
 
 def test_redis_outage_under_load(own_redis: RedisServer) -> None:
-    _publish(own_redis.url, "gpuplan:v1:", "node-a")
+    publish_snapshots(own_redis.url, "gpuplan:v1:", snapshot("node-a"))
     settings = Settings(redis_url=own_redis.url, redis_timeout_seconds=0.2)
     seen: Counter[str] = Counter()
     worst = [0.0]
@@ -87,7 +91,9 @@ def test_redis_outage_under_load(own_redis: RedisServer) -> None:
             assert any("does not answer" in w for w in planned.json()["warnings"])
             own_redis.start()
             back = time.monotonic()
-            _publish(own_redis.url, "gpuplan:v1:", "node-a")  # the agent republishes
+            publish_snapshots(
+                own_redis.url, "gpuplan:v1:", snapshot("node-a")
+            )  # the agent republishes
             while True:
                 fleet = client.get("/v1/fleet/nodes")
                 if fleet.status_code == 200 and fleet.json()["count"] == 1:

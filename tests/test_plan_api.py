@@ -1,32 +1,22 @@
 """POST /v1/plan end to end: the core's answer, byte for byte; problems naming the field;
 the live fleet's measured FLOP/s from a real Redis."""
 
-import asyncio
 from typing import Any
 
 import msgspec
 from litestar.testing import TestClient
-from redis.asyncio import Redis
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.ci import CiPlan, CiReport, check
-from gpuplan.fleet.schema import Keys
-from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot
 from tests.conftest import free_port
+from tests.helpers import LLAMA_TRAINING, problem_at, publish_snapshots
 
 PATH = "/v1/plan"
 BODY: dict[str, Any] = {
-    "model": {"name": "llama-2-7b"},
-    "workload": {
-        "mode": "training",
-        "sequence_length": 4096,
-        "precision": "amp_bf16",
-        "gradient_checkpointing": "full",
-    },
-    "training": {"training_tokens": 100_000_000},
+    **LLAMA_TRAINING,
     "targets": {
         "fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 4},
         "max_cost_usd": 1000,
@@ -35,14 +25,6 @@ BODY: dict[str, Any] = {
         "min_memory_headroom": 0.2,
     },
 }
-
-
-def _problem(response: Any, path: str) -> dict[str, Any]:
-    assert response.status_code == 422, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body: dict[str, Any] = response.json()
-    assert path in [e["path"] for e in body["errors"]], body
-    return body
 
 
 def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient) -> None:  # type: ignore[type-arg]
@@ -72,24 +54,26 @@ def test_bad_input_is_problem_json_naming_the_field(client: TestClient) -> None:
     def with_targets(**targets: Any) -> dict[str, Any]:
         return {**BODY, "targets": targets}
 
-    _problem(client.post(PATH, json=with_targets(fits={"gpu": "NVIDIA L5"})), "$.targets.fits.gpu")
-    _problem(client.post(PATH, json=with_targets(fit={"gpu": "NVIDIA L4"})), "$.targets.fit")
-    _problem(
+    problem_at(
+        client.post(PATH, json=with_targets(fits={"gpu": "NVIDIA L5"})), "$.targets.fits.gpu"
+    )
+    problem_at(client.post(PATH, json=with_targets(fit={"gpu": "NVIDIA L4"})), "$.targets.fit")
+    problem_at(
         client.post(PATH, json=with_targets(min_memory_headroom=1.5)),
         "$.targets.min_memory_headroom",
     )
-    _problem(
+    problem_at(
         client.post(PATH, json=with_targets(fits={"gpu": "NVIDIA L4", "count": 0})),
         "$.targets.fits.count",
     )
-    _problem(client.post(PATH, json=with_targets()), "$.targets")
-    _problem(
+    problem_at(client.post(PATH, json=with_targets()), "$.targets")
+    problem_at(
         client.post(
             PATH, json=with_targets(mig_profile_at_most={"gpu": "NVIDIA L4", "profile": "1g.10gb"})
         ),
         "$.targets.mig_profile_at_most.gpu",
     )
-    _problem(
+    problem_at(
         client.post(
             PATH,
             json=with_targets(mig_profile_at_most={"gpu": "a100-sxm4-80gb", "profile": "9g.90gb"}),
@@ -97,27 +81,15 @@ def test_bad_input_is_problem_json_naming_the_field(client: TestClient) -> None:
         "$.targets.mig_profile_at_most.profile",
     )
     no_targets = {k: v for k, v in BODY.items() if k != "targets"}
-    _problem(client.post(PATH, json=no_targets), "$.targets")
+    problem_at(client.post(PATH, json=no_targets), "$.targets")
     no_volume = {k: v for k, v in BODY.items() if k != "training"}
-    _problem(client.post(PATH, json=no_volume), "$.training")
-    _problem(client.post(PATH, json={**BODY, "model": {"name": "llama-99b"}}), "$.model.name")
-
-
-def _publish(redis_url: str, prefix: str, *nodes: str) -> None:
-    async def go() -> None:
-        client = Redis.from_url(redis_url)
-        try:
-            for node in nodes:
-                await publish(client, Keys(prefix), snapshot(node), new_benchmark=True)
-        finally:
-            await client.aclose()
-
-    asyncio.run(go())
+    problem_at(client.post(PATH, json=no_volume), "$.training")
+    problem_at(client.post(PATH, json={**BODY, "model": {"name": "llama-99b"}}), "$.model.name")
 
 
 def test_the_live_fleets_measurements_time_the_plan(redis_url: str, key_prefix: str) -> None:
     # The recorded HGX H200 nodes measure 760 TFLOP/s bf16 against a 989.5 TFLOP/s peak.
-    _publish(redis_url, key_prefix, "node-a", "node-b")
+    publish_snapshots(redis_url, key_prefix, snapshot("node-a"), snapshot("node-b"))
     body = {
         **BODY,
         "targets": {"fits": {"gpu": "h200-sxm-141gb", "count": 2}, "max_time_hours": 1e4},

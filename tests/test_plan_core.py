@@ -17,6 +17,7 @@ from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.mig import builtin_tables
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.recommend import RecommendRequest, recommend
+from tests.helpers import LLAMA_TRAINING
 
 LLAMA_INFERENCE: dict[str, Any] = {
     "model": {"name": "llama-2-7b"},
@@ -26,16 +27,6 @@ LLAMA_INFERENCE: dict[str, Any] = {
         "precision": "bf16",
         "max_new_tokens": 256,
     },
-}
-LLAMA_TRAINING: dict[str, Any] = {
-    "model": {"name": "llama-2-7b"},
-    "workload": {
-        "mode": "training",
-        "sequence_length": 4096,
-        "precision": "amp_bf16",
-        "gradient_checkpointing": "full",
-    },
-    "training": {"training_tokens": 100_000_000},
 }
 
 

@@ -66,9 +66,12 @@ def _namespaces_work() -> bool:
     return done.returncode == 0
 
 
-pytestmark = pytest.mark.skipif(
-    not _namespaces_work(), reason="user and mount namespaces are not available here"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not _namespaces_work(), reason="user and mount namespaces are not available here"
+    ),
+]
 
 
 def _under_tmp() -> list[str]:

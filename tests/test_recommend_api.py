@@ -4,6 +4,8 @@ from typing import Any
 
 from litestar.testing import TestClient
 
+from tests.helpers import problem_at
+
 PATH = "/v1/recommendations"
 
 
@@ -52,32 +54,22 @@ def test_training_with_constraints(client: TestClient) -> None:  # type: ignore[
     assert {o["name"] for o in out["hybrid"]["options"]} == {"all_cloud", "all_on_prem", "hybrid"}
 
 
-def _problem(response: Any, status: int, path: str) -> None:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["status"] == status
-    assert path in [e["path"] for e in body.get("errors", [])], body
-
-
 def test_schema_violation_names_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
     bad = _body(workload={"mode": "inference", "sequence_length": 4096, "batch_size": 0})
-    _problem(client.post(PATH, json=bad), 422, "$.workload.batch_size")
-    _problem(client.post(PATH, json=_body(objective="cheap")), 422, "$.objective")
-    _problem(client.post(PATH, json=_body(constraints={"pue": 0.5})), 422, "$.constraints.pue")
-    _problem(client.post(PATH, json=_body(budget=3)), 422, "$.budget")
+    problem_at(client.post(PATH, json=bad), "$.workload.batch_size")
+    problem_at(client.post(PATH, json=_body(objective="cheap")), "$.objective")
+    problem_at(client.post(PATH, json=_body(constraints={"pue": 0.5})), "$.constraints.pue")
+    problem_at(client.post(PATH, json=_body(budget=3)), "$.budget")
 
 
 def test_core_refusals_name_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
     missing_volume = _body(workload={"mode": "training", "sequence_length": 2048})
     del missing_volume["inference"]
-    _problem(client.post(PATH, json=missing_volume), 422, "$.training")
+    problem_at(client.post(PATH, json=missing_volume), "$.training")
     unknown = _body(constraints={"exclude": ["h100-sxm5-80gb", "quantum-9000"]})
-    _problem(client.post(PATH, json=unknown), 422, "$.constraints.exclude[1]")
-    _problem(client.post(PATH, json=_body(model={"name": "llama-99b"})), 422, "$.model.name")
-    _problem(
-        client.post(PATH, json=_body(constraints={"vendors": ["intel"]})), 422, "$.constraints"
-    )
+    problem_at(client.post(PATH, json=unknown), "$.constraints.exclude[1]")
+    problem_at(client.post(PATH, json=_body(model={"name": "llama-99b"})), "$.model.name")
+    problem_at(client.post(PATH, json=_body(constraints={"vendors": ["intel"]})), "$.constraints")
 
 
 def test_malformed_json(client: TestClient) -> None:  # type: ignore[type-arg]

@@ -9,9 +9,12 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
+
+pytestmark = pytest.mark.slow
 
 
 @contextmanager

@@ -12,6 +12,8 @@ from gpuplan.api.app import create_app
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.config.settings import Settings
 
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
 LLAMA = {
     "model_type": "llama",
     "vocab_size": 1000,

@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+pytestmark = pytest.mark.torch
+
 pytest.importorskip("torch")
 
-from gpuplan.cli import main
+from gpuplan.cli import main  # noqa: E402
 
 TARGETS = Path(__file__).resolve().parent / "trace_targets" / "models.py"
 

@@ -14,6 +14,8 @@ values (transformers' packed-sequence check, under activation checkpointing).
 
 import pytest
 
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

@@ -10,6 +10,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gpuplan.trace.onednn import lstm_workspace_bytes
 
+pytestmark = pytest.mark.torch
+
 
 class _Workspaces(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """The real workspace of every oneDNN LSTM call, with its input's shape."""

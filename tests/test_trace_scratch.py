@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.torch
+
 torch = pytest.importorskip("torch")
 
 from gpuplan.trace.probe import measure_call  # noqa: E402

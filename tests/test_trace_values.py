@@ -2,6 +2,8 @@
 
 import pytest
 
+pytestmark = pytest.mark.torch
+
 torch = pytest.importorskip("torch")
 masking = pytest.importorskip("transformers.masking_utils")
 

@@ -1,0 +1,73 @@
+"""What many tests share: problem assertions, the live fleet in Redis, and request bodies."""
+
+import asyncio
+import json
+from typing import Any
+
+from litestar.testing import TestClient
+from redis.asyncio import Redis
+
+from gpuplan.api.app import create_app
+from gpuplan.config.settings import Settings
+from gpuplan.core.fleet import NodeSnapshot
+from gpuplan.fleet.schema import Keys
+from gpuplan.fleet.writer import publish
+
+PROBLEM = "application/problem+json"
+
+
+def problem(response: Any, status: int | tuple[int, ...], *words: str) -> dict[str, Any]:
+    """The RFC 9457 body of ``response``, checked: one of ``status``, the problem media
+    type, the required members, and each of ``words`` somewhere in it."""
+    statuses = (status,) if isinstance(status, int) else status
+    assert response.status_code in statuses, (response.status_code, response.text[:500])
+    assert response.headers["content-type"].startswith(PROBLEM), response.headers
+    body: dict[str, Any] = response.json()
+    assert {"type", "title", "status", "detail"} <= body.keys(), body
+    assert body["status"] == response.status_code
+    text = json.dumps(body)
+    for word in words:
+        assert word in text, (word, text[:500])
+    return body
+
+
+def problem_at(response: Any, path: str, status: int = 422) -> dict[str, Any]:
+    """A problem that names ``path`` among its offending fields."""
+    body = problem(response, status)
+    assert path in [e["path"] for e in body.get("errors", [])], body
+    return body
+
+
+def publish_snapshots(
+    redis_url: str, prefix: str, *snapshots: NodeSnapshot, new_benchmark: bool = True
+) -> None:
+    """Publish node snapshots to a real Redis, as agents do."""
+
+    async def go() -> None:
+        client = Redis.from_url(redis_url)
+        try:
+            for snap in snapshots:
+                await publish(client, Keys(prefix), snap, new_benchmark=new_benchmark)
+        finally:
+            await client.aclose()
+
+    asyncio.run(go())
+
+
+def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient:  # type: ignore[type-arg]
+    """An app that reads the fleet from ``redis_url`` under ``prefix`` (None: no Redis)."""
+    settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
+    return TestClient(app=create_app(settings))
+
+
+LLAMA_TRAINING: dict[str, Any] = {
+    "model": {"name": "llama-2-7b"},
+    "workload": {
+        "mode": "training",
+        "sequence_length": 4096,
+        "precision": "amp_bf16",
+        "gradient_checkpointing": "full",
+    },
+    "training": {"training_tokens": 100_000_000},
+}
+"""A Llama-2-7B full fine-tune of 10^8 tokens: the CI plan tests' job."""
