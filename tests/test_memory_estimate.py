@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.hf_config import from_hf_config
@@ -152,7 +153,7 @@ def test_missing_fields_are_named() -> None:
 def test_semantic_errors_name_the_field(
     model: dict[str, Any], workload: dict[str, Any], path: str
 ) -> None:
-    with pytest.raises(InvalidModel) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         run(model, **workload)
     assert path in {p for p, _ in caught.value.errors}
 

@@ -309,7 +309,7 @@ def test_fleet_measurements_replace_the_datasheet_but_not_the_request(catalog: C
     ("targets", "path", "kind"),
     [
         ({}, "$.targets", InvalidCiPlan),
-        ({"fits": {"gpu": "NVIDIA L5"}}, "$.targets.fits.gpu", InvalidCiPlan),
+        ({"fits": {"gpu": "NVIDIA L5"}}, "$.targets.fits.gpu", InvalidRequest),
         (
             {"mig_profile_at_most": {"gpu": "NVIDIA L4", "profile": "1g.10gb"}},
             "$.targets.mig_profile_at_most.gpu",

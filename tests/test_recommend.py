@@ -7,6 +7,7 @@ import msgspec
 import pytest
 
 from gpuplan.core.catalog import Catalog, builtin_catalog
+from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Workload
 from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
@@ -470,7 +471,7 @@ def test_training_needs_its_volume() -> None:
 def test_unknown_gpu_in_constraints_names_the_field() -> None:
     body = train("llama-2-7b")
     body["constraints"] = {"include": ["h100-sxm5-80gb", "h900"]}
-    with pytest.raises(InvalidRecommendation) as info:
+    with pytest.raises(InvalidRequest) as info:
         recommend(req(**body), CATALOG)
     assert info.value.errors[0][0] == "$.constraints.include[1]"
 

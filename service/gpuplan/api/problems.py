@@ -182,12 +182,11 @@ def _invalid_request(request: Request[Any, Any, Any], exc: InvalidRequest) -> An
 
 
 def _unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Answer:
-    closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
     return Problem(
         type=TYPE_PREFIX + "unknown-gpu",
         title=title(404),
         status=404,
-        detail=f"no GPU in the catalog is named {exc.query!r}{closest}",
+        detail=exc.reason,
         suggestions=exc.suggestions,
     ), {}
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from gpuplan.core.catalog.model import GpuSpec
-from gpuplan.core.errors import DataError, NotFound
+from gpuplan.core.errors import DataError, InvalidRequest, NotFound
 
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "intel", "habana")
 # GFD appends the MIG profile or a sharing marker to the product label.
@@ -60,6 +60,12 @@ class DuplicateName(DataError):
 
 class UnknownGpu(NotFound):
     """No SKU goes by that name; ``suggestions`` holds the closest ids."""
+
+    @property
+    def reason(self) -> str:
+        """Why the name is refused, with the closest ids."""
+        closest = f"; closest: {', '.join(self.suggestions)}" if self.suggestions else ""
+        return f"no GPU in the catalog is named {self.query!r}{closest}"
 
 
 class Catalog:
@@ -114,6 +120,14 @@ class Catalog:
         if found is None:
             raise UnknownGpu(query, self.suggest(query))
         return found
+
+    def lookup(self, query: str, path: str) -> GpuSpec:
+        """The SKU a request names at ``path``; an unknown name is a bad value there
+        (:class:`~gpuplan.core.errors.InvalidRequest`, 422), not a missing resource."""
+        try:
+            return self.get(query)
+        except UnknownGpu as exc:
+            raise InvalidRequest([(path, exc.reason)], suggestions=exc.suggestions) from None
 
     def suggest(self, query: str, limit: int = 5) -> list[str]:
         """Ids of the SKUs whose names are closest to ``query``."""

@@ -129,7 +129,7 @@ def _resolve_targets(t: Targets, catalog: Catalog, tables: Sequence[MigGpu]) -> 
         raise InvalidCiPlan(
             [("$.targets", "name at least one target: " + ", ".join(t.__struct_fields__))]
         )
-    fits_gpu = _gpu(catalog, t.fits.gpu, "$.targets.fits.gpu") if t.fits else None
+    fits_gpu = catalog.lookup(t.fits.gpu, "$.targets.fits.gpu") if t.fits else None
     mig = None
     if t.mig_profile_at_most is not None:
         where = "$.targets.mig_profile_at_most"
@@ -191,14 +191,6 @@ def _verdicts(
             )
         verdicts.append(headroom_verdict(t.min_memory_headroom, on))
     return verdicts
-
-
-def _gpu(catalog: Catalog, name: str, path: str) -> GpuSpec:
-    try:
-        return catalog.get(name)
-    except UnknownGpu as exc:
-        hint = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        raise InvalidCiPlan([(path, f"no GPU in the catalog is named {name!r}{hint}")]) from None
 
 
 def _with_measured(

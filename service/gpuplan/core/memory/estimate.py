@@ -8,11 +8,10 @@ reads the clock, the environment or the network.
 
 import msgspec
 
-from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
+from gpuplan.core.catalog import Catalog
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
-from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.head import head_cost
 from gpuplan.core.memory.inference import (
     KV_BYTES,
@@ -42,7 +41,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     Raises :class:`InvalidModel`, naming the offending field.
     """
     w = request.workload
-    gpu = _gpu(catalog, request.gpu)
+    gpu = catalog.lookup(request.gpu, "$.gpu") if request.gpu is not None else None
     model = resolve_model(request.model)
     arch, bare, assumptions = model.arch, model.parameters, list(model.notes)
     check_workload(arch, w, vision=model.vision is not None)
@@ -309,15 +308,3 @@ def _scaled(counts: ParameterCount, total: int) -> ParameterCount:
         final=counts.final,
         layers=layers,
     )
-
-
-def _gpu(catalog: Catalog, name: str | None) -> GpuSpec | None:
-    if name is None:
-        return None
-    try:
-        return catalog.get(name)
-    except UnknownGpu as exc:
-        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        raise InvalidModel(
-            [("$.gpu", f"no GPU in the catalog is named {name!r}{closest}")]
-        ) from None

@@ -31,10 +31,9 @@ def resolve(
     except UnknownGpu as exc:
         # A name given in a request's input is a bad value there (422), as elsewhere
         # in the API; 404 is for a resource named by the URL path.
-        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
         raise MigInputError(
             path,
-            f"no GPU in the catalog is named {query!r}{closest}",
+            exc.reason,
             "validation",
             exc.suggestions,
             location,

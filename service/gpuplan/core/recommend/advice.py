@@ -17,7 +17,7 @@ from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
-from gpuplan.core.recommend.job import Job, resolve_gpu
+from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.schema import Advice, Layout, RecommendRequest
 from gpuplan.core.recommend.serving import serve_option, serving_options
 from gpuplan.core.recommend.training import time_training, training_options
@@ -40,7 +40,7 @@ def advise(
     c = request.constraints
     targets: list[GpuSpec] = []
     if c.preferred_gpu is not None:
-        targets.append(resolve_gpu(c.preferred_gpu, catalog, "$.constraints.preferred_gpu"))
+        targets.append(catalog.lookup(c.preferred_gpu, "$.constraints.preferred_gpu"))
     priced = [x for x in contexts.values() if x.per_gpu_hour is not None and x.rate is not None]
     if priced:
         targets.append(min(priced, key=lambda x: (x.per_gpu_hour, x.gpu.id)).gpu)

@@ -20,7 +20,7 @@ from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.perf.cost import break_even_utilization, gpu_power_kw
 from gpuplan.core.recommend.context import gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle
-from gpuplan.core.recommend.job import Job, resolve_gpu
+from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option
 from gpuplan.core.recommend.schema import (
     HybridComparison,
@@ -55,8 +55,8 @@ def compare_hybrid(
     request: RecommendRequest, job: Job, catalog: Catalog, oracle: MemoryOracle, trainable: int
 ) -> HybridComparison:
     spec = request.hybrid or HybridSpec()
-    owned = resolve_gpu(spec.owned_gpu, catalog, "$.hybrid.owned_gpu")
-    burst = resolve_gpu(spec.burst_gpu, catalog, "$.hybrid.burst_gpu")
+    owned = catalog.lookup(spec.owned_gpu, "$.hybrid.owned_gpu")
+    burst = catalog.lookup(spec.burst_gpu, "$.hybrid.burst_gpu")
     own_plan = _plan(request, job, oracle, owned, trainable)
     burst_plan = _plan(request, job, oracle, burst, trainable)
     repeats = 1.0 if job.kind == "inference" else spec.jobs_per_month

@@ -5,7 +5,7 @@ from typing import TypeVar
 
 import msgspec
 
-from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
+from gpuplan.core.catalog import Catalog, UnknownGpu
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.model import ResolvedModel, resolve_model
@@ -166,19 +166,8 @@ def _by_id(
         try:
             out[catalog.get(name).id] = value
         except UnknownGpu as exc:
-            hint = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-            errors.append((f"{path}.{name}", f"no GPU in the catalog is named {name!r}{hint}"))
+            errors.append((f"{path}.{name}", exc.reason))
     return out
-
-
-def resolve_gpu(name: str, catalog: Catalog, path: str) -> GpuSpec:
-    try:
-        return catalog.get(name)
-    except UnknownGpu as exc:
-        hint = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        raise InvalidRecommendation(
-            [(path, f"no GPU in the catalog is named {name!r}{hint}")]
-        ) from None
 
 
 def ceil_div(a: float, b: float) -> int:

@@ -13,7 +13,7 @@ from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
-from gpuplan.core.recommend.job import Job, resolve_gpu, resolve_job
+from gpuplan.core.recommend.job import Job, resolve_job
 from gpuplan.core.recommend.option import Option, objective_key
 from gpuplan.core.recommend.scenario import classify
 from gpuplan.core.recommend.schema import (
@@ -133,12 +133,8 @@ def _plans(
 
 
 def candidate_gpus(catalog: Catalog, c: Constraints) -> list[GpuSpec]:
-    include = {
-        resolve_gpu(n, catalog, f"$.constraints.include[{i}]").id for i, n in enumerate(c.include)
-    }
-    exclude = {
-        resolve_gpu(n, catalog, f"$.constraints.exclude[{i}]").id for i, n in enumerate(c.exclude)
-    }
+    include = {catalog.lookup(n, f"$.constraints.include[{i}]").id for i, n in enumerate(c.include)}
+    exclude = {catalog.lookup(n, f"$.constraints.exclude[{i}]").id for i, n in enumerate(c.exclude)}
     gpus = [
         g
         for g in catalog
