@@ -76,6 +76,9 @@ class CiPlan(RecommendRequest, kw_only=True):
 # ---------------------------------------------------------------- response
 
 
+Unit = Literal["bytes", "usd", "hours", "fraction"]
+
+
 class Verdict(Record, kw_only=True):
     """One target, checked."""
 
@@ -90,7 +93,7 @@ class Verdict(Record, kw_only=True):
     limit: int | float | None
     """What the target allows."""
 
-    unit: Literal["bytes", "usd", "hours", "fraction"]
+    unit: Unit
     gpu: str | None = None
     """Catalog id of the GPU the numbers are for."""
 

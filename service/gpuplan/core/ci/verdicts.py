@@ -15,8 +15,10 @@ Semantics (docs/ci.md):
   profile's usable memory, so the smallest profile that holds it is no larger.
 """
 
+from collections.abc import Callable
+
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.ci.schema import FitsTarget, Verdict
+from gpuplan.core.ci.schema import FitsTarget, TargetName, Unit, Verdict
 from gpuplan.core.ci.sizing import Sized, describe
 from gpuplan.core.mig.model import MigProfile
 from gpuplan.core.recommend.schema import Candidate
@@ -69,65 +71,77 @@ def _unusable(rec: Candidate | None, what: str, basis: str) -> str | None:
     return None
 
 
-def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
-    problem = _unusable(rec, "cost", basis)
-    if problem is None and rec is not None and rec.cost_usd is None:
-        problem = f"{rec.gpu} has no price ({'; '.join(rec.reasons[-1:])})"
-    if problem is not None or rec is None or rec.cost_usd is None:
+def _at_most(
+    target: TargetName,
+    unit: Unit,
+    limit: float,
+    rec: Candidate | None,
+    basis: str,
+    *,
+    what: str,
+    value: Callable[[Candidate], float | None],
+    missing: Callable[[Candidate], str],
+    describe: Callable[[Candidate, float, str], str],
+) -> Verdict:
+    """A target that a candidate's ``value`` must not exceed; fails when there is none."""
+    problem = _unusable(rec, what, basis)
+    actual = value(rec) if rec is not None else None
+    if problem is None and rec is not None and actual is None:
+        problem = missing(rec)
+    if problem is not None or rec is None or actual is None:
         return Verdict(
-            target="max_cost_usd",
+            target=target,
             status="fail",
-            reason=problem or "no cost",
+            reason=problem or f"no {what}",
             actual=None,
             limit=limit,
-            unit="usd",
+            unit=unit,
             gpu=rec.gpu if rec else None,
             count=rec.count if rec else None,
         )
-    ok = rec.cost_usd <= limit
+    ok = actual <= limit
     return Verdict(
-        target="max_cost_usd",
+        target=target,
         status="pass" if ok else "fail",
-        reason=(
-            f"${rec.cost_usd:,.2f} on {rec.count} x {rec.gpu} ({basis}, {rec.cost_basis} prices) "
-            f"{'≤' if ok else '>'} ${limit:,.2f}"
-        ),
-        actual=round(rec.cost_usd, 6),
+        reason=describe(rec, actual, "≤" if ok else ">"),
+        actual=round(actual, 6),
         limit=limit,
-        unit="usd",
+        unit=unit,
         gpu=rec.gpu,
         count=rec.count,
     )
 
 
-def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
-    problem = _unusable(rec, "time", basis)
-    if problem is None and rec is not None and rec.time_hours is None:
-        problem = f"{rec.gpu} has no time estimate"
-    if problem is not None or rec is None or rec.time_hours is None:
-        return Verdict(
-            target="max_time_hours",
-            status="fail",
-            reason=problem or "no time",
-            actual=None,
-            limit=limit,
-            unit="hours",
-            gpu=rec.gpu if rec else None,
-            count=rec.count if rec else None,
-        )
-    ok = rec.time_hours <= limit
-    return Verdict(
-        target="max_time_hours",
-        status="pass" if ok else "fail",
-        reason=(
-            f"{rec.time_hours:,.2f} h on {rec.count} x {rec.gpu} ({basis}) "
-            f"{'≤' if ok else '>'} {limit:g} h"
+def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
+    return _at_most(
+        "max_cost_usd",
+        "usd",
+        limit,
+        rec,
+        basis,
+        what="cost",
+        value=lambda r: r.cost_usd,
+        missing=lambda r: f"{r.gpu} has no price ({'; '.join(r.reasons[-1:])})",
+        describe=lambda r, usd, cmp: (
+            f"${usd:,.2f} on {r.count} x {r.gpu} ({basis}, {r.cost_basis} prices) "
+            f"{cmp} ${limit:,.2f}"
         ),
-        actual=round(rec.time_hours, 6),
-        limit=limit,
-        unit="hours",
-        gpu=rec.gpu,
-        count=rec.count,
+    )
+
+
+def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
+    return _at_most(
+        "max_time_hours",
+        "hours",
+        limit,
+        rec,
+        basis,
+        what="time",
+        value=lambda r: r.time_hours,
+        missing=lambda r: f"{r.gpu} has no time estimate",
+        describe=lambda r, hours, cmp: (
+            f"{hours:,.2f} h on {r.count} x {r.gpu} ({basis}) {cmp} {limit:g} h"
+        ),
     )
 
 
