@@ -138,5 +138,5 @@ def test_decode_steps() -> None:
     table = runner.invoke(main, ["trace", target, "--mode", "inference", "--new-tokens", "3"])
     assert "peak in decode (3)" in table.output
     train = runner.invoke(main, ["trace", target, "--new-tokens", "3"])
-    assert train.exit_code != 0
-    assert "--new-tokens (decode steps) needs --mode inference" in train.output
+    assert train.exit_code == 2  # refused as input, by the API's own rule, before tracing
+    assert "--new-tokens: decode steps need mode 'inference'" in train.stderr

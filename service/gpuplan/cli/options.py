@@ -93,6 +93,10 @@ def _scalar(info: mi.Type) -> "tuple[click.ParamType[Any] | None, bool]":
     """The option type of a field, and whether it repeats; ``None`` for no option."""
     if isinstance(info, mi.UnionType):
         rest = [t for t in info.types if not isinstance(t, mi.NoneType)]
+        if len(rest) > 1 and all(isinstance(t, mi.LiteralType) for t in rest):
+            # A Literal and its deprecated spellings: one choice of all their values.
+            values = [v for t in rest for v in t.values]  # type: ignore[attr-defined]
+            return _scalar(mi.LiteralType(tuple(values)))
         return _scalar(rest[0]) if len(rest) == 1 else (None, False)
     if type(info) in _SCALARS:
         return _SCALARS[type(info)](), False

@@ -5,75 +5,43 @@ trace route never does.
 """
 
 from pathlib import Path
+from typing import Any
 
 import click
 
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import reported
+from gpuplan.cli.options import field_options
 from gpuplan.cli.render import trace as render
 from gpuplan.cli.render.output import machine, write
+from gpuplan.core.convert import convert
+from gpuplan.core.errors import InvalidRequest
+from gpuplan.core.trace.schema import TraceWorkload, workload_conflicts
+
+WORKLOAD = field_options(
+    TraceWorkload,
+    skip=("batch_size", "sequence_length", "dtype", "attention", "gradient_checkpointing"),
+)
+"""The step's options, as ``POST /v1/memory/trace`` takes them; the model and its inputs
+are the user's function's (size, dtype and attention are set there)."""
+
+
+def _with_workload(command: Any) -> Any:
+    params = getattr(command, "__click_params__", [])
+    params.extend(reversed([f.option for f in WORKLOAD]))
+    command.__click_params__ = params
+    return command
 
 
 @click.command("trace")
 @click.argument("target")
-@click.option(
-    "--mode",
-    type=click.Choice(["training", "inference", "train"]),
-    default="training",
-    show_default=True,
-    help="training: forward, backward, optimizer step; inference: a no-grad forward "
-    "(train: the earlier spelling of training).",
-)
-@click.option(
-    "--optimizer",
-    type=click.Choice(["adamw", "adam", "sgd", "sgd_momentum", "none"]),
-    default="adamw",
-    show_default=True,
-)
-@click.option(
-    "--steps",
-    type=click.IntRange(1, 8),
-    default=2,
-    show_default=True,
-    help="Steps to run; the last one is reported (2: the steady state, with optimizer state).",
-)
-@click.option(
-    "--new-tokens",
-    "new_tokens",
-    type=click.IntRange(0, 1024),
-    default=0,
-    show_default=True,
-    help="Inference: greedy decode steps after the prefill (the model must return "
-    "past_key_values and logits, as a Hugging Face causal LM with use_cache=True).",
-)
-@click.option(
-    "--amp",
-    type=click.Choice(["none", "bf16", "fp16"]),
-    default="none",
-    show_default=True,
-    help="Autocast the forward to this type.",
-)
+@_with_workload
 @click.option(
     "--runtime",
     type=click.Choice(["cuda", "cpu"]),
     default="cuda",
     show_default=True,
     help="cuda: replay through the CUDA caching allocator and add the context; cpu: tensor bytes.",
-)
-@click.option(
-    "--fsdp",
-    type=click.IntRange(1, 1 << 16),
-    default=1,
-    show_default=True,
-    help="Trace one rank of an N-way FSDP2 (fully_shard) step on a fake process group.",
-)
-@click.option(
-    "--tensor-parallel",
-    "tensor_parallel",
-    type=click.IntRange(1, 1 << 16),
-    default=1,
-    show_default=True,
-    help="Trace one rank of an N-way tensor-parallel step (Hugging Face models' TP plan).",
 )
 @click.option(
     "--gpu",
@@ -95,18 +63,12 @@ from gpuplan.cli.render.output import machine, write
 def trace_command(
     target: str,
     *,
-    mode: str,
-    optimizer: str,
-    steps: int,
-    new_tokens: int,
-    amp: str,
     runtime: str,
-    fsdp: int,
-    tensor_parallel: int,
     gpu: str | None,
     catalog_file: Path | None,
     probe_budget_bytes: int | None,
     fmt: str,
+    **options: Any,
 ) -> None:
     """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
 
@@ -124,17 +86,22 @@ def trace_command(
             f"gpuplan trace needs torch (pip install 'gpuplan[trace]'): {exc}"
         ) from None
     with reported("trace", target):
-        architecture = catalog(catalog_file).get(gpu).architecture if gpu is not None else None
+        given = {f.name: options[f.name] for f in WORKLOAD if options[f.name] is not None}
+        workload = convert(given, TraceWorkload)
+        conflicts = workload_conflicts(workload)
+        if conflicts:
+            raise InvalidRequest([(f"--{name.replace('_', '-')}", why) for name, why in conflicts])
+        architecture = catalog(catalog_file).lookup(gpu, "--gpu").architecture if gpu else None
         result = trace(
             load_target(target),
-            mode="inference" if mode == "inference" else "training",
-            optimizer=optimizer,  # type: ignore[arg-type]
-            steps=steps,
-            new_tokens=new_tokens,
-            amp=amp,  # type: ignore[arg-type]
-            runtime=runtime,  # type: ignore[arg-type]
-            fsdp=fsdp,
-            tensor_parallel=tensor_parallel,
+            mode="inference" if workload.mode == "inference" else "training",
+            optimizer=workload.optimizer,
+            steps=workload.steps,
+            new_tokens=workload.new_tokens,
+            amp=workload.amp,
+            runtime="cpu" if runtime == "cpu" else "cuda",
+            fsdp=workload.fsdp,
+            tensor_parallel=workload.tensor_parallel,
             gpu_architecture=architecture,
             probe_budget_bytes=(
                 DEFAULT_BUDGET_BYTES if probe_budget_bytes is None else probe_budget_bytes
