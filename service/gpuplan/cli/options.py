@@ -226,10 +226,9 @@ class RequestOptions:
             help="A request file (YAML, JSON or TOML) of the API's schema; flags override "
             "its fields.",
         )
-        params = getattr(command, "__click_params__", [])
-        params.extend(reversed([file_option, *MODEL_OPTIONS, *(f.option for f in self.fields)]))
-        command.__click_params__ = params  # type: ignore[attr-defined]
-        return command
+        return with_options([file_option, *MODEL_OPTIONS, *(f.option for f in self.fields)])(
+            command
+        )
 
     def request(self, values: dict[str, Any]) -> Any:
         """The request the options describe (raises ``InvalidRequest`` naming each field)."""
@@ -273,6 +272,31 @@ def _json_file(path: Path, where: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequest([(where, f"cannot read {path} as JSON: {exc}")]) from None
+
+
+def with_options(options: Sequence[click.Option]) -> Callable[[F], F]:
+    """Decorate a command with ready-made ``options``, in their order."""
+
+    def decorate(command: F) -> F:
+        params = getattr(command, "__click_params__", [])
+        params.extend(reversed(options))
+        command.__click_params__ = params  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+def output_format(*formats: str) -> Callable[[F], F]:
+    """``--format`` of a command's answer, the first of ``formats`` by default; the
+    command takes ``fmt``."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(formats),
+        default=formats[0],
+        show_default=True,
+        help="How the answer is printed.",
+    )
 
 
 def choices(literal: Any) -> click.Choice[str]:

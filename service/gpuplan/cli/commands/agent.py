@@ -18,7 +18,7 @@ import click
 from gpuplan.agent.config import AgentConfig, default_node
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import EXIT_FAILED, EXIT_OK, reported
-from gpuplan.cli.options import field_options
+from gpuplan.cli.options import field_options, with_options
 from gpuplan.core.catalog import Catalog
 
 ENV_PREFIX = "GPUPLAN_AGENT"
@@ -40,18 +40,11 @@ for _field in FIELDS:
     ]
 
 
-def _with_fields(command: Any) -> Any:
-    params = getattr(command, "__click_params__", [])
-    params.extend(reversed([f.option for f in FIELDS]))
-    command.__click_params__ = params
-    return command
-
-
 @click.command(
     "agent",
     context_settings={"max_content_width": 100, "auto_envvar_prefix": ENV_PREFIX},
 )
-@_with_fields
+@with_options([f.option for f in FIELDS])
 @catalog_option
 @click.option(
     "--nvml-recording",

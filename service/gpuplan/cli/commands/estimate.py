@@ -13,7 +13,7 @@ import click
 
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import reported
-from gpuplan.cli.options import RequestOptions
+from gpuplan.cli.options import RequestOptions, output_format
 from gpuplan.cli.render import estimate as render
 from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
 from gpuplan.core.memory.schema import EstimateRequest
@@ -25,13 +25,7 @@ OPTIONS = RequestOptions(EstimateRequest, defaults={"workload.mode": "training"}
 @click.argument("file", required=False, type=click.Path(dir_okay=False, path_type=Path))
 @OPTIONS.options
 @catalog_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", *MACHINE_FORMATS]),
-    default="table",
-    show_default=True,
-)
+@output_format("table", *MACHINE_FORMATS)
 def estimate_command(file: Path | None, fmt: str, catalog_file: Path | None, **values: Any) -> None:
     """Estimate the peak GPU memory of a job, from FILE (or -f FILE) and flags.
 

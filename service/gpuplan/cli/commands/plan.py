@@ -21,6 +21,7 @@ import msgspec
 
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import EXIT_FAILED, EXIT_OK, Unavailable, reported
+from gpuplan.cli.options import output_format
 from gpuplan.cli.render import ci as render
 from gpuplan.cli.render.output import machine, write
 from gpuplan.config.documents import read_document
@@ -123,13 +124,7 @@ def _problem_text(status: int, body: bytes) -> str:
 @click.option(
     "--api", metavar="URL", help="Compute on a gpuplan server (e.g. http://gpuplan:8000)."
 )
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "markdown", "json"]),
-    default="table",
-    show_default=True,
-)
+@output_format("table", "markdown", "json")
 @catalog_option
 @click.option(
     "--timeout", type=float, default=60.0, show_default=True, help="--api request timeout (s)."

@@ -13,7 +13,7 @@ import click
 
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import reported
-from gpuplan.cli.options import RequestOptions
+from gpuplan.cli.options import RequestOptions, output_format
 from gpuplan.cli.render import candidates as render
 from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
 from gpuplan.core.errors import InvalidRequest
@@ -25,13 +25,7 @@ OPTIONS = RequestOptions(RecommendRequest)
 @click.command("recommend")
 @OPTIONS.options
 @catalog_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", *MACHINE_FORMATS]),
-    default="table",
-    show_default=True,
-)
+@output_format("table", *MACHINE_FORMATS)
 def recommend_command(fmt: str, catalog_file: Path | None, **values: Any) -> None:
     """Rank catalog GPUs and counts for a job by fit, time, cost and energy.
 

@@ -11,7 +11,7 @@ import click
 
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import reported
-from gpuplan.cli.options import field_options
+from gpuplan.cli.options import field_options, output_format, with_options
 from gpuplan.cli.render import trace as render
 from gpuplan.cli.render.output import machine, write
 from gpuplan.core.convert import convert
@@ -26,16 +26,9 @@ WORKLOAD = field_options(
 are the user's function's (size, dtype and attention are set there)."""
 
 
-def _with_workload(command: Any) -> Any:
-    params = getattr(command, "__click_params__", [])
-    params.extend(reversed([f.option for f in WORKLOAD]))
-    command.__click_params__ = params
-    return command
-
-
 @click.command("trace")
 @click.argument("target")
-@_with_workload
+@with_options([f.option for f in WORKLOAD])
 @click.option(
     "--runtime",
     type=click.Choice(["cuda", "cpu"]),
@@ -57,9 +50,7 @@ def _with_workload(command: Any) -> Any:
     "run once for real when their tensors fit in this many bytes, to measure that "
     "scratch; 0: never.  [default: 1 GiB]",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["json", "table"]), default="table", show_default=True
-)
+@output_format("table", "json")
 def trace_command(
     target: str,
     *,
