@@ -78,15 +78,32 @@ class Problem(Record, kw_only=True):
 
 
 class ApiProblem(GpuplanError):
-    """A refusal only the HTTP adapter makes: its status, problem type and detail."""
+    """A refusal only the HTTP adapter makes: its status, problem type and detail.
+
+    Subclasses fix the status and type of a refusal raised in several places; a route's
+    one-off refusal passes them (``ApiProblem(detail, status=504, kind="trace-timeout")``).
+    """
 
     status: int = 500
     kind: str = "about:blank"
     retry_after: int | None = None
 
-    def __init__(self, detail: str) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        kind: str | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
+        if status is not None:
+            self.status = status
+        if kind is not None:
+            self.kind = kind
+        if retry_after is not None:
+            self.retry_after = retry_after
 
 
 class MalformedBody(ApiProblem):
@@ -97,8 +114,7 @@ class MalformedBody(ApiProblem):
     kind = "malformed-json"
 
     def __init__(self, detail: str, kind: str = "malformed-json", repeated_key: str = "") -> None:
-        super().__init__(detail)
-        self.kind = kind
+        super().__init__(detail, kind=kind)
         self.repeated_key = repeated_key
 
 

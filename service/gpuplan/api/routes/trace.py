@@ -87,33 +87,9 @@ def trace_gate(request: Request[Any, Any, Any]) -> asyncio.Semaphore:
     return gate
 
 
-class TraceUnavailable(ApiProblem):
-    """This server cannot trace: the `trace` extra is not installed (501)."""
-
-    status = 501
-    kind = "trace-unavailable"
-
-
-class TraceBusy(ApiProblem):
-    """As many traces as the setting allows already run in this process (503)."""
-
-    status = 503
-    kind = "trace-busy"
-    retry_after = 5
-
-
-class TraceTimeout(ApiProblem):
-    """The trace ran past its time limit and was stopped (504)."""
-
-    status = 504
-    kind = "trace-timeout"
-
-
-class Untraceable(ApiProblem):
-    """The model builds but cannot run under fake tensors (422)."""
-
-    status = 422
-    kind = "untraceable"
+def _unavailable(detail: str) -> ApiProblem:
+    """This server cannot trace: the `trace` extra is not installed."""
+    return ApiProblem(detail, status=501, kind="trace-unavailable")
 
 
 async def run_worker(
@@ -184,7 +160,7 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
         raise InvalidRequest(errors, kind="invalid-workload")
     missing = missing_extras()
     if missing:
-        raise TraceUnavailable(
+        raise _unavailable(
             f"tracing needs the optional extra `trace` ({', '.join(missing)} not installed "
             "on this server); POST /v1/memory/estimate answers without it"
         )
@@ -199,19 +175,24 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             return msgspec.json.decode(cached, type=TraceResult)
     gate = trace_gate(request)
     if gate.locked():
-        raise TraceBusy(
+        raise ApiProblem(
             f"{settings.trace_max_concurrent} trace(s) already running in this server "
-            "process (setting GPUPLAN_TRACE_MAX_CONCURRENT); retry shortly"
+            "process (setting GPUPLAN_TRACE_MAX_CONCURRENT); retry shortly",
+            status=503,
+            kind="trace-busy",
+            retry_after=5,
         )
     async with gate:
         answer = await run_worker(
             body, settings.trace_timeout_seconds, settings.trace_probe_budget_bytes
         )
     if answer is None:
-        raise TraceTimeout(
+        raise ApiProblem(
             f"the trace ran past {settings.trace_timeout_seconds:g} s "
             "(setting GPUPLAN_TRACE_TIMEOUT_SECONDS) and was stopped; a smaller "
             "batch or sequence, or the analytic estimate, answers faster",
+            status=504,
+            kind="trace-timeout",
         )
     if "result" in answer:
         result = msgspec.convert(answer["result"], TraceResult)
@@ -230,7 +211,11 @@ def _failure(answer: dict[str, Any]) -> Exception:
     """The error a worker's error answer stands for."""
     kind, detail = answer.get("error"), str(answer.get("detail", ""))
     if kind == "missing":
-        return TraceUnavailable(f"tracing needs the optional extra `trace`: {detail}")
+        return _unavailable(f"tracing needs the optional extra `trace`: {detail}")
     if kind == "invalid":
         return InvalidRequest([("$.model.hf_config", detail)], kind="invalid-model")
-    return Untraceable(f"the model could not be traced under fake tensors: {detail}")
+    return ApiProblem(
+        f"the model could not be traced under fake tensors: {detail}",
+        status=422,
+        kind="untraceable",
+    )
