@@ -1,10 +1,10 @@
 """Candidate candidates as text: the ranking table and the lines every report shares."""
 
 from gpuplan.cli.render.output import GiB, num
-from gpuplan.core.recommend.schema import Advice, Layout, RecommendResponse
+from gpuplan.core.recommend.schema import Advice, ParallelLayout, RecommendResponse
 
 
-def layout(lay: Layout | None, missing: str = "-") -> str:
+def layout(lay: ParallelLayout | None, missing: str = "-") -> str:
     """``t2p1d4z3``: tensor, pipeline, data parallel degrees and ZeRO stage."""
     return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}" if lay else missing
 

@@ -110,7 +110,7 @@ class Interconnect(Record):
     """Absent when GPUs only meet over PCIe (RTX 4090, L4, L40S)."""
 
 
-class Mig(Record):
+class MigSupport(Record):
     """Multi-Instance GPU support; the profiles live in the MIG data."""
 
     supported: bool
@@ -182,7 +182,7 @@ class GpuSpec(Record, kw_only=True):
 
     interconnect: Interconnect
     form_factor: FormFactor
-    mig: Mig
+    mig: MigSupport
     launch_year: Annotated[int, msgspec.Meta(ge=2010, le=2100)]
     price: Price = msgspec.field(default_factory=Price)
     sources: dict[str, list[Source]] = {}

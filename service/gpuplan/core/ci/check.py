@@ -35,7 +35,7 @@ from gpuplan.core.mig.tables import profile_index, resolve
 from gpuplan.core.recommend import InvalidRecommendation, recommend
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job, resolve_job
-from gpuplan.core.recommend.schema import Candidate, Layout, RecommendRequest
+from gpuplan.core.recommend.schema import Candidate, ParallelLayout, RecommendRequest
 from gpuplan.core.record import Record
 
 ASSUMPTIONS = [
@@ -74,7 +74,9 @@ def check(
     except InvalidRecommendation as exc:
         raise InvalidCiPlan(exc.errors) from None
     oracle = MemoryOracle(request.model, catalog)
-    one_gpu = oracle.laid_out(job.workload, Layout(tensor=1, pipeline=1, data=1, zero_stage=0))
+    one_gpu = oracle.laid_out(
+        job.workload, ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)
+    )
 
     def required_on(gpu: GpuSpec) -> int | None:
         return oracle.required(one_gpu[0], gpu, one_gpu[1])

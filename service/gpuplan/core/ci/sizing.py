@@ -13,20 +13,20 @@ from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.recommend.context import TP_DEGREES
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.schema import Constraints, Layout
+from gpuplan.core.recommend.schema import Constraints, ParallelLayout
 from gpuplan.core.recommend.training import training_ladder
 from gpuplan.core.record import Record
 
 
 class Sized(Record, kw_only=True):
-    layout: Layout
+    layout: ParallelLayout
     replicas: int
     """Inference: independent copies of the tensor-parallel replica (1 for training)."""
 
     required_bytes: int
 
 
-def layouts_at(job: Job, count: int, c: Constraints) -> list[tuple[Layout, int]]:
+def layouts_at(job: Job, count: int, c: Constraints) -> list[tuple[ParallelLayout, int]]:
     """``(layout sized, replicas)`` the recommendation would consider at ``count`` GPUs."""
     if job.kind != "inference":
         # The ladder is built for powers of two; at other counts a layout must still
@@ -37,7 +37,7 @@ def layouts_at(job: Job, count: int, c: Constraints) -> list[tuple[Layout, int]]
             if lay.tensor * lay.pipeline * lay.data == count
         ]
     arch = job.arch
-    out = [(Layout(tensor=1, pipeline=1, data=1, zero_stage=0), count)]
+    out = [(ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0), count)]
     for t in TP_DEGREES:
         if (
             t <= count
@@ -46,7 +46,7 @@ def layouts_at(job: Job, count: int, c: Constraints) -> list[tuple[Layout, int]]
             and arch is not None
             and arch.num_heads % t == 0
         ):
-            out.append((Layout(tensor=t, pipeline=1, data=1, zero_stage=0), count // t))
+            out.append((ParallelLayout(tensor=t, pipeline=1, data=1, zero_stage=0), count // t))
     return out
 
 

@@ -140,7 +140,7 @@ class ValidateResponse(Record, kw_only=True):
 # -- plan ------------------------------------------------------------------------------------
 
 
-class WorkloadSpec(Record, kw_only=True):
+class MigWorkload(Record, kw_only=True):
     name: WorkloadName
     count: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOTAL_WORKLOADS)] = 1
     profile: ProfileRef | None = None
@@ -167,7 +167,7 @@ class CurrentGpu(Record, kw_only=True):
 class PartitionRequest(Record, kw_only=True):
     gpu: GpuName
     workloads: Annotated[
-        list[WorkloadSpec], msgspec.Meta(min_length=1, max_length=MAX_WORKLOAD_ENTRIES)
+        list[MigWorkload], msgspec.Meta(min_length=1, max_length=MAX_WORKLOAD_ENTRIES)
     ]
     max_gpus: Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS)] | None = None
     """Most GPUs to use; workloads beyond them are reported in ``unplaced``."""

@@ -18,12 +18,12 @@ from gpuplan.core.memory.schema import Workload
 from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.schema import Advice, Layout, RecommendRequest
+from gpuplan.core.recommend.schema import Advice, ParallelLayout, RecommendRequest
 from gpuplan.core.recommend.serving import serve_option, serving_options
 from gpuplan.core.recommend.training import time_training, training_options
 
-ONE = Layout(tensor=1, pipeline=1, data=1, zero_stage=0)
-OFFLOAD = Layout(tensor=1, pipeline=1, data=1, zero_stage=0, cpu_offload_optimizer=True)
+ONE = ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)
+OFFLOAD = ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0, cpu_offload_optimizer=True)
 GiB = 1 << 30
 
 
@@ -91,7 +91,7 @@ class _Advisor:
         self.base_time = self._time(job.workload, ONE)
 
     # -- shared
-    def _time(self, w: Workload, layout: Layout) -> float | None:
+    def _time(self, w: Workload, layout: ParallelLayout) -> float | None:
         job = msgspec.structs.replace(self.job, workload=w)
         ctx = (
             _context(self.gpu, job, self.request)
@@ -120,7 +120,9 @@ class _Advisor:
         seconds, _, _ = time_training(job, ctx, layout, trainable, self.request.constraints)
         return seconds
 
-    def _advice(self, change: str, w: Workload, detail: str, layout: Layout = ONE) -> Advice | None:
+    def _advice(
+        self, change: str, w: Workload, detail: str, layout: ParallelLayout = ONE
+    ) -> Advice | None:
         after = self.oracle.required(with_layout(w, layout), self.gpu)
         if after is None:
             return None
@@ -139,7 +141,7 @@ class _Advisor:
             f"({usable / GiB:.1f} GiB usable on {self.gpu.id})",
         )
 
-    def _combine(self, steps: list[tuple[str, Workload, Layout]]) -> Advice | None:
+    def _combine(self, steps: list[tuple[str, Workload, ParallelLayout]]) -> Advice | None:
         """The fewest of ``steps`` that together make the job fit; None if all do not.
 
         Greedy: apply the steps in order until the job fits, then drop each step
@@ -160,7 +162,9 @@ class _Advisor:
         w, layout = self._apply(chosen)
         return self._advice(" + ".join(n for n, _, _ in chosen), w, "together", layout)
 
-    def _apply(self, steps: list[tuple[str, Workload, Layout]]) -> tuple[Workload, Layout]:
+    def _apply(
+        self, steps: list[tuple[str, Workload, ParallelLayout]]
+    ) -> tuple[Workload, ParallelLayout]:
         w = self.job.workload
         layout = ONE
         for _, changed, step_layout in steps:
@@ -168,7 +172,7 @@ class _Advisor:
             layout = OFFLOAD if step_layout is OFFLOAD else layout
         return w, layout
 
-    def _fits(self, steps: list[tuple[str, Workload, Layout]]) -> bool:
+    def _fits(self, steps: list[tuple[str, Workload, ParallelLayout]]) -> bool:
         w, layout = self._apply(steps)
         after = self.oracle.required(with_layout(w, layout), self.gpu)
         return after is not None and after <= self.gpu.usable_memory_bytes
@@ -212,7 +216,7 @@ class _Advisor:
             return None
         count = 2
         while count <= min(c.max_gpus_per_job, 64):
-            layout = Layout(tensor=1, pipeline=1, data=count, zero_stage=3)
+            layout = ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=3)
             laid, key = self.oracle.laid_out(self.job.workload, layout)
             after = self.oracle.required(laid, self.gpu, key)
             if after is not None and after <= self.gpu.usable_memory_bytes:
@@ -296,7 +300,7 @@ class _Advisor:
                 break
         plans, _ = serving_options(self.job, self.ctx, self.oracle, self.request.constraints)
         if plans and plans[0].layout is not None:
-            lay = Layout(tensor=plans[0].layout.tensor, pipeline=1, data=1, zero_stage=0)
+            lay = ParallelLayout(tensor=plans[0].layout.tensor, pipeline=1, data=1, zero_stage=0)
             a = self._advice("shard over more GPUs", w, _layout_text(lay), lay)
             if a is not None:
                 out.append(a)
@@ -308,11 +312,11 @@ class _Advisor:
         return out
 
 
-def _training_options(w: Workload, g: GpuSpec) -> list[tuple[str, Workload, str, Layout]]:
+def _training_options(w: Workload, g: GpuSpec) -> list[tuple[str, Workload, str, ParallelLayout]]:
     """Each single change of a training workload: (name, changed workload, why, layout)."""
     half = "bf16" if "bf16" in g.peak_flops else "fp16"
     r = msgspec.structs.replace
-    options: list[tuple[str, Workload, str, Layout]] = []
+    options: list[tuple[str, Workload, str, ParallelLayout]] = []
     if w.precision == "fp32":
         options.append(
             (
@@ -419,7 +423,7 @@ def _merge(current: Workload, changed: Workload, original: Workload) -> Workload
     return msgspec.structs.replace(current, **updates)
 
 
-def _layout_text(layout: Layout) -> str:
+def _layout_text(layout: ParallelLayout) -> str:
     n = layout.tensor * layout.pipeline * layout.data
     parts = [f"{n} GPUs"]
     if layout.tensor > 1:

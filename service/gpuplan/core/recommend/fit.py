@@ -20,7 +20,7 @@ from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
 from gpuplan.core.perf.speed import LayoutLinks
-from gpuplan.core.recommend.schema import Layout
+from gpuplan.core.recommend.schema import ParallelLayout
 
 PIPELINE_MICRO_BATCHES = 4
 """Micro-batches per pipeline stage and step the search plans with."""
@@ -49,7 +49,7 @@ class MemoryOracle:
         self.links: dict[tuple[str, int, int, int], LayoutLinks] = {}
         """Links of a (GPU, layout), for the speed model; kept here as a per-request memo."""
 
-    def laid_out(self, workload: Workload, layout: Layout) -> tuple[Workload, bytes]:
+    def laid_out(self, workload: Workload, layout: ParallelLayout) -> tuple[Workload, bytes]:
         """``with_layout(workload, layout)`` and its memo key, built once per request."""
         k = (
             id(workload),
@@ -120,7 +120,7 @@ def runtime_of(gpu: GpuSpec) -> str:
     return "rocm" if gpu.vendor == "amd" else "cuda"
 
 
-def with_layout(workload: Workload, layout: Layout) -> Workload:
+def with_layout(workload: Workload, layout: ParallelLayout) -> Workload:
     """The workload split as ``layout`` says (the search owns the parallelism)."""
     p = workload.parallelism
     accumulation = workload.gradient_accumulation_steps

@@ -12,7 +12,13 @@ from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.perf.cost import energy_kwh
 from gpuplan.core.recommend.context import GpuContext
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.schema import Constraints, Latency, Layout, Objective, Throughput
+from gpuplan.core.recommend.schema import (
+    Constraints,
+    Latency,
+    Objective,
+    ParallelLayout,
+    Throughput,
+)
 from gpuplan.core.record import Record
 
 
@@ -21,7 +27,7 @@ class Option(Record, kw_only=True):
 
     gpu: GpuSpec
     count: int
-    layout: Layout | None
+    layout: ParallelLayout | None
     required: int
     fits: bool
     admissible: bool

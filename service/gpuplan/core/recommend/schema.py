@@ -155,7 +155,7 @@ class RecommendRequest(Record, kw_only=True):
 # ---------------------------------------------------------------- response
 
 
-class Layout(Record, kw_only=True):
+class ParallelLayout(Record, kw_only=True):
     """How the job is split over its GPUs."""
 
     tensor: int
@@ -190,7 +190,7 @@ class Candidate(Record, kw_only=True):
     name: str
     count: int
     fits: bool
-    layout: Layout | None
+    layout: ParallelLayout | None
     required_bytes_per_gpu: int
     """The estimator's ``required_bytes`` (with its 20% headroom) for one GPU of the layout."""
 

@@ -13,7 +13,7 @@ from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_all
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option, priced
-from gpuplan.core.recommend.schema import Constraints, Latency, Layout, Throughput
+from gpuplan.core.recommend.schema import Constraints, Latency, ParallelLayout, Throughput
 
 
 def serving_options(
@@ -35,7 +35,7 @@ def serving_options(
     for tp in degrees:
         if not multi_gpu_allowed(gpu, tp, c):
             break
-        layout = Layout(tensor=tp, pipeline=1, data=1, zero_stage=0)
+        layout = ParallelLayout(tensor=tp, pipeline=1, data=1, zero_stage=0)
         workload, key = oracle.laid_out(job.workload, layout)
         required = oracle.required(workload, gpu, key)
         base = oracle.response(workload, key)
@@ -111,7 +111,7 @@ def serve_option(
     )
     replicas = max(replicas, 1)
     count = replicas * tp
-    layout = Layout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
+    layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
     reasons.append(
         f"{replicas} replica(s) of {tp} GPU(s) at batch {w.batch_size}: {s.requests_per_s:.2f} requests/s and "

@@ -25,7 +25,7 @@ from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_all
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option, priced
-from gpuplan.core.recommend.schema import Constraints, Layout, Objective, Throughput
+from gpuplan.core.recommend.schema import Constraints, Objective, ParallelLayout, Throughput
 
 
 class Timing(NamedTuple):
@@ -40,7 +40,7 @@ class Timing(NamedTuple):
 class Sized(NamedTuple):
     """A layout and its ``required_bytes`` per GPU."""
 
-    layout: Layout
+    layout: ParallelLayout
     required: int
 
 
@@ -48,7 +48,7 @@ class Fitted(NamedTuple):
     """The fastest layout of a count that fits."""
 
     timing: Timing
-    layout: Layout
+    layout: ParallelLayout
     required: int
 
 
@@ -59,20 +59,20 @@ class ReplicaBounds(NamedTuple):
     zero_1: float
     zero_2: float
 
-    def of(self, layout: Layout) -> float:
+    def of(self, layout: ParallelLayout) -> float:
         """The bound that applies to ``layout`` (0: none does)."""
         if layout.tensor == layout.pipeline == 1 and layout.zero_stage <= 2:
             return (self.ddp, self.zero_1, self.zero_2)[layout.zero_stage]
         return 0.0
 
 
-def training_ladder(job: Job, count: int, c: Constraints) -> list[Layout]:
+def training_ladder(job: Job, count: int, c: Constraints) -> list[ParallelLayout]:
     if count == 1:
-        return [Layout(tensor=1, pipeline=1, data=1, zero_stage=0)]
+        return [ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)]
     out = [
-        Layout(tensor=1, pipeline=1, data=count, zero_stage=0),
-        Layout(tensor=1, pipeline=1, data=count, zero_stage=2),
-        Layout(tensor=1, pipeline=1, data=count, zero_stage=3),
+        ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=0),
+        ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=2),
+        ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=3),
     ]
     arch = job.arch
     if arch is None:
@@ -81,18 +81,20 @@ def training_ladder(job: Job, count: int, c: Constraints) -> list[Layout]:
     if tps:
         t = max(tps)
         dp = count // t
-        out.append(Layout(tensor=t, pipeline=1, data=dp, zero_stage=3 if dp > 1 else 0))
+        out.append(ParallelLayout(tensor=t, pipeline=1, data=dp, zero_stage=3 if dp > 1 else 0))
         pp = 1
         while pp * 2 <= count // t and pp * 2 <= arch.num_layers:
             pp *= 2
         if pp > 1:
             dp = count // (t * pp)
-            out.append(Layout(tensor=t, pipeline=pp, data=dp, zero_stage=1 if dp > 1 else 0))
+            out.append(
+                ParallelLayout(tensor=t, pipeline=pp, data=dp, zero_stage=1 if dp > 1 else 0)
+            )
     return out
 
 
 def _links(
-    gpu: GpuSpec, layout: Layout, c: Constraints, oracle: MemoryOracle | None
+    gpu: GpuSpec, layout: ParallelLayout, c: Constraints, oracle: MemoryOracle | None
 ) -> LayoutLinks:
     key = (gpu.id, layout.tensor, layout.pipeline, layout.data)
     if oracle is not None and key in oracle.links:
@@ -151,7 +153,7 @@ def _training_shape(
 def time_training(
     job: Job,
     ctx: GpuContext,
-    layout: Layout,
+    layout: ParallelLayout,
     trainable: int,
     c: Constraints,
     *,
@@ -261,7 +263,7 @@ def _fit_at(
     oracle: MemoryOracle,
     c: Constraints,
     *,
-    ladder: list[Layout],
+    ladder: list[ParallelLayout],
     bounds: ReplicaBounds,
     trainable: int,
 ) -> tuple[Fitted | None, Sized | None]:
@@ -325,7 +327,7 @@ def _size(
     job: Job,
     *,
     gpu: GpuSpec,
-    ladder: list[Layout],
+    ladder: list[ParallelLayout],
     index: int,
     sized: dict[int, int | None],
 ) -> int | None:
@@ -336,11 +338,11 @@ def _size(
     return sized[index]
 
 
-def _is_ddp(layout: Layout) -> bool:
+def _is_ddp(layout: ParallelLayout) -> bool:
     return layout.data > 1 and layout.zero_stage == 0 and layout.tensor == layout.pipeline == 1
 
 
-def _describe_layout(layout: Layout, gpu: GpuSpec, c: Constraints) -> str:
+def _describe_layout(layout: ParallelLayout, gpu: GpuSpec, c: Constraints) -> str:
     n = layout.tensor * layout.pipeline * layout.data
     if n == 1:
         return "fits one GPU unsharded"
