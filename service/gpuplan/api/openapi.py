@@ -18,6 +18,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.routes import HTTPRoute
 
 from gpuplan import __version__
+from gpuplan.api.example_files import Example, examples
 from gpuplan.api.problems import PROBLEM_MEDIA_TYPE, Problem
 from gpuplan.core.describe import describe_components
 
@@ -129,7 +130,29 @@ def _operation(
             "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": REF.format(name="Problem")}}},
         }
     op["responses"] = responses
+    example = examples().get(handler.handler_name)
+    if example is not None:
+        _add_example(op, example, route, media_type)
     return op
+
+
+def _add_example(op: dict[str, Any], example: Example, route: HTTPRoute, media_type: str) -> None:
+    """The operation's recorded example: its body, its parameters' values, its answer."""
+    given = dict(example.request.query)
+    template, actual = route.path_format.split("/"), example.request.path.split("/")
+    given.update(
+        (part[1:-1], value)
+        for part, value in zip(template, actual, strict=False)
+        if part.startswith("{")
+    )
+    for param in op.get("parameters", []):
+        if param["name"] in given:
+            param["example"] = given[param["name"]]
+    if example.request.body is not None and "requestBody" in op:
+        op["requestBody"]["content"]["application/json"]["example"] = example.request.body
+    answer = op["responses"].get(str(example.response.status), {}).get("content", {})
+    if media_type in answer:
+        answer[media_type]["example"] = example.response.body
 
 
 def _query_parameters(schema: dict[str, Any]) -> list[dict[str, Any]]:

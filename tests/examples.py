@@ -1,0 +1,261 @@
+"""The example of every operation: the requests, and the recorder of their answers.
+
+    python -m tests.examples     # re-record service/gpuplan/api/examples/*.json and
+                                 # regenerate docs/api-examples.md (needs Redis on
+                                 # 127.0.0.1:6379 and the trace extra)
+
+The answers come from the real app: fleet answers from a Redis holding two recorded
+nodes, the trace from a real trace worker. tests/test_examples.py recomputes the
+answers that depend on the request alone and fails when a file drifts.
+"""
+
+import json
+import sys
+import uuid
+from pathlib import Path
+
+from litestar.testing import TestClient
+
+from gpuplan.api.app import create_app
+from gpuplan.api.example_files import Example, ExampleRequest, ExampleResponse, shorten
+from gpuplan.config.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ROOT / "service" / "gpuplan" / "api" / "examples"
+DOC = ROOT / "docs" / "api-examples.md"
+
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+}
+
+REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
+    "healthz": ("Liveness", ExampleRequest(method="GET", path="/healthz")),
+    "readyz": ("Readiness with Redis answering", ExampleRequest(method="GET", path="/readyz")),
+    "metrics": ("The first lines of the exposition", ExampleRequest(method="GET", path="/metrics")),
+    "version": ("The running version", ExampleRequest(method="GET", path="/v1/version")),
+    "list_gpus": (
+        "NVIDIA GPUs with MIG, largest memory first",
+        ExampleRequest(
+            method="GET",
+            path="/v1/gpus",
+            query={"vendor": "nvidia", "mig": "true", "sort": "memory_bytes", "order": "desc"},
+        ),
+    ),
+    "get_gpu": (
+        "One GPU by its GPU feature discovery label",
+        ExampleRequest(method="GET", path="/v1/gpus/NVIDIA-H100-80GB-HBM3"),
+    ),
+    "estimate_memory": (
+        "A LoRA fine-tune of Llama 3.1 8B on one L4",
+        ExampleRequest(
+            method="POST",
+            path="/v1/memory/estimate",
+            body={
+                "model": {"name": "llama-3.1-8b"},
+                "workload": {
+                    "mode": "finetune_lora",
+                    "batch_size": 4,
+                    "sequence_length": 2048,
+                    "gradient_checkpointing": "full",
+                },
+                "gpu": "NVIDIA L4",
+            },
+        ),
+    ),
+    "trace_memory": (
+        "A training step of a two-layer Llama config, traced",
+        ExampleRequest(
+            method="POST",
+            path="/v1/memory/trace",
+            body={
+                "model": {"hf_config": TINY_LLAMA},
+                "workload": {"mode": "training", "batch_size": 2, "sequence_length": 128},
+                "runtime": "cuda",
+            },
+        ),
+    ),
+    "list_models": ("The built-in presets", ExampleRequest(method="GET", path="/v1/models")),
+    "recommendations": (
+        "The cheapest GPUs for a billion-token Llama 3.1 8B fine-tune",
+        ExampleRequest(
+            method="POST",
+            path="/v1/recommendations",
+            body={
+                "model": {"name": "llama-3.1-8b"},
+                "workload": {
+                    "mode": "training",
+                    "sequence_length": 4096,
+                    "gradient_checkpointing": "full",
+                },
+                "training": {"training_tokens": 1_000_000_000},
+                "objective": "cheapest",
+                "limit": 2,
+            },
+        ),
+    ),
+    "mig_profiles": (
+        "The MIG profiles of an A100 80GB",
+        ExampleRequest(method="GET", path="/v1/mig/profiles", query={"gpu": "a100-sxm4-80gb"}),
+    ),
+    "mig_validate": (
+        "Is 4g.40gb beside 3g.40gb one A100's layout?",
+        ExampleRequest(
+            method="POST",
+            path="/v1/mig/validate",
+            body={
+                "gpu": "a100-sxm4-80gb",
+                "instances": [{"profile": "4g.40gb"}, {"profile": "3g.40gb"}],
+            },
+        ),
+    ),
+    "mig_plan": (
+        "Two 35 GiB services and three notebooks on H100s",
+        ExampleRequest(
+            method="POST",
+            path="/v1/mig/plan",
+            body={
+                "gpu": "h100-sxm5-80gb",
+                "workloads": [
+                    {"name": "llm", "memory_gib": 35, "count": 2},
+                    {"name": "notebook", "profile": "1g.10gb", "count": 3},
+                ],
+            },
+        ),
+    ),
+    "mig_slices": (
+        "Free MIG instances of at least 10 GiB across the fleet",
+        ExampleRequest(method="GET", path="/v1/mig/slices", query={"memory_gib": "10"}),
+    ),
+    "plan_job": (
+        "A CI plan: does this fine-tune fit one A100 within $1,000?",
+        ExampleRequest(
+            method="POST",
+            path="/v1/plan",
+            body={
+                "model": {"name": "llama-2-7b"},
+                "workload": {
+                    "mode": "finetune_lora",
+                    "sequence_length": 4096,
+                    "gradient_checkpointing": "full",
+                },
+                "training": {"training_tokens": 100_000_000},
+                "objective": "cheapest",
+                "limit": 2,
+                "targets": {"fits": {"gpu": "a100-sxm4-80gb", "count": 1}, "max_cost_usd": 1000},
+            },
+        ),
+    ),
+    "list_nodes": ("The live fleet", ExampleRequest(method="GET", path="/v1/fleet/nodes")),
+    "get_node": ("One live node", ExampleRequest(method="GET", path="/v1/fleet/nodes/node-a")),
+    "fleet_flops": (
+        "Measured matmul FLOP/s per GPU model across the fleet",
+        ExampleRequest(method="GET", path="/v1/fleet/flops"),
+    ),
+}
+"""Each operation's example request, by operationId."""
+
+FROM_REQUEST_ALONE = frozenset(
+    {
+        "healthz",
+        "list_gpus",
+        "get_gpu",
+        "estimate_memory",
+        "list_models",
+        "recommendations",
+        "mig_profiles",
+        "mig_validate",
+        "mig_plan",
+        "plan_job",
+    }
+)
+"""Operations whose answer the request and the built-in catalog decide (checked exactly)."""
+
+METRICS_LINES = 8
+
+
+def answer(client: TestClient, request: ExampleRequest) -> ExampleResponse:  # type: ignore[type-arg]
+    """The app's answer to ``request``, shortened as examples are."""
+    response = client.request(
+        request.method, request.path, params=request.query or None, json=request.body
+    )
+    if response.headers["content-type"].startswith("text/plain"):
+        lines = [line for line in response.text.splitlines() if line][:METRICS_LINES]
+        return ExampleResponse(status=response.status_code, body="\n".join(lines) + "\n")
+    return ExampleResponse(status=response.status_code, body=shorten(response.json()))
+
+
+def render_doc(examples: dict[str, Example]) -> str:
+    """docs/api-examples.md: every operation's example request and answer."""
+    out = [
+        "# API examples",
+        "",
+        "One request and its answer per operation, recorded from the running service by",
+        "`python -m tests.examples` (lists in answers shortened to their first two items);",
+        "the same examples are in the OpenAPI document (`api/openapi.yaml`). A test recomputes",
+        "the answers that depend on the request alone, so these stay what the service says.",
+        "",
+    ]
+    for name, ex in sorted(examples.items()):
+        req = ex.request
+        query = "&".join(f"{k}={v}" for k, v in req.query.items())
+        target = req.path + (f"?{query}" if query else "")
+        out += [f"## `{req.method} {req.path}` ({name})", "", ex.summary + ":", ""]
+        if req.body is None:
+            out += ["```sh", f"curl -s 'http://127.0.0.1:8000{target}'", "```", ""]
+        else:
+            out += [
+                "```sh",
+                f"curl -s http://127.0.0.1:8000{target} -H 'content-type: application/json' -d @- <<'EOF'",
+                json.dumps(req.body, indent=2),
+                "EOF",
+                "```",
+                "",
+            ]
+        body = ex.response.body
+        text = body if isinstance(body, str) else json.dumps(body, indent=2, ensure_ascii=False)
+        lang = "text" if isinstance(body, str) else "json"
+        out += [f"Answer ({ex.response.status}):", "", f"```{lang}", text.rstrip("\n"), "```", ""]
+    return "\n".join(out)
+
+
+def record() -> dict[str, Example]:
+    from tests.agent_fixtures import snapshot
+    from tests.helpers import publish_snapshots
+
+    prefix = f"gpuplan-examples:{uuid.uuid4().hex}:"
+    redis_url = "redis://127.0.0.1:6379/0"
+    publish_snapshots(
+        redis_url, prefix, snapshot("node-a"), snapshot("node-b", fixture="a100-pcie-mig")
+    )
+    plain = Settings(answer_cache_bytes=0)
+    fleet = Settings(answer_cache_bytes=0, redis_url=redis_url, fleet_key_prefix=prefix)
+    found = {}
+    with TestClient(create_app(plain)) as pure, TestClient(create_app(fleet)) as live:
+        for name, (summary, request) in REQUESTS.items():
+            client = pure if name in FROM_REQUEST_ALONE else live
+            found[name] = Example(
+                summary=summary, request=request, response=answer(client, request)
+            )
+    return found
+
+
+def main() -> None:
+    import msgspec
+
+    examples = record()
+    for name, example in examples.items():
+        text = msgspec.json.format(msgspec.json.encode(example), indent=2).decode()
+        (FILES / f"{name}.json").write_text(text + "\n", encoding="utf-8")
+    DOC.write_text(render_doc(examples), encoding="utf-8")
+    sys.stdout.write(f"recorded {len(examples)} examples in {FILES}\n")
+
+
+if __name__ == "__main__":
+    main()
