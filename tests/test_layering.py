@@ -8,6 +8,7 @@ chosen the metrics store for several workers.
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import gpuplan.core
 
@@ -38,3 +39,91 @@ def test_core_imports_with_torch_unavailable() -> None:
 def test_serve_path_leaves_prometheus_client_unimported() -> None:
     imported = _imported_after("import gpuplan.cli, gpuplan.config.settings, gpuplan.api.server")
     assert "prometheus_client" not in imported
+
+
+MAY_IMPORT = {
+    "core": {"core"},
+    "config": {"config", "core"},
+    "fleet": {"fleet", "core"},
+    "trace": {"trace", "core"},
+    "agent": {"agent", "core", "fleet"},
+    "api": {"api", "config", "core", "fleet", "trace"},
+    "cli": {"cli", "agent", "config", "core", "fleet", "trace"},
+}
+"""docs/architecture.md's table: the gpuplan packages each package may import."""
+
+CLI_MAY_IMPORT_API = {"cli/commands/serve.py", "cli/commands/openapi.py"}
+"""The commands whose subject is the HTTP adapter: running it, printing its document."""
+
+
+def _gpuplan_imports(path: Path) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        found |= {n.split(".")[1] for n in names if n.startswith("gpuplan.") and n.count(".")}
+    return found
+
+
+def test_packages_import_only_what_the_architecture_allows() -> None:
+    root = Path(gpuplan.core.__file__).resolve().parent.parent
+    broken = []
+    for package, allowed in MAY_IMPORT.items():
+        for path in sorted((root / package).rglob("*.py")):
+            rel = str(path.relative_to(root))
+            extra = _gpuplan_imports(path) - allowed - {"__init__"}
+            if package == "cli" and rel in CLI_MAY_IMPORT_API:
+                extra -= {"api"}
+            broken += [f"{rel} imports gpuplan.{name}" for name in sorted(extra)]
+    assert not broken, broken
+
+
+def test_no_module_imports_itself_in_a_circle() -> None:
+    import ast
+
+    root = Path(gpuplan.core.__file__).resolve().parent.parent
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        module = "gpuplan." + ".".join(path.relative_to(root).with_suffix("").parts)
+        module = module.removesuffix(".__init__")
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("gpuplan")
+            ):
+                deps.add(node.module)
+                deps |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("gpuplan")}
+        graph[module] = deps
+    modules = set(graph)
+    edges = {m: {d for d in deps if d in modules and d != m} for m, deps in graph.items()}
+    # A package's __init__ re-exporting its modules is not a cycle of theirs.
+    edges = {m: {d for d in ds if not m.startswith(d + ".")} for m, ds in edges.items()}
+    seen: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        seen[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges[node]):
+            if seen.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in seen and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        seen[node] = 2
+        return None
+
+    for module in sorted(modules):
+        if module not in seen and (cycle := visit(module)):
+            raise AssertionError(" -> ".join(cycle))
