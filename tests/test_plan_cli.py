@@ -170,3 +170,15 @@ def test_api_with_tokens_takes_the_token_from_a_file_or_the_environment(
     result = _run(str(good), "--api", "http://127.0.0.1:1", "--token-file", str(empty))
     assert result.exit_code == 2
     assert "--token-file" in result.output
+
+
+def test_a_fits_only_training_plan_runs(tmp_path: Path) -> None:
+    plan = tmp_path / "fits.yaml"
+    plan.write_text(
+        "model: {name: llama-2-7b}\n"
+        "workload: {mode: training, sequence_length: 2048}\n"
+        "targets: {fits: {gpu: l4, count: 1}}\n"
+    )
+    result = _run(str(plan))
+    assert result.exit_code == 1, result.output  # it ran, and 7B full training misses an L4
+    assert result.output.startswith("FAIL  fits")

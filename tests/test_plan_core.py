@@ -350,3 +350,28 @@ def test_a_hybrid_plan_carries_the_recommendations_hybrid_comparison(catalog: Ca
     assert report.hybrid is not None
     assert report.hybrid == rec.hybrid
     assert _plan(catalog, LLAMA_TRAINING, fits={"gpu": "a100-sxm4-80gb"}).hybrid is None
+
+
+def test_a_fits_only_training_plan_needs_no_training_volume() -> None:
+    doc = {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "finetune_lora", "sequence_length": 2048},
+        "targets": {"fits": {"gpu": "a100-sxm4-80gb", "count": 1}, "min_memory_headroom": 0.1},
+    }
+    report = check(msgspec.convert(doc, CiPlan), builtin_catalog())
+    assert [v.status for v in report.verdicts] == ["pass", "pass"]
+    assert report.recommendations
+    assert all(c.time_hours is None and c.cost_usd is None for c in report.recommendations)
+    assert any("no training work in the plan" in a for a in report.assumptions)
+
+
+def test_a_cost_target_without_training_volume_names_training() -> None:
+    doc = {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "training", "sequence_length": 2048},
+        "targets": {"fits": {"gpu": "a100-sxm4-80gb", "count": 8}, "max_cost_usd": 100},
+    }
+    with pytest.raises(InvalidRequest) as info:
+        check(msgspec.convert(doc, CiPlan), builtin_catalog())
+    assert info.value.errors[0][0] == "$.training"
+    assert "max_cost_usd" in info.value.errors[0][1]

@@ -35,7 +35,12 @@ from gpuplan.core.mig.tables import profile_index, resolve
 from gpuplan.core.recommend import InvalidRecommendation, recommend
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job, resolve_job
-from gpuplan.core.recommend.schema import Candidate, ParallelLayout, RecommendRequest
+from gpuplan.core.recommend.schema import (
+    Candidate,
+    ParallelLayout,
+    RecommendRequest,
+    TrainingVolume,
+)
 from gpuplan.core.record import Record
 
 ASSUMPTIONS = [
@@ -105,6 +110,14 @@ def check(
         EstimateRequest(model=request.model, workload=request.workload, runtime=request.runtime),
         catalog,
     )
+    assumptions = [*ASSUMPTIONS, *rec.assumptions]
+    candidates = rec.recommendations
+    if request.training is None and request.workload.mode != "inference":
+        candidates = _without_volume(candidates)
+        assumptions.append(
+            f"no training work in the plan: candidates are ranked for a nominal "
+            f"{NOMINAL_SAMPLES:,} samples; their time, cost and energy are left out"
+        )
     unverified = list(rec.unverified)
     shaky = [f"{m.gpu} {m.profile}" for m in mig if m.unverified]
     if shaky:
@@ -114,12 +127,12 @@ def check(
         passed=all(v.status == "pass" for v in verdicts),
         verdicts=verdicts,
         estimate=memory,
-        recommendations=rec.recommendations,
+        recommendations=candidates,
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,
         hybrid=rec.hybrid,
-        assumptions=[*ASSUMPTIONS, *rec.assumptions],
+        assumptions=assumptions,
         unverified=unverified,
         warnings=rec.warnings,
     )
@@ -220,8 +233,44 @@ def _with_measured(
     return msgspec.convert({**msgspec.to_builtins(request), "measured_flops": merged}, CiPlan)
 
 
+NOMINAL_SAMPLES = 1_000_000
+"""The work a plan without ``training`` is ranked for: only its time and cost depend on
+it, and those are left out of such a plan's answer."""
+
+VOLUME_TARGETS = ("max_cost_usd", "max_time_hours")
+
+
+def _needs_nominal_volume(request: CiPlan) -> bool:
+    """A training plan that gives no work: its candidates are ranked per unit of work. A
+    time or cost target needs the real volume, so then the request is refused."""
+    if request.workload.mode == "inference" or request.training is not None:
+        return False
+    wanting = [name for name in VOLUME_TARGETS if getattr(request.targets, name) is not None]
+    if wanting:
+        raise InvalidCiPlan(
+            [
+                (
+                    "$.training",
+                    f"training work is required for the {' and '.join(wanting)} "
+                    "target(s): training_tokens, samples, or epochs with dataset_samples",
+                )
+            ]
+        )
+    return True
+
+
+def _without_volume(candidates: list[Candidate]) -> list[Candidate]:
+    """Candidates of a nominal volume, with what depends on the volume left out."""
+    return [
+        msgspec.structs.replace(c, time_hours=None, cost_usd=None, energy_kwh=None)
+        for c in candidates
+    ]
+
+
 def _recommend_request(request: CiPlan, fits_gpu: GpuSpec | None) -> RecommendRequest:
     fields = {name: getattr(request, name) for name in RecommendRequest.__struct_fields__}
+    if _needs_nominal_volume(request):
+        fields["training"] = TrainingVolume(samples=NOMINAL_SAMPLES)
     constraints = request.constraints
     if fits_gpu is not None and constraints.preferred_gpu is None:
         # Advice then explains how to make the job fit the GPU the plan targets.
