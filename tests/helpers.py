@@ -4,6 +4,7 @@ import asyncio
 import json
 from typing import Any
 
+from litestar import Litestar
 from litestar.testing import TestClient
 from redis.asyncio import Redis
 
@@ -54,7 +55,7 @@ def publish_snapshots(
     asyncio.run(go())
 
 
-def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient:  # type: ignore[type-arg]
+def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient[Litestar]:
     """An app that reads the fleet from ``redis_url`` under ``prefix`` (None: no Redis)."""
     settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
     return TestClient(app=create_app(settings))
