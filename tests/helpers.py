@@ -4,6 +4,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis.asyncio import Redis
@@ -17,7 +18,7 @@ from gpuplan.fleet.writer import publish
 PROBLEM = "application/problem+json"
 
 
-def problem(response: Any, status: int | tuple[int, ...], *words: str) -> dict[str, Any]:
+def problem(response: httpx.Response, status: int | tuple[int, ...], *words: str) -> dict[str, Any]:
     """The RFC 9457 body of ``response``, checked: one of ``status``, the problem media
     type, the required members, and each of ``words`` somewhere in it."""
     statuses = (status,) if isinstance(status, int) else status
@@ -32,7 +33,7 @@ def problem(response: Any, status: int | tuple[int, ...], *words: str) -> dict[s
     return body
 
 
-def problem_at(response: Any, path: str, status: int = 422) -> dict[str, Any]:
+def problem_at(response: httpx.Response, path: str, status: int = 422) -> dict[str, Any]:
     """A problem that names ``path`` among its offending fields."""
     body = problem(response, status)
     assert path in [e["path"] for e in body.get("errors", [])], body

@@ -6,6 +6,7 @@ import math
 import random
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
 from litestar import Litestar
@@ -215,7 +216,7 @@ def test_the_ci_plan_is_not_cached() -> None:
         assert not any(route == "/v1/plan" for route, _ in _lookups(client))
 
 
-def _post(client: TestClient[Litestar], body: bytes, **headers: str) -> Any:
+def _post(client: TestClient[Litestar], body: bytes, **headers: str) -> httpx.Response:
     return client.post(
         "/v1/memory/estimate?verbose=1" if headers.pop("query", "") else "/v1/memory/estimate",
         content=body,

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from litestar import Litestar
@@ -139,7 +140,7 @@ def _send(
     path: str,
     content: bytes,
     ctype: str = "application/json",
-) -> Any:
+) -> httpx.Response:
     started = time.perf_counter()
     response = client.request(
         method, _concrete(path), content=content, headers={"content-type": ctype}

@@ -7,6 +7,7 @@ exercises the body decoder until the planning endpoints land.
 from collections.abc import Iterator
 from typing import Annotated, Any
 
+import httpx
 import msgspec
 import pytest
 from litestar import Litestar, Request
@@ -60,7 +61,9 @@ def app_client() -> Iterator[TestClient[Litestar]]:
         yield client
 
 
-def _post(client: TestClient[Litestar], content: bytes, ctype: str = "application/json") -> Any:
+def _post(
+    client: TestClient[Litestar], content: bytes, ctype: str = "application/json"
+) -> httpx.Response:
     return client.post("/test/jobs", content=content, headers={"content-type": ctype})
 
 
