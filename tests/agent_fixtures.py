@@ -1,6 +1,7 @@
 """Helpers shared by the agent tests: recorded NVML sessions and a node snapshot."""
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -8,6 +9,18 @@ import pynvml
 
 from gpuplan.agent.telemetry.nvml import NvmlSource
 from gpuplan.agent.telemetry.recording import ReplayNvml
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.fleet import (
+    BenchmarkReport,
+    BenchmarkSkip,
+    CopyResult,
+    CpuInfo,
+    MatmulDtype,
+    MatmulResult,
+    NodeSnapshot,
+    enrich,
+    rate_benchmark,
+)
 
 NVML_FIXTURES = Path(__file__).parent / "fixtures" / "nvml"
 
@@ -22,23 +35,16 @@ def replay_source(name: str) -> tuple[NvmlSource, ReplayNvml]:
     return NvmlSource(replay), replay
 
 
-def snapshot(node: str = "node-a", fixture: str = "hgx-h200", ts: float | None = None) -> Any:
+def snapshot(
+    node: str = "node-a", fixture: str = "hgx-h200", ts: float | None = None
+) -> NodeSnapshot:
     """A node snapshot built the agent's way from a recorded NVML session, with a
     benchmark report of made-up rates (test inputs, not measurements)."""
-    import time
-
-    from gpuplan.core.catalog import builtin_catalog
-    from gpuplan.core.fleet import (
-        BenchmarkReport,
-        BenchmarkSkip,
-        CopyResult,
-        CpuInfo,
-        MatmulResult,
-        NodeSnapshot,
-        enrich,
-        rate_benchmark,
+    rates: tuple[tuple[MatmulDtype, float], ...] = (
+        ("bf16", 760e12),
+        ("fp8", 1400e12),
+        ("tf32", 380e12),
     )
-
     catalog = builtin_catalog()
     sweep = replay_source(fixture)[0].collect(node)
     gpu = sweep.gpus[0]
@@ -51,7 +57,7 @@ def snapshot(node: str = "node-a", fixture: str = "hgx-h200", ts: float | None =
             MatmulResult(device=gpu.uuid, gpu_index=gpu.index, model_name=gpu.model_name,
                          dtype=dtype, m=8192, n=8192, k=8192, iterations=50,
                          flops_per_second=rate, max_flops_per_second=rate * 1.02)
-            for dtype, rate in (("bf16", 760e12), ("fp8", 1400e12), ("tf32", 380e12))
+            for dtype, rate in rates
         ],
         copy=[
             CopyResult(device=gpu.uuid, gpu_index=0, model_name=gpu.model_name, kind="h2d",

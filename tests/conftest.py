@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -108,6 +109,6 @@ def key_prefix() -> str:
 
 
 @pytest.fixture
-def client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+def client() -> Iterator[TestClient[Litestar]]:
     with TestClient(app=create_app(Settings())) as test_client:
         yield test_client

@@ -4,6 +4,8 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
+from litestar import Litestar
 from litestar.testing import TestClient
 from redis.asyncio import Redis
 
@@ -16,7 +18,7 @@ from gpuplan.fleet.writer import publish
 PROBLEM = "application/problem+json"
 
 
-def problem(response: Any, status: int | tuple[int, ...], *words: str) -> dict[str, Any]:
+def problem(response: httpx.Response, status: int | tuple[int, ...], *words: str) -> dict[str, Any]:
     """The RFC 9457 body of ``response``, checked: one of ``status``, the problem media
     type, the required members, and each of ``words`` somewhere in it."""
     statuses = (status,) if isinstance(status, int) else status
@@ -31,7 +33,7 @@ def problem(response: Any, status: int | tuple[int, ...], *words: str) -> dict[s
     return body
 
 
-def problem_at(response: Any, path: str, status: int = 422) -> dict[str, Any]:
+def problem_at(response: httpx.Response, path: str, status: int = 422) -> dict[str, Any]:
     """A problem that names ``path`` among its offending fields."""
     body = problem(response, status)
     assert path in [e["path"] for e in body.get("errors", [])], body
@@ -54,7 +56,7 @@ def publish_snapshots(
     asyncio.run(go())
 
 
-def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient:  # type: ignore[type-arg]
+def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient[Litestar]:
     """An app that reads the fleet from ``redis_url`` under ``prefix`` (None: no Redis)."""
     settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
     return TestClient(app=create_app(settings))

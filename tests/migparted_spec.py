@@ -63,7 +63,7 @@ _BOOLS = {
 
 
 def _bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
-    return _BOOLS[loader.construct_scalar(node)]  # type: ignore[index]
+    return _BOOLS[loader.construct_scalar(node)]
 
 
 def _mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -155,7 +155,7 @@ def _as_bool(value: Any, what: str) -> bool:
     )
 
 
-def _as_int(value: Any, what: str) -> int:
+def _as_int(value: object, what: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -7,7 +7,7 @@ import time
 import msgspec
 import pytest
 
-from gpuplan.agent.bench.protocol import BenchOutput
+from gpuplan.agent.bench.protocol import BenchOutput, BenchPlan
 from gpuplan.agent.bench.runner import BenchSizes, plan_benchmark, run_benchmark
 from gpuplan.agent.bench.worker import _set_tf32
 from gpuplan.agent.telemetry import Sweep
@@ -67,13 +67,15 @@ def test_no_gpus_means_a_cpu_run_that_measures() -> None:
     assert report.copy[0].kind == "host_memcpy"
 
 
-def _plan() -> object:
-    return plan_benchmark(Sweep(vendor="none"), CPU, BenchSizes())[0]
+def _plan() -> BenchPlan:
+    plan = plan_benchmark(Sweep(vendor="none"), CPU, BenchSizes())[0]
+    assert plan is not None  # no GPUs: a CPU run
+    return plan
 
 
 def test_a_crashing_child_is_an_error_report() -> None:
     crash = [sys.executable, "-c", "import os, sys; sys.stdin.read(); os.abort()"]
-    report = asyncio.run(run_benchmark(_plan(), [], 30, command=crash))  # type: ignore[arg-type]
+    report = asyncio.run(run_benchmark(_plan(), [], 30, command=crash))
     assert report.status == "error"
     assert "exited -6" in report.detail  # SIGABRT
 
@@ -81,7 +83,7 @@ def test_a_crashing_child_is_an_error_report() -> None:
 def test_a_hanging_child_is_killed_at_the_timeout() -> None:
     hang = [sys.executable, "-c", "import time; time.sleep(600)"]
     started = time.monotonic()
-    report = asyncio.run(run_benchmark(_plan(), [], 0.5, command=hang))  # type: ignore[arg-type]
+    report = asyncio.run(run_benchmark(_plan(), [], 0.5, command=hang))
     assert time.monotonic() - started < 5
     assert report.status == "error"
     assert "timed out after 0.5 s" in report.detail
@@ -89,7 +91,7 @@ def test_a_hanging_child_is_killed_at_the_timeout() -> None:
 
 def test_garbage_output_is_an_error_report() -> None:
     talk = [sys.executable, "-c", "import sys; sys.stdin.read(); print('hello')"]
-    report = asyncio.run(run_benchmark(_plan(), [], 30, command=talk))  # type: ignore[arg-type]
+    report = asyncio.run(run_benchmark(_plan(), [], 30, command=talk))
     assert report.status == "error"
     assert "unreadable" in report.detail
 
@@ -120,13 +122,15 @@ def test_status_separates_failures_from_planned_skips() -> None:
     from gpuplan.core.fleet import BenchmarkSkip
 
     def status(*reasons: tuple[str, str | None]) -> str:
+        # str, not SkipReason: ("none", None) below is no valid skip, and the child's
+        # output that carries it fails to decode (status "error").
         skips = [BenchmarkSkip(device="GPU-x", reason=r, dtype=d) for r, d in reasons]  # type: ignore[arg-type]
         out = BenchOutput(torch_version="2", skipped=skips,
                           matmul=[] if ("none", None) in reasons else [_result()])  # fmt: skip
         script = (
             f"import sys; sys.stdin.read(); sys.stdout.buffer.write({msgspec.json.encode(out)!r})"
         )
-        report = asyncio.run(run_benchmark(_plan(), [], 30, command=[sys.executable, "-c", script]))  # type: ignore[arg-type]
+        report = asyncio.run(run_benchmark(_plan(), [], 30, command=[sys.executable, "-c", script]))
         return report.status
 
     assert status() == "ok"

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import msgspec
@@ -120,7 +121,7 @@ def test_options_come_from_the_environment(redis_url: str, key_prefix: str) -> N
     assert json.loads(done.stdout)["node"] == "from-downward-api"
 
 
-async def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+async def _wait_for(predicate: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not await predicate():
         assert time.monotonic() < deadline, "timed out waiting"

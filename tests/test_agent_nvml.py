@@ -126,7 +126,9 @@ def test_mig_without_permission_falls_back_to_the_device_name() -> None:
 
 
 def test_library_failure_raises_telemetry_error() -> None:
-    calls = {"nvmlInit()": {"$error": "NVML_ERROR_DRIVER_NOT_LOADED"}}
+    calls: dict[str, dict[str, str] | None] = {
+        "nvmlInit()": {"$error": "NVML_ERROR_DRIVER_NOT_LOADED"}
+    }
     with pytest.raises(TelemetryError, match="did not initialise"):
         NvmlSource(ReplayNvml({"calls": calls}, pynvml))
     calls = {"nvmlInit()": None, "nvmlDeviceGetCount()": {"$error": "NVML_ERROR_UNKNOWN"}}

@@ -6,8 +6,10 @@ import math
 import random
 from typing import Any
 
+import httpx
 import msgspec
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -131,7 +133,7 @@ MIG_PLAN = {"gpu": "a100-sxm4-80gb", "workloads": [{"name": "n", "profile": "1g.
 ROUTES = [("/v1/memory/estimate", ESTIMATE), ("/v1/mig/plan", MIG_PLAN)]
 
 
-def _lookups(client: TestClient) -> dict[tuple[str, str], float]:  # type: ignore[type-arg]
+def _lookups(client: TestClient[Litestar]) -> dict[tuple[str, str], float]:
     found = {}
     for family in text_string_to_metric_families(client.get("/metrics").text):
         for sample in family.samples:
@@ -214,7 +216,7 @@ def test_the_ci_plan_is_not_cached() -> None:
         assert not any(route == "/v1/plan" for route, _ in _lookups(client))
 
 
-def _post(client: TestClient, body: bytes, **headers: str) -> Any:  # type: ignore[type-arg]
+def _post(client: TestClient[Litestar], body: bytes, **headers: str) -> httpx.Response:
     return client.post(
         "/v1/memory/estimate?verbose=1" if headers.pop("query", "") else "/v1/memory/estimate",
         content=body,

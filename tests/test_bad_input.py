@@ -16,8 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -113,7 +115,7 @@ PATH_OPS = [o for o in OPERATIONS if "{" in o[1]]
 
 
 @pytest.fixture(scope="module")
-def client(redis_url: str) -> Iterator[TestClient]:  # type: ignore[type-arg]
+def client(redis_url: str) -> Iterator[TestClient[Litestar]]:
     # Redis configured (the fleet routes then answer 404 for an unknown node, not 503).
     settings = Settings(
         redis_url=redis_url,
@@ -133,8 +135,12 @@ def _names_path(body: dict[str, Any], path: str) -> None:
 
 
 def _send(
-    client: TestClient, method: str, path: str, content: bytes, ctype: str = "application/json"
-) -> Any:  # type: ignore[type-arg]
+    client: TestClient[Litestar],
+    method: str,
+    path: str,
+    content: bytes,
+    ctype: str = "application/json",
+) -> httpx.Response:
     started = time.perf_counter()
     response = client.request(
         method, _concrete(path), content=content, headers={"content-type": ctype}
@@ -155,7 +161,7 @@ def test_every_body_operation_has_a_valid_example() -> None:
     assert not missing, f"add a valid body for {missing} to VALID_BODIES"
 
 
-def test_the_valid_examples_are_valid(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_the_valid_examples_are_valid(client: TestClient[Litestar]) -> None:
     for method, path, op, _ in BODY_OPS:
         if op == "trace_memory":
             continue  # a real trace takes seconds; test_trace_api covers valid bodies
@@ -183,7 +189,9 @@ RAW_CASES = {
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in BODY_OPS], ids=[o[2] for o in BODY_OPS]
 )
-def test_raw_bodies(client: TestClient, method: str, path: str, op: str, case: str) -> None:  # type: ignore[type-arg]
+def test_raw_bodies(
+    client: TestClient[Litestar], method: str, path: str, op: str, case: str
+) -> None:
     content, statuses, word = RAW_CASES[case]
     # The literal sits at a key the operation takes, so it is the literal that is refused.
     first = next(iter(VALID_BODIES[op]))
@@ -194,7 +202,7 @@ def test_raw_bodies(client: TestClient, method: str, path: str, op: str, case: s
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in BODY_OPS], ids=[o[2] for o in BODY_OPS]
 )
-def test_body_shapes(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_body_shapes(client: TestClient[Litestar], method: str, path: str, op: str) -> None:
     valid = VALID_BODIES[op]
     text = json.dumps(valid).encode()
     # Wrong content type, or none.
@@ -218,7 +226,9 @@ def test_body_shapes(client: TestClient, method: str, path: str, op: str) -> Non
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in BODY_OPS], ids=[o[2] for o in BODY_OPS]
 )
-def test_required_fields_missing(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_required_fields_missing(
+    client: TestClient[Litestar], method: str, path: str, op: str
+) -> None:
     schema = _request_schema(path, method)
     for name in schema.get("required", []):
         mutated = {k: v for k, v in VALID_BODIES[op].items() if k != name}
@@ -229,7 +239,9 @@ def test_required_fields_missing(client: TestClient, method: str, path: str, op:
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in BODY_OPS], ids=[o[2] for o in BODY_OPS]
 )
-def test_every_leaf_wrong_and_enormous(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_every_leaf_wrong_and_enormous(
+    client: TestClient[Litestar], method: str, path: str, op: str
+) -> None:
     valid = VALID_BODIES[op]
     for where, value in _leaves(valid):
         jsonpath = _jsonpath(where)
@@ -251,7 +263,7 @@ def test_every_leaf_wrong_and_enormous(client: TestClient, method: str, path: st
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in BODY_OPS], ids=[o[2] for o in BODY_OPS]
 )
-def test_huge_lists(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_huge_lists(client: TestClient[Litestar], method: str, path: str, op: str) -> None:
     valid = VALID_BODIES[op]
     for where, value in _lists(valid):
         mutated = copy.deepcopy(valid)
@@ -286,12 +298,12 @@ MIG_OPS = [o for o in BODY_OPS if o[2] in ("mig_validate", "mig_plan")]
     ("method", "path", "op"), [o[:3] for o in ESTIMATE_LIKE], ids=[o[2] for o in ESTIMATE_LIKE]
 )
 def test_enormous_job_numbers_are_422_naming_the_field(
-    client: TestClient,
+    client: TestClient[Litestar],
     method: str,
     path: str,
     op: str,
     field: tuple[str, ...],
-    value: int,  # type: ignore[type-arg]
+    value: int,
 ) -> None:
     body = {
         "model": {"parameters": 7_000_000_000},
@@ -318,12 +330,12 @@ def test_enormous_job_numbers_are_422_naming_the_field(
     ("method", "path", "op"), [o[:3] for o in ESTIMATE_LIKE], ids=[o[2] for o in ESTIMATE_LIKE]
 )
 def test_enormous_hf_config_values_are_422(
-    client: TestClient,
+    client: TestClient[Litestar],
     method: str,
     path: str,
     op: str,
     hf_patch: dict[str, Any],
-    field: str,  # type: ignore[type-arg]
+    field: str,
 ) -> None:
     body = _job(
         op, {"hf_config": {**TINY_LLAMA, **hf_patch}}, {"mode": "training", "sequence_length": 128}
@@ -332,7 +344,7 @@ def test_enormous_hf_config_values_are_422(
     _names_path(answer, "$.model.hf_config")
 
 
-def test_hf_config_with_too_many_keys_is_422(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_hf_config_with_too_many_keys_is_422(client: TestClient[Litestar]) -> None:
     for _, path, _, _ in BODY_OPS:
         config = {**TINY_LLAMA, **{f"k{i}": i for i in range(2000)}}
         body = {"model": {"hf_config": config}, "workload": {"mode": "training"}}
@@ -346,8 +358,8 @@ def test_hf_config_with_too_many_keys_is_422(client: TestClient) -> None:  # typ
     ("method", "path", "op"), [o[:3] for o in ESTIMATE_LIKE], ids=[o[2] for o in ESTIMATE_LIKE]
 )
 def test_unknown_model_and_gpu_are_422_naming_the_field(
-    client: TestClient, method: str, path: str, op: str
-) -> None:  # type: ignore[type-arg]
+    client: TestClient[Litestar], method: str, path: str, op: str
+) -> None:
     unknown_model = _job(op, {"name": "no-such-model"}, {"mode": "inference"})
     answer = problem(
         _send(client, method, path, json.dumps(unknown_model).encode()), (422,), "no-such-model"
@@ -364,7 +376,7 @@ def test_unknown_model_and_gpu_are_422_naming_the_field(
     _names_path(answer, where)
 
 
-def test_100000_workloads_are_refused(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_100000_workloads_are_refused(client: TestClient[Litestar]) -> None:
     """A plan-style body of 100,000 workloads: over the body limit or a list bound, never a hang."""
     workload = {"mode": "inference", "sequence_length": 1024}
     for _, path, _, _ in ESTIMATE_LIKE:
@@ -384,7 +396,7 @@ def test_100000_workloads_are_refused(client: TestClient) -> None:  # type: igno
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in QUERY_OPS], ids=[o[2] for o in QUERY_OPS]
 )
-def test_bad_query_strings(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_bad_query_strings(client: TestClient[Litestar], method: str, path: str, op: str) -> None:
     params = [p for p in SPEC["paths"][path][method.lower()]["parameters"] if p["in"] == "query"]
     url = _concrete(path)
     answer = problem(
@@ -412,7 +424,7 @@ def test_bad_query_strings(client: TestClient, method: str, path: str, op: str) 
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in PATH_OPS], ids=[o[2] for o in PATH_OPS]
 )
-def test_bad_path_parameters(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_bad_path_parameters(client: TestClient[Litestar], method: str, path: str, op: str) -> None:
     name = path[path.index("{") + 1 : path.index("}")]
     long_url = path.replace("{" + name + "}", "x" * 5000)
     answer = problem(client.request(method, long_url), (422,), name)
@@ -426,7 +438,7 @@ def test_bad_path_parameters(client: TestClient, method: str, path: str, op: str
 @pytest.mark.parametrize(
     ("method", "path", "op"), [o[:3] for o in OPERATIONS], ids=[o[2] for o in OPERATIONS]
 )
-def test_wrong_method_is_405(client: TestClient, method: str, path: str, op: str) -> None:  # type: ignore[type-arg]
+def test_wrong_method_is_405(client: TestClient[Litestar], method: str, path: str, op: str) -> None:
     other = "DELETE" if method != "DELETE" else "PUT"
     problem(client.request(other, _concrete(path)), (405,), other)
 
@@ -501,10 +513,10 @@ def _jsonpath(where: list[Any]) -> str:
     ("method", "path", "op"), [o[:3] for o in MIG_OPS], ids=[o[2] for o in MIG_OPS]
 )
 def test_unknown_mig_profile_and_gpu_are_422_naming_the_field(
-    client: TestClient,
+    client: TestClient[Litestar],
     method: str,
     path: str,
-    op: str,  # type: ignore[type-arg]
+    op: str,
 ) -> None:
     valid = VALID_BODIES[op]
     items = "instances" if op == "mig_validate" else "workloads"
@@ -520,7 +532,7 @@ def test_unknown_mig_profile_and_gpu_are_422_naming_the_field(
         assert answer["type"].endswith(kind)
 
 
-def test_unknown_mig_profile_in_a_ci_plan_target(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_unknown_mig_profile_in_a_ci_plan_target(client: TestClient[Litestar]) -> None:
     body = copy.deepcopy(VALID_BODIES["plan_job"])
     body["targets"]["mig_profile_at_most"]["profile"] = "9g.999gb"
     answer = problem(

@@ -6,10 +6,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from bench.api_overhead import REQUESTS
+from litestar import Litestar
 from litestar.testing import TestClient
 
 pytestmark = pytest.mark.slow
@@ -70,7 +70,7 @@ def test_fast_benchmarks_run_end_to_end(tmp_path: Path) -> None:
     assert "| accuracy |" in again.stdout
 
 
-def test_api_overhead_requests_are_answered_2xx(client: TestClient[Any]) -> None:
+def test_api_overhead_requests_are_answered_2xx(client: TestClient[Litestar]) -> None:
     """Every request the load test sends is a valid one for a route this app has (a route
     added later, such as /v1/plan, needs its body in bench/api_overhead.py to match)."""
     paths = client.get("/schema/openapi.json").json()["paths"]
@@ -86,7 +86,7 @@ def test_api_overhead_requests_are_answered_2xx(client: TestClient[Any]) -> None
         assert 200 <= response.status_code < 300, (request["name"], response.text[:300])
 
 
-def test_computed_requests_bypass_the_answer_cache(client: TestClient[Any]) -> None:
+def test_computed_requests_bypass_the_answer_cache(client: TestClient[Litestar]) -> None:
     """The load test's "computed" rows measure planning, not the cache: each sends
     Cache-Control: no-cache, which the server answers by computing again."""
     from prometheus_client.parser import text_string_to_metric_families

@@ -9,13 +9,13 @@ from click.testing import CliRunner
 from gpuplan.cli import main
 from gpuplan.cli.commands.estimate import OPTIONS as ESTIMATE
 from gpuplan.cli.commands.recommend import OPTIONS as RECOMMEND
-from gpuplan.cli.options import field_options
+from gpuplan.cli.options import RequestOptions, field_options
 from gpuplan.core.memory.schema import Precision
 from gpuplan.core.record import Record
 
 
-def _flags(options: object) -> dict[str, click.Option]:
-    return {opt: f.option for f in options.fields for opt in f.option.opts}  # type: ignore[attr-defined]
+def _flags(options: RequestOptions) -> dict[str, click.Option]:
+    return {opt: f.option for f in options.fields for opt in f.option.opts}
 
 
 def test_a_field_added_to_a_struct_gets_its_flag() -> None:
@@ -34,7 +34,9 @@ def test_a_field_added_to_a_struct_gets_its_flag() -> None:
     sharp = options["--knobs-sharpness"]
     assert sharp.path == ("knobs", "sharpness")
     assert sharp.option.help == "How sharp. [$.knobs.sharpness; default: 3]"
-    assert options["--knobs-style"].option.type.choices == ("a", "b")  # type: ignore[attr-defined]
+    style = options["--knobs-style"].option.type
+    assert isinstance(style, click.Choice)
+    assert style.choices == ("a", "b")
     assert options["--knobs-tags"].option.multiple
 
 
@@ -42,7 +44,9 @@ def test_workload_fields_are_flags_with_the_schemas_choices() -> None:
     flags = _flags(ESTIMATE)
     for flag in ("--batch-size", "--kv-cache-dtype", "--max-new-tokens", "--lora-rank"):
         assert flag in flags
-    assert set(flags["--precision"].type.choices) == set(get_args(Precision))  # type: ignore[attr-defined]
+    precision = flags["--precision"].type
+    assert isinstance(precision, click.Choice)
+    assert set(precision.choices) == set(get_args(Precision))
     assert flags["--lora-target-modules"].multiple
     assert flags["--parallelism-sequence-parallel"].is_flag
     assert flags["--parallelism-sequence-parallel"].secondary_opts == [

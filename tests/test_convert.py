@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.cli import main
@@ -100,7 +101,7 @@ def test_closest_names() -> None:
     assert closest("zzz", ["fits", "cost"]) is None
 
 
-def test_the_api_names_every_field(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_the_api_names_every_field(client: TestClient[Litestar]) -> None:
     response = client.post("/v1/memory/estimate", json=THREE_MISTAKES)
     assert response.status_code == 422
     problem = response.json()
@@ -108,7 +109,7 @@ def test_the_api_names_every_field(client: TestClient) -> None:  # type: ignore[
     assert problem["detail"].endswith("(and 2 more)")
 
 
-def test_the_api_takes_2e8_where_an_integer_is_meant(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_the_api_takes_2e8_where_an_integer_is_meant(client: TestClient[Litestar]) -> None:
     body = (
         b'{"model":{"name":"llama-2-7b"},"workload":{"mode":"training","sequence_length":2048},'
         b'"training":{"training_tokens":2e8},"limit":1}'

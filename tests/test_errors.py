@@ -7,9 +7,10 @@ exercises the body decoder until the planning endpoints land.
 from collections.abc import Iterator
 from typing import Annotated, Any
 
+import httpx
 import msgspec
 import pytest
-from litestar import Request
+from litestar import Litestar, Request
 from litestar.testing import TestClient
 
 from gpuplan.api.app import ROUTES, assemble
@@ -54,17 +55,19 @@ async def boom(request: Request[Any, Any, Any]) -> Job:
 
 
 @pytest.fixture
-def app_client() -> Iterator[TestClient]:  # type: ignore[type-arg]
+def app_client() -> Iterator[TestClient[Litestar]]:
     app = assemble(Settings(max_body_bytes=2048), (*ROUTES, create_job, filter_, boom))
     with TestClient(app=app, raise_server_exceptions=False) as client:
         yield client
 
 
-def _post(client: TestClient, content: bytes, ctype: str = "application/json") -> Any:  # type: ignore[type-arg]
+def _post(
+    client: TestClient[Litestar], content: bytes, ctype: str = "application/json"
+) -> httpx.Response:
     return client.post("/test/jobs", content=content, headers={"content-type": ctype})
 
 
-def test_valid_body_is_decoded(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_valid_body_is_decoded(app_client: TestClient[Litestar]) -> None:
     response = _post(app_client, b'{"workload": {"batch_size": 8}}')
     assert response.status_code == 200
     assert response.json() == {"workload": {"batch_size": 8, "sequence_length": 2048}, "tags": []}
@@ -73,7 +76,7 @@ def test_valid_body_is_decoded(app_client: TestClient) -> None:  # type: ignore[
 @pytest.mark.parametrize(
     "body", [b"{bad", b'{"workload": ', b"", b"\xff\xfe{}", b'{"workload": {"batch_size": NaN}}']
 )
-def test_malformed_json_is_400(app_client: TestClient, body: bytes) -> None:  # type: ignore[type-arg]
+def test_malformed_json_is_400(app_client: TestClient[Litestar], body: bytes) -> None:
     problem = problem_body(_post(app_client, body), 400)
     assert problem["type"] == "urn:gpuplan:problem:malformed-json"
 
@@ -96,7 +99,7 @@ def test_malformed_json_is_400(app_client: TestClient, body: bytes) -> None:  # 
     ],
 )
 def test_schema_violation_is_422_naming_the_field(
-    app_client: TestClient,  # type: ignore[type-arg]
+    app_client: TestClient[Litestar],
     body: bytes,
     path: str,
     reason: str,
@@ -110,20 +113,20 @@ def test_schema_violation_is_422_naming_the_field(
     assert path in problem["detail"]
 
 
-def test_duplicate_key_is_refused(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_duplicate_key_is_refused(app_client: TestClient[Litestar]) -> None:
     body = b'{"workload": {"batch_size": 8, "batch_size": 16}}'
     problem = problem_body(_post(app_client, body), 400)
     assert problem["type"] == "urn:gpuplan:problem:duplicate-key"
     assert problem["errors"][0]["path"] == "$..batch_size"
 
 
-def test_deep_nesting_is_a_client_error(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_deep_nesting_is_a_client_error(app_client: TestClient[Litestar]) -> None:
     response = _post(app_client, b"[" * 1000 + b"]" * 1000)
     assert 400 <= response.status_code < 500
     assert response.headers["content-type"].startswith(PROBLEM)
 
 
-def test_body_over_the_limit_is_413(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_body_over_the_limit_is_413(app_client: TestClient[Litestar]) -> None:
     body = b'{"workload": {"batch_size": 1}, "tags": ["' + b"x" * 4096 + b'"]}'
     problem = problem_body(_post(app_client, body), 413)
     assert "2048 bytes" in problem["detail"]
@@ -133,39 +136,39 @@ def test_body_over_the_limit_is_413(app_client: TestClient) -> None:  # type: ig
 @pytest.mark.parametrize(
     "ctype", ["text/plain", "application/x-www-form-urlencoded", "application/xml"]
 )
-def test_wrong_media_type_is_415(app_client: TestClient, ctype: str) -> None:  # type: ignore[type-arg]
+def test_wrong_media_type_is_415(app_client: TestClient[Litestar], ctype: str) -> None:
     response = _post(app_client, b'{"workload": {"batch_size": 8}}', ctype)
     problem = problem_body(response, 415)
     assert "application/json" in problem["detail"]
 
 
-def test_json_with_charset_and_suffix_types_are_accepted(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_json_with_charset_and_suffix_types_are_accepted(app_client: TestClient[Litestar]) -> None:
     for ctype in ("application/json; charset=utf-8", "application/vnd.gpuplan+json"):
         assert _post(app_client, b'{"workload": {"batch_size": 8}}', ctype).status_code == 200
 
 
-def test_unknown_route_is_404(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_unknown_route_is_404(app_client: TestClient[Litestar]) -> None:
     problem = problem_body(app_client.get("/v1/nothing-here"), 404)
     assert "/v1/nothing-here" in problem["detail"]
     assert problem["type"] == "about:blank"
     assert problem["title"] == "Not Found"
 
 
-def test_wrong_method_is_405_with_allow(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_wrong_method_is_405_with_allow(app_client: TestClient[Litestar]) -> None:
     response = app_client.delete("/v1/version")
     problem = problem_body(response, 405)
     assert "GET" in response.headers["allow"]
     assert "DELETE" in problem["detail"]
 
 
-def test_unexpected_error_is_500_without_internals(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_unexpected_error_is_500_without_internals(app_client: TestClient[Litestar]) -> None:
     problem = problem_body(app_client.get("/test/boom"), 500)
     assert "secret" not in problem["detail"]
     assert "Traceback" not in str(problem)
     assert problem["instance"].startswith("urn:uuid:")
 
 
-def test_query_is_decoded_with_repeats_for_lists(app_client: TestClient) -> None:  # type: ignore[type-arg]
+def test_query_is_decoded_with_repeats_for_lists(app_client: TestClient[Litestar]) -> None:
     response = app_client.get("/test/filter?vendor=nvidia&vendor=amd&min_memory_bytes=16")
     assert response.status_code == 200
     assert response.json() == {"vendor": ["nvidia", "amd"], "min_memory_bytes": 16}
@@ -181,7 +184,7 @@ def test_query_is_decoded_with_repeats_for_lists(app_client: TestClient) -> None
     ],
 )
 def test_bad_query_is_422_naming_the_parameter(
-    app_client: TestClient,  # type: ignore[type-arg]
+    app_client: TestClient[Litestar],
     query: str,
     path: str,
 ) -> None:

@@ -15,8 +15,9 @@ import msgspec
 import pytest
 import redis
 from redis.asyncio.cluster import RedisCluster
-from redis.cluster import key_slot
+from redis.crc import key_slot
 
+from gpuplan.core.fleet import NodeSnapshot
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.store import FleetStore
 from gpuplan.fleet.writer import publish
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 def _cluster_ok(port: int) -> bool:
-    info = redis.Redis(port=port).execute_command("CLUSTER INFO")
+    info = redis.Redis(port=port).cluster("INFO")
     if isinstance(info, dict):  # redis-py parses the reply
         return bool(info.get("cluster_state") == "ok")
     return b"cluster_state:ok" in info
@@ -104,10 +105,10 @@ def test_publish_and_read_on_a_cluster(cluster: str) -> None:
         node_keys += [keys.mig(name, m.mig_uuid) for m in snap.mig_instances]
         assert len({key_slot(k.encode()) for k in node_keys}) == 1
 
-    async def go() -> list:  # type: ignore[type-arg]
+    async def go() -> list[NodeSnapshot]:
         client = RedisCluster.from_url(cluster)
         try:
-            written = {}
+            written: dict[str, NodeSnapshot] = {}
             for name in names:
                 written[name] = snapshot(name)
                 await publish(client, keys, written[name], new_benchmark=True)

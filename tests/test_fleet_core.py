@@ -34,10 +34,9 @@ def test_rating_uses_the_dense_peak_of_model_and_dtype() -> None:
     fp8 = next(r for r in report.matmul if r.dtype == "fp8")
     assert fp8.peak_flops == 1979e12
     h2d, d2d = report.copy
-    assert (
-        h2d.peak_bytes_per_second
-        == CATALOG.get("h200-sxm-141gb").interconnect.pcie.per_direction_bytes_per_s
-    )  # type: ignore[union-attr]
+    pcie = CATALOG.get("h200-sxm-141gb").interconnect.pcie
+    assert pcie is not None
+    assert h2d.peak_bytes_per_second == pcie.per_direction_bytes_per_s
     link = CATALOG.get("h200-sxm-141gb").interconnect.gpu_link
     assert link is not None
     assert d2d.peak_bytes_per_second == link.per_direction_bytes_per_s

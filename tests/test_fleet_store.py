@@ -3,29 +3,42 @@
 import asyncio
 import json
 import time
+from typing import Any
 
 import msgspec
 import redis
 from redis.asyncio import Redis
 
+from gpuplan.core.fleet import MigInstance, NodeSnapshot
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.store import FleetStore
 from gpuplan.fleet.writer import publish
 from tests.agent_fixtures import snapshot
 
 
-def _roundtrip(redis_url: str, prefix: str, *snaps: object, new_benchmark: bool = True) -> list:  # type: ignore[type-arg]
-    async def go() -> list:  # type: ignore[type-arg]
+def _roundtrip(
+    redis_url: str, prefix: str, *snaps: NodeSnapshot, new_benchmark: bool = True
+) -> list[NodeSnapshot]:
+    async def go() -> list[NodeSnapshot]:
         client = Redis.from_url(redis_url)
         try:
             keys = Keys(prefix)
             for snap in snaps:
-                await publish(client, keys, snap, new_benchmark=new_benchmark)  # type: ignore[arg-type]
+                await publish(client, keys, snap, new_benchmark=new_benchmark)
             return await FleetStore(client, keys).nodes()
         finally:
             await client.aclose()
 
     return asyncio.run(go())
+
+
+def _json_hash(r: redis.Redis, key: str) -> dict[str, Any]:
+    """A hash the writer stores as JSON per field (this client answers bytes)."""
+    fields = {}
+    for k, v in r.hgetall(key).items():
+        assert isinstance(k, bytes)
+        fields[k.decode()] = json.loads(v)
+    return fields
 
 
 def test_a_snapshot_reads_back_equal(redis_url: str, key_prefix: str) -> None:
@@ -49,13 +62,11 @@ def test_keys_carry_the_node_hash_tag_and_a_ttl(redis_url: str, key_prefix: str)
         assert 0 < r.ttl(key) <= 30, key
     # One MIG hash holds what a slice query needs, as JSON per field.
     mig = snap.mig_instances[0]
-    fields = {
-        k.decode(): json.loads(v) for k, v in r.hgetall(keys.mig("node-a", mig.mig_uuid)).items()
-    }
+    fields = _json_hash(r, keys.mig("node-a", mig.mig_uuid))
     assert fields["profile"] == "3g.71gb"
     assert (fields["placement_start"], fields["placement_size"]) == (0, 4)
     assert fields["in_use"] is True
-    node = {k.decode(): json.loads(v) for k, v in r.hgetall(node_key).items()}
+    node = _json_hash(r, node_key)
     assert node["schema"] == 1
     assert node["gpu_count"] == 3
     assert node["gpu_uuids"] == [g.uuid for g in snap.gpus]
@@ -72,7 +83,7 @@ def test_stale_nodes_are_missing_not_empty(redis_url: str, key_prefix: str) -> N
     r.delete(Keys(key_prefix).node("node-a"))  # what the TTL does when node-a's agent stops
     r.close()
 
-    async def read() -> tuple[list, object]:  # type: ignore[type-arg]
+    async def read() -> tuple[list[NodeSnapshot], NodeSnapshot | None]:
         client = Redis.from_url(redis_url)
         store = FleetStore(client, Keys(key_prefix))
         try:
@@ -113,7 +124,7 @@ def test_a_republish_replaces_the_node(redis_url: str, key_prefix: str) -> None:
 
 
 def test_unsafe_node_names_are_never_looked_up(redis_url: str, key_prefix: str) -> None:
-    async def read() -> object:
+    async def read() -> NodeSnapshot | None:
         client = Redis.from_url(redis_url)
         try:
             return await FleetStore(client, Keys(key_prefix)).node("a}:x{b")
@@ -126,7 +137,7 @@ def test_unsafe_node_names_are_never_looked_up(redis_url: str, key_prefix: str) 
 def test_mig_instances_across_live_nodes(redis_url: str, key_prefix: str) -> None:
     _roundtrip(redis_url, key_prefix, snapshot("node-b"), snapshot("node-a"))
 
-    async def read() -> list:  # type: ignore[type-arg]
+    async def read() -> list[MigInstance]:
         client = Redis.from_url(redis_url)
         try:
             return await FleetStore(client, Keys(key_prefix)).mig_instances()

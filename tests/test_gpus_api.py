@@ -5,6 +5,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -19,13 +20,13 @@ def _ids(body: dict[str, Any]) -> list[str]:
     return [g["id"] for g in body["gpus"]]
 
 
-def test_list_all(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_list_all(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/gpus").json()
     assert body["count"] == len(body["gpus"]) >= 30
     assert _ids(body) == sorted(_ids(body))
 
 
-def test_filters_combine(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_filters_combine(client: TestClient[Litestar]) -> None:
     body = client.get(
         f"/v1/gpus?vendor=nvidia&min_memory_bytes={80 * GiB}&mig=true&precision=fp8"
     ).json()
@@ -40,13 +41,13 @@ def test_filters_combine(client: TestClient) -> None:  # type: ignore[type-arg]
         assert "fp8" in gpu["peak_flops"]
 
 
-def test_repeated_vendor_and_mig_false(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_repeated_vendor_and_mig_false(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/gpus?vendor=amd&vendor=intel&mig=false").json()
     assert body["gpus"]
     assert all(g["vendor"] in ("amd", "intel") and not g["mig"]["supported"] for g in body["gpus"])
 
 
-def test_sort_by_nested_numeric_field(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_sort_by_nested_numeric_field(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/gpus?sort=peak_flops.bf16&order=desc").json()
     values = [g["peak_flops"].get("bf16") for g in body["gpus"]]
     present = [v for v in values if v is not None]
@@ -56,7 +57,7 @@ def test_sort_by_nested_numeric_field(client: TestClient) -> None:  # type: igno
     assert body["gpus"][-1]["id"] in {"t4-16gb", "v100-sxm2-16gb", "v100-sxm2-32gb"}
 
 
-def test_sort_by_price_puts_unpriced_last(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_sort_by_price_puts_unpriced_last(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/gpus?sort=price.cloud_on_demand.usd_per_gpu_hour").json()
     prices = [
         (g["price"].get("cloud_on_demand") or {}).get("usd_per_gpu_hour") for g in body["gpus"]
@@ -71,7 +72,7 @@ def test_sort_by_price_puts_unpriced_last(client: TestClient) -> None:  # type: 
     [("sort=colour", "$.sort"), ("vendor=ibm", "$.vendor[0]"), ("min_memory_bytes=-1", "$.min_memory_bytes"),
      ("precision=fp128", "$.precision[0]"), ("mig=maybe", "$.mig"), ("color=red", "$.color")],
 )  # fmt: skip
-def test_bad_filters_are_422(client: TestClient, query: str, field: str) -> None:  # type: ignore[type-arg]
+def test_bad_filters_are_422(client: TestClient[Litestar], query: str, field: str) -> None:
     response = client.get(f"/v1/gpus?{query}")
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == field
@@ -88,7 +89,7 @@ def test_bad_filters_are_422(client: TestClient, query: str, field: str) -> None
         "H100 SXM",
     ],
 )
-def test_get_by_any_name(client: TestClient, name: str) -> None:  # type: ignore[type-arg]
+def test_get_by_any_name(client: TestClient[Litestar], name: str) -> None:
     response = client.get(f"/v1/gpus/{quote(name)}")
     assert response.status_code == 200, response.text
     gpu = response.json()
@@ -99,7 +100,7 @@ def test_get_by_any_name(client: TestClient, name: str) -> None:  # type: ignore
     assert gpu["sources"]["peak_flops"][0]["title"]
 
 
-def test_unknown_gpu_is_404_with_suggestions(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_unknown_gpu_is_404_with_suggestions(client: TestClient[Litestar]) -> None:
     response = client.get("/v1/gpus/h100")
     assert response.status_code == 404
     assert response.headers["content-type"].startswith("application/problem+json")

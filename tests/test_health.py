@@ -1,5 +1,6 @@
 """Liveness, readiness against a real Redis, and the version endpoint."""
 
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan import __version__
@@ -8,13 +9,13 @@ from gpuplan.config.settings import Settings
 from tests.conftest import RedisServer, free_port
 
 
-def test_healthz(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_healthz(client: TestClient[Litestar]) -> None:
     response = client.get("/healthz")
     assert response.status_code == 200
     assert response.json() == {"status": "ok"}
 
 
-def test_readyz_without_redis_is_ready(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_readyz_without_redis_is_ready(client: TestClient[Litestar]) -> None:
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json() == {"status": "ready", "redis": "not_configured"}
@@ -44,14 +45,14 @@ def test_readyz_follows_redis_down_and_back(own_redis: RedisServer) -> None:
         assert client.get("/readyz").json() == {"status": "ready", "redis": "ok"}
 
 
-def test_version(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_version(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/version").json()
     assert body["name"] == "gpuplan"
     assert body["version"] == __version__
     assert body["api_version"] == "v1"
 
 
-def test_interactive_docs_are_served(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_interactive_docs_are_served(client: TestClient[Litestar]) -> None:
     page = client.get("/schema")
     assert page.status_code == 200
     assert page.headers["content-type"].startswith("text/html")

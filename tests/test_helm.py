@@ -44,7 +44,7 @@ def _render_values(values: dict[str, Any]) -> list[dict[str, Any]]:
     """The manifests of a render, NOTES.txt aside."""
     with helm.Chart.load(CHART) as chart:
         rendered = chart.render(values, name=RELEASE, namespace=NAMESPACE)
-    docs = []
+    docs: list[dict[str, Any]] = []
     for path, text in rendered.items():
         if not path.endswith("NOTES.txt"):
             docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
@@ -115,6 +115,7 @@ def test_full_values_render_every_part() -> None:
 
 
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any]
     (container,) = workload["spec"]["template"]["spec"]["containers"]
     return container
 

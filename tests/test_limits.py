@@ -5,6 +5,7 @@ import time
 from typing import Any
 
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -56,7 +57,9 @@ WORST_CASES: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 @pytest.mark.parametrize("case", sorted(WORST_CASES))
-def test_the_largest_admitted_requests_answer_quickly(client: TestClient, case: str) -> None:  # type: ignore[type-arg]
+def test_the_largest_admitted_requests_answer_quickly(
+    client: TestClient[Litestar], case: str
+) -> None:
     path, body = WORST_CASES[case]
     started = time.perf_counter()
     response = client.post(path, json=body)
@@ -67,7 +70,7 @@ def test_the_largest_admitted_requests_answer_quickly(client: TestClient, case: 
         assert response.headers["content-type"].startswith(PROBLEM)
 
 
-def test_an_answer_beyond_json_safe_integers_is_422(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_an_answer_beyond_json_safe_integers_is_422(client: TestClient[Litestar]) -> None:
     path, body = WORST_CASES["estimate-max-hints"]
     response = client.post(path, json=body)
     assert response.status_code == 422
@@ -76,7 +79,7 @@ def test_an_answer_beyond_json_safe_integers_is_422(client: TestClient) -> None:
     assert "2^53" in problem["detail"]
 
 
-def test_layer_counts_are_bounded_in_hf_config(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_layer_counts_are_bounded_in_hf_config(client: TestClient[Litestar]) -> None:
     """Work is per layer: 16 million layers would take a minute; refused at once."""
     config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
               "num_hidden_layers": 1 << 24, "num_attention_heads": 4, "vocab_size": 100}  # fmt: skip
@@ -110,7 +113,7 @@ def test_a_computation_past_the_time_bound_is_503(path: str) -> None:
         assert client.get("/healthz").status_code == 200  # the loop stayed free
 
 
-def test_depth_limit_counts_brackets_outside_strings_only(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_depth_limit_counts_brackets_outside_strings_only(client: TestClient[Litestar]) -> None:
     # Brackets inside strings (and escaped quotes) do not nest anything.
     name = '[[[[{{{{\\"' * 40
     body = json.dumps({"model": {"name": name}, "workload": {"mode": "inference"}}).encode()
@@ -138,8 +141,8 @@ def test_depth_limit_counts_brackets_outside_strings_only(client: TestClient) ->
     ids=["backslashes", "escaped-quotes", "brackets", "quotes", "many-keys"],
 )  # fmt: skip
 def test_adversarial_megabyte_bodies_are_refused_quickly(
-    client: TestClient, content: bytes
-) -> None:  # type: ignore[type-arg]
+    client: TestClient[Litestar], content: bytes
+) -> None:
     started = time.perf_counter()
     response = client.post("/v1/memory/estimate", content=content[: (1 << 20) - 16],
                            headers={"content-type": "application/json"})  # fmt: skip
@@ -152,8 +155,8 @@ def test_adversarial_megabyte_bodies_are_refused_quickly(
     "config", [{}, {"model_type": 7}, {"model_type": "../../etc"}, {"model_type": "x" * 100}]
 )
 def test_trace_refuses_a_config_without_a_model_type_before_starting_a_worker(
-    client: TestClient,
-    config: dict[str, Any],  # type: ignore[type-arg]
+    client: TestClient[Litestar],
+    config: dict[str, Any],
 ) -> None:
     started = time.perf_counter()
     response = client.post("/v1/memory/trace", json={"model": {"hf_config": config}})

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from bench.accuracy.cases import FAST  # noqa: E402
+from bench.accuracy.cases import FAST, Case  # noqa: E402
 from bench.accuracy.run import request_for, run_case  # noqa: E402
 
 from gpuplan.core.catalog import builtin_catalog  # noqa: E402
@@ -27,11 +27,11 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "accura
 
 
 @pytest.mark.parametrize("case", FAST, ids=[c.name for c in FAST])
-def test_fast_case_within_target(case: object) -> None:
+def test_fast_case_within_target(case: Case) -> None:
     torch.set_num_threads(1)
-    measured = run_case(case)  # type: ignore[arg-type]
-    estimated = estimate(request_for(case), builtin_catalog())  # type: ignore[arg-type]
-    adapters = estimated.trainable_parameters if case.mode == "finetune_lora" else 0  # type: ignore[attr-defined]
+    measured = run_case(case)
+    estimated = estimate(request_for(case), builtin_catalog())
+    adapters = estimated.trainable_parameters if case.mode == "finetune_lora" else 0
     assert estimated.parameters + adapters == measured.parameters
     error = (estimated.peak_bytes - measured.peak_bytes) / measured.peak_bytes
     assert abs(error) <= 0.05, f"{case}: {error:+.2%}"

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.cli import main
@@ -16,7 +17,7 @@ LLAMA_INFERENCE = {
 }
 
 
-def test_estimate_answers_with_breakdown_and_fit(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_estimate_answers_with_breakdown_and_fit(client: TestClient[Litestar]) -> None:
     response = client.post("/v1/memory/estimate", json=LLAMA_INFERENCE)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -29,7 +30,7 @@ def test_estimate_answers_with_breakdown_and_fit(client: TestClient) -> None:  #
     assert body["assumptions"]
 
 
-def test_same_input_gives_byte_identical_json(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_same_input_gives_byte_identical_json(client: TestClient[Litestar]) -> None:
     first = client.post("/v1/memory/estimate", json=LLAMA_INFERENCE).content
     assert client.post("/v1/memory/estimate", json=LLAMA_INFERENCE).content == first
 
@@ -50,7 +51,7 @@ def test_same_input_gives_byte_identical_json(client: TestClient) -> None:  # ty
     ],
 )  # fmt: skip
 def test_bad_input_is_422_naming_the_field(
-    client: TestClient,  # type: ignore[type-arg]
+    client: TestClient[Litestar],
     body: dict[str, object],
     path: str,
 ) -> None:
@@ -62,7 +63,7 @@ def test_bad_input_is_422_naming_the_field(
     assert problem["type"] == "urn:gpuplan:problem:validation"
 
 
-def test_models_lists_presets(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_models_lists_presets(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/models").json()
     assert body["count"] == len(body["models"]) >= 22
     by_name = {m["name"]: m for m in body["models"]}
@@ -72,7 +73,7 @@ def test_models_lists_presets(client: TestClient) -> None:  # type: ignore[type-
 
 
 def test_cli_flags_and_file_give_the_api_answer(
-    client: TestClient,  # type: ignore[type-arg]
+    client: TestClient[Litestar],
     tmp_path: Path,
 ) -> None:
     api = client.post("/v1/memory/estimate", json=LLAMA_INFERENCE).json()

@@ -2,11 +2,12 @@
 
 from typing import Any
 
+from litestar import Litestar
 from litestar.testing import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 
-def _samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:  # type: ignore[type-arg]
+def _samples(client: TestClient[Litestar]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
@@ -21,7 +22,7 @@ def _labels(**labels: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in labels.items()))
 
 
-def test_requests_are_counted_by_template_and_status(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_requests_are_counted_by_template_and_status(client: TestClient[Litestar]) -> None:
     for _ in range(3):
         client.get("/healthz")
     client.get("/v1/version")
@@ -46,13 +47,13 @@ def test_requests_are_counted_by_template_and_status(client: TestClient) -> None
     )
 
 
-def test_unknown_methods_share_a_label(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_unknown_methods_share_a_label(client: TestClient[Litestar]) -> None:
     client.request("BREW", "/healthz")
     samples = _samples(client)
     assert any(dict(labels).get("method") == "other" for _, labels in samples)
 
 
-def test_apps_do_not_share_counts(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_apps_do_not_share_counts(client: TestClient[Litestar]) -> None:
     # The fixture builds a fresh app: nothing counted by the other tests shows here.
     samples = _samples(client)
     assert (

@@ -4,6 +4,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 
 PROBLEM = "application/problem+json"
@@ -20,7 +21,7 @@ PROBLEM = "application/problem+json"
         "10de:20b2",
     ],
 )
-def test_profiles_by_every_lookup_form(client: TestClient, name: str) -> None:  # type: ignore[type-arg]
+def test_profiles_by_every_lookup_form(client: TestClient[Litestar], name: str) -> None:
     response = client.get(f"/v1/mig/profiles?gpu={quote(name)}")
     assert response.status_code == 200, response.text
     body = response.json()
@@ -34,7 +35,7 @@ def test_profiles_by_every_lookup_form(client: TestClient, name: str) -> None:  
     assert body["unverified"] is False
 
 
-def test_profiles_show_unverified_fields(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_profiles_show_unverified_fields(client: TestClient[Litestar]) -> None:
     body = client.get("/v1/mig/profiles?gpu=NVIDIA%20GB200").json()
     assert body["unverified"] is True
     assert all("placements" in p["unverified"] for p in body["profiles"])
@@ -50,7 +51,7 @@ def test_profiles_show_unverified_fields(client: TestClient) -> None:  # type: i
      ("POST", "/v1/mig/plan", {"gpu": "A1000", "workloads": [{"name": "a", "profile": "1g.10gb"}]}, "body")],
 )  # fmt: skip
 def test_unknown_gpu_is_422_problem_with_suggestions(
-    client: TestClient,  # type: ignore[type-arg]
+    client: TestClient[Litestar],
     method: str,
     url: str,
     body: Any,
@@ -65,7 +66,7 @@ def test_unknown_gpu_is_422_problem_with_suggestions(
     assert "a100-sxm4-80gb" in problem["suggestions"]
 
 
-def test_gpu_without_mig_is_422_problem(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_gpu_without_mig_is_422_problem(client: TestClient[Litestar]) -> None:
     response = client.post(
         "/v1/mig/plan",
         json={"gpu": "NVIDIA L40S", "workloads": [{"name": "a", "profile": "1g.10gb"}]},
@@ -77,7 +78,7 @@ def test_gpu_without_mig_is_422_problem(client: TestClient) -> None:  # type: ig
     assert "a100-sxm4-80gb" in body["suggestions"]
 
 
-def test_unknown_profile_is_422_with_path_and_suggestions(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_unknown_profile_is_422_with_path_and_suggestions(client: TestClient[Litestar]) -> None:
     response = client.post(
         "/v1/mig/validate",
         json={
@@ -133,7 +134,9 @@ def test_unknown_profile_is_422_with_path_and_suggestions(client: TestClient) ->
         ),
     ],
 )
-def test_bad_plan_bodies_are_422(client: TestClient, body: dict[str, Any], path: str) -> None:  # type: ignore[type-arg]
+def test_bad_plan_bodies_are_422(
+    client: TestClient[Litestar], body: dict[str, Any], path: str
+) -> None:
     response = client.post("/v1/mig/plan", json=body)
     assert response.status_code == 422, response.text
     assert response.headers["content-type"].startswith(PROBLEM)
@@ -141,13 +144,13 @@ def test_bad_plan_bodies_are_422(client: TestClient, body: dict[str, Any], path:
 
 
 @pytest.mark.parametrize("query", ["", "?gpu=", "?gpu=a100&gpu=h100"])
-def test_profiles_query_errors(client: TestClient, query: str) -> None:  # type: ignore[type-arg]
+def test_profiles_query_errors(client: TestClient[Litestar], query: str) -> None:
     response = client.get(f"/v1/mig/profiles{query}")
     assert response.status_code == 422
     assert response.json()["errors"][0]["path"] == "$.gpu"
 
 
-def test_validate_instance_list_is_bounded(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_validate_instance_list_is_bounded(client: TestClient[Litestar]) -> None:
     response = client.post(
         "/v1/mig/validate",
         json={"gpu": "a100-sxm4-80gb", "instances": [{"profile": "1g.10gb"}] * 17},
@@ -155,7 +158,7 @@ def test_validate_instance_list_is_bounded(client: TestClient) -> None:  # type:
     assert response.status_code == 422
 
 
-def test_validate_over_http(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_validate_over_http(client: TestClient[Litestar]) -> None:
     body = client.post(
         "/v1/mig/validate",
         json={
@@ -176,7 +179,7 @@ def test_validate_over_http(client: TestClient) -> None:  # type: ignore[type-ar
     assert body["stranded_compute_slices"] == 1
 
 
-def test_plan_over_http(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_plan_over_http(client: TestClient[Litestar]) -> None:
     response = client.post("/v1/mig/plan", json={"gpu": "NVIDIA H100 80GB HBM3", "workloads": [
         {"name": "infer", "memory_gib": 18, "count": 4}, {"name": "train", "profile": "3g.40gb", "count": 2}]})  # fmt: skip
     assert response.status_code == 200, response.text
@@ -188,7 +191,7 @@ def test_plan_over_http(client: TestClient) -> None:  # type: ignore[type-arg]
     assert body["utilization"]["memory_slices_total"] == 16
 
 
-def test_malformed_json_is_400(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_malformed_json_is_400(client: TestClient[Litestar]) -> None:
     response = client.post(
         "/v1/mig/plan", content=b"{", headers={"content-type": "application/json"}
     )

@@ -2,7 +2,7 @@
 default config and the captures in data/sources.toml), the catalog, and the loader's rules."""
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import pytest
@@ -168,6 +168,7 @@ def test_profile_ids_where_confirmed(tables: dict[str, Any]) -> None:
             )
             if p.name.endswith("+me"):
                 kind = "1g+me"
+            expected: int | None
             if table_id in NAMED_IDS:
                 expected = NAMED_IDS[table_id][p.name]
             else:
@@ -253,7 +254,8 @@ def _doc() -> list[tuple[str, Any]]:
 
 
 def _profiles(docs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    return next(d for o, d in docs if "table" in d)["table"][0]["profile"]
+    profiles = next(d for o, d in docs if "table" in d)["table"][0]["profile"]
+    return cast("list[dict[str, Any]]", profiles)  # a TOML document, untyped
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The MIG slice query's core: fit on usable memory, best-fit order, filters and notes."""
 
 import random
+from typing import get_args
 
 import msgspec
 import pytest
@@ -250,7 +251,7 @@ def test_random_fleets_against_a_direct_reading_of_the_rules() -> None:
             fleet.append(node(name, *items))
         memory = rng.choice([None, 1.0, 16.0, 16.5, 31.5, 40.0, 139.0, 200.0])
         compute = rng.randint(1, 7)
-        query = {"compute_slices": compute, "limit": 1000}
+        query: dict[str, object] = {"compute_slices": compute, "limit": 1000}
         if memory is not None:
             query["memory_gib"] = memory
         answer = ask(fleet, **query)
@@ -276,5 +277,5 @@ def test_random_fleets_against_a_direct_reading_of_the_rules() -> None:
 def test_node_name_bound_matches_the_fleet_schema() -> None:
     from gpuplan.fleet.schema import NODE_NAME
 
-    meta = NodeName.__metadata__[0]
+    meta = get_args(NodeName)[1]
     assert meta.pattern == NODE_NAME.pattern

@@ -128,8 +128,11 @@ def test_every_layout_has_a_first_fit_creation_order() -> None:
                 builtin_catalog(),
             )
             assert result.valid, (table.id, counts)
+            assert result.creation_order is not None
+            assert result.placement is not None
             order = [_index(table, n) for n in result.creation_order]
             starts = first_fit(table, order)
+            assert starts is not None, (table.id, counts)
             placed = sorted(zip(result.creation_order, starts, strict=True), key=lambda x: x[1])
             assert placed == [(p.profile, p.start) for p in result.placement]
 

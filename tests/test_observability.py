@@ -190,7 +190,8 @@ def _rule_expressions() -> list[tuple[str, str]]:
 
 
 def _dashboard(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text())
+    board: dict[str, Any] = json.loads(path.read_text())
+    return board
 
 
 def _panels(board: dict[str, Any]) -> list[dict[str, Any]]:

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import yaml
+from litestar import Litestar
 from litestar.testing import TestClient
 from openapi_spec_validator import validate
 
@@ -26,7 +27,7 @@ def test_spec_is_valid_openapi_31() -> None:
     assert document["openapi"] == "3.1.0"
 
 
-def test_served_spec_is_the_committed_one(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_served_spec_is_the_committed_one(client: TestClient[Litestar]) -> None:
     assert client.get("/schema/openapi.json").json() == yaml.safe_load(COMMITTED.read_text())
 
 

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -49,8 +50,8 @@ PLANNING: list[tuple[str, str, dict[str, Any] | None]] = [
 
 
 def _hammer(
-    client: TestClient, stop: threading.Event, seen: Counter[str], worst: list[float]
-) -> None:  # type: ignore[type-arg]
+    client: TestClient[Litestar], stop: threading.Event, seen: Counter[str], worst: list[float]
+) -> None:
     i = 0
     while not stop.is_set():
         method, path, body = PLANNING[i % len(PLANNING)]

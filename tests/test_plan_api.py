@@ -4,6 +4,7 @@ the live fleet's measured FLOP/s from a real Redis."""
 from typing import Any
 
 import msgspec
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -27,7 +28,7 @@ BODY: dict[str, Any] = {
 }
 
 
-def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient[Litestar]) -> None:
     first = client.post(PATH, json=BODY)
     assert first.status_code == 200, first.text
     expected = msgspec.json.encode(check(msgspec.convert(BODY, CiPlan), builtin_catalog()))
@@ -50,7 +51,7 @@ def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient) -> None
     assert not report.passed
 
 
-def test_bad_input_is_problem_json_naming_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_bad_input_is_problem_json_naming_the_field(client: TestClient[Litestar]) -> None:
     def with_targets(**targets: Any) -> dict[str, Any]:
         return {**BODY, "targets": targets}
 

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 from click.testing import CliRunner
@@ -17,7 +18,7 @@ from gpuplan.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _workflow() -> dict[str, object]:
+def _workflow() -> dict[str, Any]:
     text = (ROOT / "docs" / "ci.md").read_text(encoding="utf-8")
     match = re.search(r"<!-- ci-workflow -->\n```yaml\n(.*?)```\n<!-- /ci-workflow -->", text, re.S)
     assert match, "docs/ci.md lost its workflow block"
@@ -28,7 +29,7 @@ def _workflow() -> dict[str, object]:
 
 def test_the_workflow_runs_plans_and_comments() -> None:
     wf = _workflow()
-    steps = wf["jobs"]["plan"]["steps"]  # type: ignore[index]
+    steps = wf["jobs"]["plan"]["steps"]
     names = [s.get("name") for s in steps]
     assert "Check the plans" in names
     assert "Comment on the pull request" in names
@@ -36,7 +37,7 @@ def test_the_workflow_runs_plans_and_comments() -> None:
 
 
 def test_the_plan_step_reports_every_plan_and_the_worst_exit(tmp_path: Path) -> None:
-    steps = _workflow()["jobs"]["plan"]["steps"]  # type: ignore[index]
+    steps = _workflow()["jobs"]["plan"]["steps"]
     script = next(s["run"] for s in steps if s.get("name") == "Check the plans")
     (tmp_path / "plans").mkdir()
     shutil.copy(ROOT / "examples" / "stable-diffusion-rtx4090.yaml", tmp_path / "plans" / "a.yaml")

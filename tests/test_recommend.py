@@ -9,7 +9,7 @@ import pytest
 from gpuplan.core.catalog import Catalog, builtin_catalog
 from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Workload
+from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Runtime, Workload
 from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
 from gpuplan.core.perf.efficiency import efficiency_class, efficiency_data
 from gpuplan.core.perf.flops import token_flops, training_flops_per_token
@@ -17,7 +17,7 @@ from gpuplan.core.perf.speed import LayoutLinks, TrainingShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
-from gpuplan.core.recommend.schema import RecommendResponse
+from gpuplan.core.recommend.schema import Candidate, Layout, RecommendResponse
 
 GiB = 1 << 30
 CATALOG = builtin_catalog()
@@ -27,8 +27,20 @@ def req(**body: Any) -> RecommendRequest:
     return msgspec.convert(body, RecommendRequest)
 
 
-def by_gpu(response: RecommendResponse) -> dict[str, Any]:
+def by_gpu(response: RecommendResponse) -> dict[str, Candidate]:
     return {r.gpu: r for r in response.recommendations}
+
+
+def layout(plan: Candidate) -> Layout:
+    """A plan's layout, which every plan that fits has."""
+    assert plan.layout is not None
+    return plan.layout
+
+
+def time_hours(plan: Candidate) -> float:
+    """A plan's wall time, which every plan these tests time has."""
+    assert plan.time_hours is not None
+    return plan.time_hours
 
 
 def llama7b_inference(batch: int, **extra: Any) -> RecommendRequest:
@@ -66,7 +78,7 @@ def test_oracle_equals_the_estimator_on_each_gpu(gpu: str) -> None:
         parallelism=Parallelism(tensor=2, data=2, zero_stage=3),
     )
     spec = CATALOG.get(gpu)
-    runtime = "rocm" if spec.vendor == "amd" else "cuda"
+    runtime: Runtime = "rocm" if spec.vendor == "amd" else "cuda"
     direct = estimate(
         EstimateRequest(model=model, workload=workload, gpu=gpu, runtime=runtime), CATALOG
     )
@@ -85,7 +97,7 @@ def test_llama2_7b_4k_batch1_fits_a_24gb_card_not_a_16gb_one() -> None:
     for card in ("t4-16gb", "v100-sxm2-16gb"):
         # One 16 GB card is not enough: either no plan, or a tensor-parallel pair.
         r = out[card]
-        assert not r.fits or r.layout.tensor >= 2
+        assert not r.fits or layout(r).tensor >= 2
         w = Workload(mode="inference", sequence_length=3840, max_new_tokens=256)
         one = estimate(
             EstimateRequest(model=ModelSpec(name="llama-2-7b"), workload=w, gpu=card), CATALOG
@@ -100,8 +112,8 @@ def test_llama2_7b_4k_batch8_needs_more_than_24gb_for_its_16gib_cache() -> None:
     assert one.breakdown.kv_cache_bytes == 16 * GiB  # 8 x 4,096 tokens x 512 KiB
     assert one.required_bytes > 24 * GiB
     out = by_gpu(recommend(llama7b_inference(8), CATALOG))
-    assert out["rtx-4090-24gb"].layout.tensor >= 2  # a 24 GB card needs a partner
-    assert out["a100-sxm4-80gb"].layout.tensor == 1
+    assert layout(out["rtx-4090-24gb"]).tensor >= 2  # a 24 GB card needs a partner
+    assert layout(out["a100-sxm4-80gb"]).tensor == 1
 
 
 def test_llama2_70b_full_training_needs_several_80gb_gpus_with_sharding() -> None:
@@ -112,7 +124,7 @@ def test_llama2_70b_full_training_needs_several_80gb_gpus_with_sharding() -> Non
     for r in response.recommendations:
         assert r.fits
         assert r.count > 1
-        lay = r.layout
+        lay = layout(r)
         assert lay.zero_stage >= 1 or lay.tensor > 1 or lay.pipeline > 1
     assert response.scenario.class_ == "supercomputing_research"
 
@@ -126,6 +138,7 @@ def test_llama2_pretraining_speed_matches_the_published_gpu_hours() -> None:
         body["constraints"] = {"include": ["a100-sxm4-80gb"]}
         body["objective"] = "cheapest"
         r = recommend(req(**body), CATALOG).recommendations[0]
+        assert r.throughput is not None
         ours = r.throughput.value / r.count
         assert 0.7 * per_gpu < ours < 1.4 * per_gpu, (model, ours, per_gpu)
 
@@ -148,6 +161,7 @@ def test_a_single_gpu_plan_delivers_exactly_the_mfu() -> None:
     r = recommend(req(**body), CATALOG).recommendations[0]
     assert r.count == 1
     gpu = CATALOG.get("h100-sxm5-80gb")
+    assert r.flops_per_watt is not None
     delivered = r.flops_per_watt * gpu.tdp_watts
     assert delivered / gpu.peak_flops["bf16"] == pytest.approx(0.40, rel=1e-9)
 
@@ -185,7 +199,8 @@ def test_more_memory_never_makes_a_fitting_plan_unfit(body: dict[str, Any]) -> N
             assert after[gpu].fits, gpu
             # every layout that fitted still fits, so the best plan is never worse
             assert (after[gpu].cost_usd or 0) <= (r.cost_usd or 0) * (1 + 1e-9), gpu
-            assert after[gpu].time_hours * after[gpu].count <= r.time_hours * r.count * (1 + 1e-9)
+            after_hours = time_hours(after[gpu]) * after[gpu].count
+            assert after_hours <= time_hours(r) * r.count * (1 + 1e-9)
 
 
 def test_cost_rises_with_price() -> None:
@@ -193,8 +208,11 @@ def test_cost_rises_with_price() -> None:
     body["objective"] = "cheapest"
     base = by_gpu(recommend(req(**body), CATALOG))
     h100 = base["h100-sxm5-80gb"]
+    assert h100.cost_usd is not None
+    on_demand = CATALOG.get("h100-sxm5-80gb").price.cloud_on_demand
+    assert on_demand is not None
     for factor in (1.5, 3.0):
-        price = CATALOG.get("h100-sxm5-80gb").price.cloud_on_demand.usd_per_gpu_hour * factor
+        price = on_demand.usd_per_gpu_hour * factor
         body["constraints"] = {"prices": {"H100 SXM": {"cloud_usd_per_gpu_hour": price}}}
         out = by_gpu(recommend(req(**body), CATALOG))
         assert out["h100-sxm5-80gb"].cost_usd == pytest.approx(h100.cost_usd * factor)
@@ -225,7 +243,9 @@ def test_a_job_that_fits_one_gpu_is_never_given_more_under_cheapest(body: dict[s
     checked = 0
     for r in recommend(request, CATALOG).recommendations:
         gpu = CATALOG.get(r.gpu)
-        if oracle.required(one, gpu) <= gpu.usable_memory_bytes:
+        required = oracle.required(one, gpu)
+        assert required is not None
+        if required <= gpu.usable_memory_bytes:
             assert r.count == 1, r.gpu
             checked += 1
     assert checked >= 5
@@ -238,9 +258,9 @@ def test_more_gpus_never_lower_the_gpu_hours() -> None:
     body["constraints"] = {"include": ["h100-sxm5-80gb"]}
     plans = sorted(recommend(req(**body), CATALOG).recommendations, key=lambda r: r.count)
     assert len(plans) >= 3
-    hours = [r.time_hours * r.count for r in plans]
+    hours = [time_hours(r) * r.count for r in plans]
     assert hours == sorted(hours)
-    assert plans[-1].time_hours < plans[0].time_hours
+    assert time_hours(plans[-1]) < time_hours(plans[0])
 
 
 def test_the_answer_is_deterministic() -> None:
@@ -307,6 +327,7 @@ def test_recompute_adds_about_one_forward() -> None:
     from gpuplan.core.memory.parameters import count_parameters
 
     arch = resolve_model(ModelSpec(name="llama-2-7b")).arch
+    assert arch is not None
     t = token_flops(arch, count_parameters(arch), 0)
     plain = training_flops_per_token(
         t, 4096, causal_skip=True, checkpointing="none", frozen_base=False
@@ -330,6 +351,7 @@ def test_moe_counts_active_parameters() -> None:
     from gpuplan.core.memory.parameters import count_parameters
 
     arch = resolve_model(ModelSpec(name="mixtral-8x7b")).arch
+    assert arch is not None
     counts = count_parameters(arch)
     t = token_flops(arch, counts, counts.total)
     assert counts.total > 46e9
@@ -346,7 +368,9 @@ def test_measured_flops_replace_the_datasheet_peak() -> None:
     h100 = measured["h100-sxm5-80gb"]
     assert h100.source == "measured"
     assert measured["a100-sxm4-80gb"].source == "catalog"
-    assert h100.time_hours == pytest.approx(2 * catalog_only["h100-sxm5-80gb"].time_hours, rel=1e-6)
+    assert h100.time_hours == pytest.approx(
+        2 * time_hours(catalog_only["h100-sxm5-80gb"]), rel=1e-6
+    )
 
 
 # ---------------------------------------------------------------- scenario, advice, hybrid
@@ -376,6 +400,7 @@ def test_advice_makes_a_job_fit_the_preferred_gpu_with_computed_effects() -> Non
     assert "amp_bf16" in advice
     assert "gradient_checkpointing=full" in advice
     assert advice["gradient_checkpointing=full"].time_factor == pytest.approx(4 / 3, rel=0.02)
+    assert advice["amp_bf16"].time_factor is not None
     assert advice["amp_bf16"].time_factor <= 0.5  # tensor cores instead of fp32 FMA
     combos = [a for a in advice.values() if "+" in a.change]
     assert len(combos) == 1  # no single change fits 7B full training in 24 GB
@@ -411,7 +436,9 @@ def test_zero_3_advice_names_the_fewest_gpus() -> None:
         mode="training", sequence_length=4096, gradient_checkpointing="full",
         parallelism=Parallelism(data=zero.count // 2, zero_stage=3),
     )  # fmt: skip
-    assert oracle.required(fewer, gpu) > gpu.usable_memory_bytes
+    required = oracle.required(fewer, gpu)
+    assert required is not None
+    assert required > gpu.usable_memory_bytes
     assert advice["mode=finetune_lora"].fits_after
     assert advice["precision=fp8"].time_factor == pytest.approx(0.5, rel=0.05)  # Ada's FP8 path
 
@@ -451,7 +478,10 @@ def test_hybrid_comparison() -> None:
     assert h is not None
     options = {o.name: o for o in h.options}
     assert set(options) == {"all_cloud", "all_on_prem", "hybrid"}
-    price = CATALOG.get("a100-sxm4-80gb").price.cloud_on_demand.usd_per_gpu_hour
+    on_demand = CATALOG.get("a100-sxm4-80gb").price.cloud_on_demand
+    assert on_demand is not None
+    assert h.burst_gpu_hours_per_month is not None
+    price = on_demand.usd_per_gpu_hour
     assert options["all_cloud"].monthly_usd == pytest.approx(h.burst_gpu_hours_per_month * price)
     assert h.break_even_utilization is not None
     assert h.break_even_utilization > 0
@@ -491,7 +521,7 @@ def test_the_estimate_bound_degrades_gracefully(monkeypatch: pytest.MonkeyPatch)
 def test_vision_speed_uses_measured_flops_per_sample() -> None:
     """ResNet-50 costs 8.2 GFLOP per 224 px image forward, not 2 x 25.6M: an A100 trains
     it at thousands of images/s (NVIDIA's published figures are 2-3k with AMP)."""
-    body = {
+    body: dict[str, Any] = {
         "model": {"name": "resnet-50"},
         "workload": {"mode": "training", "batch_size": 256, "precision": "amp_bf16"},
         "training": {"samples": 1_281_167},
@@ -499,11 +529,12 @@ def test_vision_speed_uses_measured_flops_per_sample() -> None:
     }
     r = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
     best = r.recommendations[0]
+    assert best.throughput is not None
     assert best.throughput.unit == "samples/s"
     assert 1_500 < best.throughput.value < 4_000
     bigger = msgspec.convert(
         {**body, "workload": {**body["workload"], "image_size": 448}}, RecommendRequest
     )
-    assert recommend(bigger, builtin_catalog()).recommendations[
-        0
-    ].throughput.value == pytest.approx(best.throughput.value / 4, rel=0.05)
+    bigger_best = recommend(bigger, builtin_catalog()).recommendations[0]
+    assert bigger_best.throughput is not None
+    assert bigger_best.throughput.value == pytest.approx(best.throughput.value / 4, rel=0.05)

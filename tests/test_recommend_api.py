@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from tests.helpers import problem_at
@@ -20,7 +21,7 @@ def _body(**over: Any) -> dict[str, Any]:
     return body
 
 
-def test_recommendations(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_recommendations(client: TestClient[Litestar]) -> None:
     response = client.post(PATH, json=_body())
     assert response.status_code == 200, response.text
     body = response.json()
@@ -37,7 +38,7 @@ def test_recommendations(client: TestClient) -> None:  # type: ignore[type-arg]
     assert scores == sorted(scores, reverse=True)
 
 
-def test_training_with_constraints(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_training_with_constraints(client: TestClient[Litestar]) -> None:
     body = _body(
         workload={"mode": "training", "sequence_length": 2048, "gradient_checkpointing": "full"},
         training={"training_tokens": 10**9},
@@ -54,7 +55,7 @@ def test_training_with_constraints(client: TestClient) -> None:  # type: ignore[
     assert {o["name"] for o in out["hybrid"]["options"]} == {"all_cloud", "all_on_prem", "hybrid"}
 
 
-def test_schema_violation_names_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_schema_violation_names_the_field(client: TestClient[Litestar]) -> None:
     bad = _body(workload={"mode": "inference", "sequence_length": 4096, "batch_size": 0})
     problem_at(client.post(PATH, json=bad), "$.workload.batch_size")
     problem_at(client.post(PATH, json=_body(objective="cheap")), "$.objective")
@@ -62,7 +63,7 @@ def test_schema_violation_names_the_field(client: TestClient) -> None:  # type: 
     problem_at(client.post(PATH, json=_body(budget=3)), "$.budget")
 
 
-def test_core_refusals_name_the_field(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_core_refusals_name_the_field(client: TestClient[Litestar]) -> None:
     missing_volume = _body(workload={"mode": "training", "sequence_length": 2048})
     del missing_volume["inference"]
     problem_at(client.post(PATH, json=missing_volume), "$.training")
@@ -72,13 +73,13 @@ def test_core_refusals_name_the_field(client: TestClient) -> None:  # type: igno
     problem_at(client.post(PATH, json=_body(constraints={"vendors": ["intel"]})), "$.constraints")
 
 
-def test_malformed_json(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_malformed_json(client: TestClient[Litestar]) -> None:
     response = client.post(PATH, content=b"{not json", headers={"content-type": "application/json"})
     assert response.status_code == 400
     assert response.headers["content-type"].startswith("application/problem+json")
 
 
-def test_measured_flops_use_catalog_precisions(client: TestClient) -> None:  # type: ignore[type-arg]
+def test_measured_flops_use_catalog_precisions(client: TestClient[Litestar]) -> None:
     bad = _body(measured_flops={"h100-sxm5-80gb": {"bf17": 1e14}})
     response = client.post(PATH, json=bad)
     assert response.status_code == 422

@@ -6,9 +6,12 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TypedDict, Unpack
 
+import httpx
 import pytest
 import redis
+from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -25,15 +28,24 @@ ESTIMATE = {
 }
 
 
-def _client(**settings: object) -> TestClient:  # type: ignore[type-arg]
-    return TestClient(app=create_app(Settings(**settings)))  # type: ignore[arg-type]
+class _SettingsArgs(TypedDict, total=False):
+    """The settings these tests vary (each a field of ``Settings``)."""
+
+    api_tokens: str
+    cors_allow_origins: str
+    protect_operations: bool
+    redis_url: str
 
 
-def _is_401(response: object) -> None:
-    assert response.status_code == 401  # type: ignore[attr-defined]
-    assert response.headers["content-type"].startswith("application/problem+json")  # type: ignore[attr-defined]
-    assert response.headers["www-authenticate"].startswith("Bearer")  # type: ignore[attr-defined]
-    body = response.json()  # type: ignore[attr-defined]
+def _client(**settings: Unpack[_SettingsArgs]) -> TestClient[Litestar]:
+    return TestClient(app=create_app(Settings(**settings)))
+
+
+def _is_401(response: httpx.Response) -> None:
+    assert response.status_code == 401
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    body = response.json()
     assert body["status"] == 401
     assert body["type"] == "urn:gpuplan:problem:unauthorized"
     assert "token" in body["detail"]

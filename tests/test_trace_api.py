@@ -2,6 +2,7 @@
 
 import asyncio
 import sys
+from typing import Any
 
 import msgspec
 import pytest
@@ -24,7 +25,7 @@ LLAMA = {
     "num_key_value_heads": 2,
     "max_position_embeddings": 256,
 }
-BODY = {
+BODY: dict[str, Any] = {
     "model": {"hf_config": LLAMA},
     "workload": {"mode": "training", "batch_size": 2, "sequence_length": 64},
     "runtime": "cpu",
@@ -61,7 +62,7 @@ def test_trace_runs_in_a_worker_and_is_cached(
         monkeypatch.setattr(trace_route, "run_worker", no_worker)
         reordered = {
             "runtime": "cpu",
-            "workload": dict(reversed(list(BODY["workload"].items()))),  # type: ignore[call-overload]
+            "workload": dict(reversed(list(BODY["workload"].items()))),
             "model": {"hf_config": dict(reversed(list(LLAMA.items())))},
         }
         second = client.post("/v1/memory/trace", json=reordered)
@@ -128,7 +129,7 @@ def test_worker_traces_a_sharded_workload(
 
     from gpuplan.trace import worker
 
-    body = {**BODY, "workload": {**BODY["workload"], "tensor_parallel": 2}}  # type: ignore[dict-item]
+    body = {**BODY, "workload": {**BODY["workload"], "tensor_parallel": 2}}
     stdin = SimpleNamespace(buffer=io.BytesIO(msgspec.json.encode(body)))
     monkeypatch.setattr(sys, "stdin", stdin)
     assert worker.main() == 0

@@ -114,7 +114,8 @@ def test_kernel_probes_on_the_cpu_runtime() -> None:
         args = ["trace", f"{TARGETS}:cnn", "--runtime", "cpu", "--format", "json", *extra]
         out = runner.invoke(main, args)
         assert out.exit_code == 0, out.output
-        return json.loads(out.stdout)  # type: ignore[no-any-return]
+        answer: dict[str, Any] = json.loads(out.stdout)
+        return answer
 
     probed, unprobed = traced(), traced("--probe-budget-bytes", "0")
     assert probed["peak_bytes"] > unprobed["peak_bytes"]

@@ -1,5 +1,7 @@
 """The pure half of tracing: the caching-allocator replay and the log analysis."""
 
+from collections.abc import Sequence
+
 import msgspec
 import pytest
 
@@ -11,7 +13,7 @@ from gpuplan.core.trace.allocator import (
     round_size,
     segment_size,
 )
-from gpuplan.core.trace.log import Category, Op, Phase
+from gpuplan.core.trace.log import Category, Event, Op, Phase
 
 MiB = 1 << 20
 
@@ -61,9 +63,9 @@ def test_fragmentation_grows_reserved() -> None:
     assert stats.peak_reserved_bytes == 2 * LARGE_BUFFER
 
 
-def _log(events: list[tuple[int, int, int, int, int]]) -> TraceLog:
+def _log(events: Sequence[Event]) -> TraceLog:
     return TraceLog(
-        events=events, owners=["(none)", "layer"], parameters=10, trainable_parameters=10
+        events=list(events), owners=["(none)", "layer"], parameters=10, trainable_parameters=10
     )
 
 

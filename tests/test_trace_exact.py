@@ -12,6 +12,9 @@ scratch of a composite kernel (Falcon's softmax); and a library branch on tensor
 values (transformers' packed-sequence check, under activation checkpointing).
 """
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -21,23 +24,24 @@ pytest.importorskip("transformers")
 
 from bench.accuracy.measure_target import measure_target  # noqa: E402
 
+from gpuplan.core.trace.schema import Amp, TraceMode, TraceOptimizer  # noqa: E402
 from gpuplan.trace.run import trace  # noqa: E402
 from tests.trace_targets import models  # noqa: E402
 
 TOLERANCE = 0.005
 
 
-def _seeded(name: str):  # type: ignore[no-untyped-def]
+def _seeded(name: str) -> Callable[[], Any]:
     target = getattr(models, name)
 
-    def build():  # type: ignore[no-untyped-def]
+    def build() -> Any:
         torch.manual_seed(0)
         return target()
 
     return build
 
 
-CASES = [
+CASES: list[tuple[str, TraceMode, TraceOptimizer, Amp]] = [
     ("mlp", "training", "adamw", "none"),
     ("mlp", "inference", "none", "none"),
     ("cnn", "training", "adamw", "none"),
@@ -68,9 +72,11 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "mode", "optimizer", "amp"), CASES)
-def test_traced_peak_equals_measured_peak(name: str, mode: str, optimizer: str, amp: str) -> None:
+def test_traced_peak_equals_measured_peak(
+    name: str, mode: TraceMode, optimizer: TraceOptimizer, amp: Amp
+) -> None:
     build = _seeded(name)
-    traced = trace(build, mode=mode, optimizer=optimizer, amp=amp, runtime="cpu")  # type: ignore[arg-type]
+    traced = trace(build, mode=mode, optimizer=optimizer, amp=amp, runtime="cpu")
     measured = measure_target(build, mode=mode, optimizer=optimizer, amp=amp)
     assert traced.parameters == measured.parameters
     error = (traced.peak_bytes - measured.peak_bytes) / measured.peak_bytes
@@ -86,12 +92,12 @@ def test_traced_peak_equals_measured_peak(name: str, mode: str, optimizer: str, 
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_foreach_optimizer_kernels(optimizer: str) -> None:
+def test_foreach_optimizer_kernels(optimizer: TraceOptimizer) -> None:
     """The multi-tensor optimizer kernels torch uses on CUDA (runtime cuda traces with
     them), run here on the CPU: their parameter-sized temporaries are where a large
     model's CUDA peak often sits."""
     build = _seeded("hf_llama")
-    traced = trace(build, optimizer=optimizer, runtime="cpu", foreach=True)  # type: ignore[arg-type]
+    traced = trace(build, optimizer=optimizer, runtime="cpu", foreach=True)
     measured = measure_target(build, optimizer=optimizer, foreach=True)
     assert abs(traced.peak_bytes - measured.peak_bytes) <= TOLERANCE * measured.peak_bytes
     assert traced.phases.optimizer_bytes == pytest.approx(

@@ -2,6 +2,7 @@
 kernel returns, shape for shape, in fp32 and bf16."""
 
 import random
+from typing import Any
 
 import pytest
 import torch
@@ -12,15 +13,18 @@ from gpuplan.trace.onednn import lstm_workspace_bytes
 
 pytestmark = pytest.mark.torch
 
+# torch.backends.mkldnn.is_available() has no annotations.
+ONEDNN: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+
 
 class _Workspaces(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """The real workspace of every oneDNN LSTM call, with its input's shape."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.seen: list[tuple[tuple[int, ...], int, bool, int]] = []
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         if func is torch.ops.aten.mkldnn_rnn_layer.default:
             self.seen.append((tuple(args[0].shape), int(args[10]), bool(args[14]), out[3].numel()))
@@ -35,7 +39,7 @@ SHAPES += [
 ]
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
+@pytest.mark.skipif(not ONEDNN, reason="no oneDNN in this torch")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_workspace_size_equals_the_real_kernel_s(dtype: torch.dtype) -> None:
     if dtype == torch.bfloat16 and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
@@ -71,10 +75,12 @@ def _scratch_of_each_call(
 
     class Calls(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__()  # type: ignore[no-untyped-call]
             self.figures: list[int] = []
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             if "mkldnn_rnn_layer" in str(func):
                 self.figures.append(kernel_scratch_bytes(func, args))
             return func(*args, **(kwargs or {}))
@@ -112,7 +118,7 @@ TRAINING_SHAPES += [
 ]
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="no oneDNN in this torch")
+@pytest.mark.skipif(not ONEDNN, reason="no oneDNN in this torch")
 @pytest.mark.parametrize("backward", [False, True], ids=["forward", "backward"])
 def test_fp32_training_scratch_equals_the_real_kernels(backward: bool) -> None:
     for steps, batch, hidden, inputs in TRAINING_SHAPES:

@@ -1,5 +1,8 @@
 """Kernel probes: a CPU kernel's in-kernel scratch, measured by running it once."""
 
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 pytestmark = pytest.mark.torch
@@ -27,7 +30,7 @@ def _measured_by_kineto(args: tuple[object, ...]) -> int:
     """The same call's scratch from the torch profiler's own (kineto) memory events."""
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = CONV_BACKWARD(*args)
-        outputs = sum(t.untyped_storage().nbytes() for t in out)
+        outputs: int = sum(t.untyped_storage().nbytes() for t in out)
         del out
     events = sorted(
         (e.start_ns(), e.nbytes())
@@ -41,10 +44,12 @@ def _measured_by_kineto(args: tuple[object, ...]) -> int:
     return peak - outputs
 
 
-def _probe(probe: KernelProbe, func: object, real_args: tuple[object, ...]) -> int | None:
+def _probe(
+    probe: KernelProbe, func: Callable[..., Any], real_args: tuple[object, ...]
+) -> int | None:
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
         args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in real_args)
-        out = func(*args)  # type: ignore[operator]
+        out = func(*args)
         return probe.scratch_bytes(func, args, {}, out)
 
 

@@ -4,7 +4,8 @@ import pytest
 
 pytestmark = pytest.mark.torch
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
+import torch  # noqa: E402
 
 from gpuplan.trace.probe import measure_call  # noqa: E402
 from gpuplan.trace.scratch import kernel_scratch  # noqa: E402

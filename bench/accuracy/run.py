@@ -60,7 +60,7 @@ def run_case(case: Case) -> Measured:
 
     def build() -> Any:
         torch.manual_seed(0)
-        model = cls.from_config(
+        model = cls.from_config(  # type: ignore[no-untyped-call]
             hf, attn_implementation=case.attention, dtype=DTYPES[case.precision]
         )
         if case.checkpointing == "full":
@@ -106,7 +106,7 @@ def main() -> None:
     cases = FAST if args.fast else GRID
     if args.only:
         cases = [c for c in cases if args.only in c.name]
-    rows = []
+    rows: list[dict[str, Any]] = []
     catalog = builtin_catalog()
     for case in cases:
         started = time.perf_counter()

@@ -44,7 +44,7 @@ def cnn_channels_last() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         nn.Conv2d(24, 24, 3, padding=1, groups=24),
         nn.Conv2d(24, 40, 1),
         nn.ReLU(),
-    ).to(memory_format=torch.channels_last)
+    ).to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # not in torch's overloads
     images = torch.randn(4, 3, 64, 64).contiguous(memory_format=torch.channels_last)
     return model, (images,)
 
@@ -88,7 +88,8 @@ class RnnLoop(nn.Module):
         h = torch.zeros(x.shape[0], 64)
         for t in range(x.shape[1]):
             h = torch.tanh(x[:, t] + self.cell(h))
-        return self.head(h)
+        out: torch.Tensor = self.head(h)
+        return out
 
 
 def rnn_loop() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -104,7 +105,7 @@ class GradTwice(nn.Module):
         self.a = nn.Linear(64, 1024, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.a(x)
+        z: torch.Tensor = self.a(x)
         z.add_(z)
         return z[:, :8].sum()
 
@@ -122,7 +123,7 @@ class GradExpanded(nn.Module):
         self.a = nn.Linear(64, 1024, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.a(x)
+        z: torch.Tensor = self.a(x)
         return z.sum() + z.sum()
 
 
@@ -144,7 +145,8 @@ class Lstm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out, _ = self.lstm(x)
-        return self.head(out[:, -1])
+        last: torch.Tensor = self.head(out[:, -1])
+        return last
 
 
 def lstm() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
@@ -180,7 +182,7 @@ def _hf(
 
     config = dict(config)
     hf = AutoConfig.for_model(config.pop("model_type"), **config)
-    model = AutoModelForCausalLM.from_config(hf, dtype=dtype, **extra)
+    model = AutoModelForCausalLM.from_config(hf, dtype=dtype, **extra)  # type: ignore[no-untyped-call]
     if checkpointing:  # transformers 5 renamed it; the old name warns there
         enable = getattr(model, "activation_checkpointing_enable", None)
         (enable or model.gradient_checkpointing_enable)()
