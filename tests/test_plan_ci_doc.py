@@ -91,7 +91,7 @@ def test_the_quoted_report_is_what_the_command_prints() -> None:
 
 def _install(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
     """The install step, with a `python` that prints what pip would be asked for."""
-    steps = _workflow()["jobs"]["plan"]["steps"]  # type: ignore[index]
+    steps = _workflow()["jobs"]["plan"]["steps"]
     script = next(s["run"] for s in steps if s.get("name") == "Install gpuplan")
     shim = tmp_path / "bin" / "python"
     shim.parent.mkdir(exist_ok=True)

@@ -17,7 +17,7 @@ from gpuplan.core.perf.speed import LayoutLinks, TrainingShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
-from gpuplan.core.recommend.schema import Candidate, Layout, RecommendResponse
+from gpuplan.core.recommend.schema import Candidate, ParallelLayout, RecommendResponse
 
 GiB = 1 << 30
 CATALOG = builtin_catalog()
@@ -31,7 +31,7 @@ def by_gpu(response: RecommendResponse) -> dict[str, Candidate]:
     return {r.gpu: r for r in response.recommendations}
 
 
-def layout(plan: Candidate) -> Layout:
+def layout(plan: Candidate) -> ParallelLayout:
     """A plan's layout, which every plan that fits has."""
     assert plan.layout is not None
     return plan.layout
