@@ -77,7 +77,8 @@ def _attention(arch: Architecture) -> int:
     return count
 
 
-def _is_moe_layer(arch: Architecture, index: int) -> bool:
+def is_moe_layer(arch: Architecture, index: int) -> bool:
+    """Whether layer ``index`` has routed experts (after the dense ones, every ``layer_frequency``)."""
     moe = arch.moe
     if moe is None or index < moe.dense_layers:
         return False
@@ -106,7 +107,7 @@ def count_parameters(arch: Architecture) -> ParameterCount:
             active_mlp=moe.experts_per_token * expert + shared + router + gate,
         )
     # Records are values: the layers of one kind share one.
-    layers = [sparse if _is_moe_layer(arch, i) else dense for i in range(arch.num_layers)]
+    layers = [sparse if is_moe_layer(arch, i) else dense for i in range(arch.num_layers)]
     word = arch.word_embed_dim or h
     embedding = v * word + arch.learned_positions * h + arch.token_types * h
     if arch.word_embed_dim:

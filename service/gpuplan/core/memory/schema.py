@@ -78,13 +78,38 @@ class CpuOffload(Record):
     """Parameters live in host memory and are fetched per layer (ZeRO-3 / FSDP only)."""
 
 
+Framework = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
+PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
+
+
 class Parallelism(Record):
     """How the job is split across GPUs; the estimate is for one GPU."""
 
     tensor: Degree = 1
     pipeline: Degree = 1
     data: Degree = 1
+    """Data-parallel ranks (each a replica, or a ZeRO/FSDP shard group)."""
+
     expert: Degree = 1
+    """Expert-parallel ranks, carved out of the data-parallel ones (Megatron's EP): it
+    divides ``data`` and the experts."""
+
+    context: Degree = 1
+    """Context-parallel ranks: each holds ``sequence_length / context`` tokens of every
+    sequence and exchanges keys and values with the others (ring or all-gather)."""
+
+    virtual_stages: Degree = 1
+    """Model chunks per pipeline rank of an interleaved schedule (Megatron's
+    ``--num-layers-per-virtual-pipeline-stage``): the bubble shrinks by this factor."""
+
+    pipeline_schedule: PipelineSchedule = "1f1b"
+    """``gpipe`` (all forwards, then all backwards), ``1f1b`` (one forward, one backward),
+    or ``interleaved_1f1b`` with ``virtual_stages`` chunks per rank."""
+
+    framework: Framework | None = None
+    """What runs the job, and so what its communication overlaps: ``ddp``, ``fsdp2``,
+    ``deepspeed`` or ``megatron`` (docs/recommendation.md). Unset: ``fsdp2`` with
+    ``zero_stage`` 3, ``megatron`` with tensor or pipeline parallelism, else ``ddp``."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norm and dropout activations split over the TP group."""
 
@@ -141,6 +166,10 @@ class Workload(Record):
 
     max_new_tokens: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 0
     """Inference: cache room kept for this many generated tokens per sequence."""
+
+    compile: bool = False
+    """``torch.compile``: fused elementwise kernels move less memory (the speed model's
+    elementwise traffic shrinks by a factor fitted to published runs)."""
 
 
 class EstimateRequest(Record):

@@ -1,16 +1,25 @@
-"""Efficiency defaults of the speed model, stored as data (data/efficiency.toml).
+"""What the hardware delivers of its datasheet, stored as data (data/efficiency.toml).
 
-A datasheet peak is what no real job reaches: a training step mixes large GEMMs with
-norms, softmax, communication waits and kernel launches. The model multiplies the
-peak by a model-FLOPs utilization (MFU) per GPU class, and decode's bandwidth by a
-memory-bandwidth utilization (MBU). The defaults carry their sources and are
-overridable per request; a fleet measurement replaces the datasheet peak.
+A datasheet peak is what no real job reaches, and how far it falls short is not one
+number: a training step is large GEMMs (near the tensor-core peak when they are wide),
+attention kernels (a smaller share of it), and memory-bound elementwise kernels (norms,
+activations, residual adds, casts) that run at the memory bandwidth, not the FLOP rate,
+plus a launch cost per layer. A GPU whose FLOP rate grew faster than its bandwidth
+(H100 over A100: 3.2x the FLOPs, 1.7x the bandwidth) therefore reaches a smaller share
+of its peak on the same model, and a narrow model (small GEMMs, a larger elementwise
+share) a smaller share than a wide one. The speed model (:mod:`gpuplan.core.perf.step`)
+times each part with the efficiencies below; the model FLOPs utilization (MFU) of a plan
+is its result, not an input.
+
+Each GPU generation's efficiencies, the kernel constants and the frameworks' overlap
+carry their source: the published runs they were fitted to (``bench/published``), or the
+document that states them. A request can still set ``efficiency.mfu`` and ``mbu``.
 """
 
 import tomllib
 from functools import cache
 from importlib import resources
-from typing import Annotated
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
@@ -18,14 +27,98 @@ from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.record import Record
 
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
+Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
+FrameworkName = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
 
 
-class EfficiencyClass(Record, kw_only=True):
+class Generation(Record, kw_only=True):
+    """How much of its datasheet one GPU generation delivers, per kind of kernel."""
+
     name: str
     match: list[str]
-    mfu: Fraction
-    mbu: Fraction
+    """Words of a catalog ``architecture`` or ``id`` that select this generation."""
+
+    gemm_efficiency: Fraction
+    """Share of the 16-bit dense peak a wide GEMM reaches (the curve's plateau)."""
+
+    fp8_gemm_efficiency: Fraction
+    """Share of the fp8 dense peak a wide fp8 GEMM reaches, scaling and casts included."""
+
+    attention_efficiency: Fraction
+    """Share of the 16-bit peak fused attention (FlashAttention) reaches, forward and
+    backward together."""
+
+    bandwidth_efficiency: Fraction
+    """Share of the memory bandwidth memory-bound kernels reach (elementwise, optimizer)."""
+
+    decode_bandwidth_efficiency: Fraction
+    """Share of the memory bandwidth a decode step reaches reading weights and the KV
+    cache (the MBU of serving at small batches)."""
+
     verified: bool
+    source: str
+
+
+class Kernels(Record, kw_only=True):
+    """Constants of the kernels every generation runs (they scale with the model)."""
+
+    gemm_half_width: Annotated[float, msgspec.Meta(gt=0)]
+    """GEMM width (hidden size per tensor-parallel rank) at which a GEMM reaches half its
+    plateau: ``efficiency(w) = plateau · w / (w + half_width)``."""
+
+    elementwise_bytes_per_hidden: Annotated[float, msgspec.Meta(ge=0)]
+    """Bytes memory-bound kernels move per token, per layer, per unit of width (hidden
+    plus the MLP's active width) in 16-bit activations, forward and backward."""
+
+    compile_elementwise_factor: Fraction
+    """What of the elementwise traffic, and of the launches, is left after
+    ``torch.compile`` fuses kernels."""
+
+    eager_score_bytes: Annotated[float, msgspec.Meta(ge=0)]
+    """Bytes moved per attention score when the scores are materialized (eager
+    attention): written, read by softmax, its output written and read by the weighted
+    sum, a dropout mask, forward and backward."""
+
+    layer_overhead_seconds: Annotated[float, msgspec.Meta(ge=0)]
+    """Launch and host cost per layer per micro-batch (forward and backward)."""
+
+    decode_overhead_seconds: Annotated[float, msgspec.Meta(ge=0)]
+    """Host and launch cost per decode step per layer (batch-independent)."""
+
+    optimizer_bytes_per_parameter: Annotated[float, msgspec.Meta(ge=0)]
+    """Bytes the optimizer step reads and writes per trainable parameter (Adam: fp32
+    master, two moments, the gradient, the 16-bit copy)."""
+
+    verified: bool
+    source: str
+
+
+class Framework(Record, kw_only=True):
+    """What a training framework overlaps with compute (``parallelism.framework``)."""
+
+    name: FrameworkName
+    tensor_exposed: Share
+    """Share of tensor-parallel collectives left on the critical path."""
+
+    elementwise_factor: Fraction
+    """What of the elementwise traffic its fused kernels leave (Megatron with Transformer
+    Engine fuses norms, bias, activation and dropout; eager PyTorch does not)."""
+
+    data_hidden_share: Share
+    """Share of the last micro-batch's backward that gradient traffic (DDP, ZeRO-1/2,
+    the distributed optimizer) hides behind; one layer's bucket stays exposed. ZeRO-3 and
+    FSDP prefetch instead: their gathers hide behind the neighbouring layers' compute."""
+
+    gather_hidden_share: Share
+    """ZeRO-3 / FSDP: share of each micro-batch's compute that its parameter gathers and
+    gradient reduce-scatters hide behind (prefetching one layer ahead)."""
+
+    pipeline_exposed: Share
+    """Share of pipeline point-to-point sends left on the critical path."""
+
+    expert_exposed: Share
+    """Share of expert-parallel all-to-alls left on the critical path."""
+
     source: str
 
 
@@ -37,41 +130,43 @@ class Latency(Record, kw_only=True):
     source: str
 
 
-class Overlap(Record, kw_only=True):
-    backward_fraction: Fraction
-    verified: bool
-    source: str
-
-
 class Vision(Record, kw_only=True):
     mfu_factor: Fraction
-    """Multiplies a class's MFU for convolutional and vision models."""
+    """Multiplies the GEMM efficiency for convolutional and vision models."""
 
     verified: bool
     source: str
 
 
 class EfficiencyData(Record, kw_only=True):
-    classes: list[EfficiencyClass] = msgspec.field(name="class")
+    generations: list[Generation] = msgspec.field(name="generation")
+    kernels: Kernels
+    frameworks: list[Framework] = msgspec.field(name="framework")
     latency: Latency
-    overlap: Overlap
     vision: Vision
 
 
 @cache
 def efficiency_data() -> EfficiencyData:
-    """The shipped defaults, validated at load (a malformed file fails at import time)."""
+    """The shipped data, validated at load (a malformed file fails at import time)."""
     text = resources.files("gpuplan.core.perf.data").joinpath("efficiency.toml").read_text("utf-8")
     data = msgspec.convert(tomllib.loads(text), EfficiencyData)
-    if not data.classes or data.classes[-1].match:
-        raise ValueError("efficiency.toml: the last class must be the catch-all (empty match)")
+    if not data.generations or data.generations[-1].match:
+        raise ValueError("efficiency.toml: the last generation must be the catch-all (no match)")
+    names = sorted(f.name for f in data.frameworks)
+    if names != sorted(get_args(FrameworkName)):
+        raise ValueError(f"efficiency.toml: frameworks {names}, expected each of the four once")
     return data
 
 
-def efficiency_class(gpu: GpuSpec) -> EfficiencyClass:
-    """The first class naming a word of the GPU's architecture or id."""
+def generation(gpu: GpuSpec) -> Generation:
+    """The first generation naming a word of the GPU's architecture or id."""
     text = f"{gpu.architecture} {gpu.id}".lower()
-    for cls in efficiency_data().classes:
-        if not cls.match or any(word in text for word in cls.match):
-            return cls
-    raise AssertionError("unreachable: the last class matches everything")
+    for gen in efficiency_data().generations:
+        if not gen.match or any(word in text for word in gen.match):
+            return gen
+    raise AssertionError("unreachable: the last generation matches everything")
+
+
+def framework(name: FrameworkName) -> Framework:
+    return next(f for f in efficiency_data().frameworks if f.name == name)

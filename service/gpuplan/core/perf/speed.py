@@ -1,9 +1,7 @@
-"""Roofline speed of a training step and of inference serving.
+"""The matmul peak a job runs at, and the roofline speed of inference serving.
 
-Training is compute-bound: time = hardware FLOPs / (peak × MFU), plus what the
-layout adds on the critical path (pipeline bubble, tensor-parallel all-reduces,
-the part of data-parallel gradient traffic that backward compute cannot hide,
-CPU-offload transfers). Inference prefill is compute-bound the same way; decode
+A training step is timed in :mod:`gpuplan.core.perf.step`. Inference prefill is
+compute-bound; decode
 reads every local weight and the KV cache once per generated token, so a step
 takes the larger of bytes / (bandwidth × MBU) and FLOPs / (peak × MFU): batching
 amortizes the weight reads until compute takes over (the roofline's ridge).
@@ -15,25 +13,24 @@ from typing import Literal
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.schema import Precision as WorkloadPrecision
-from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
-from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token, training_flops_per_token
+from gpuplan.core.perf.comm import Link, all_reduce_seconds
+from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.record import Record
 
 RateSource = Literal["catalog", "measured"]
 
 
 class Rate(Record, kw_only=True):
-    """Achieved matmul rate of one GPU for the workload's precision."""
+    """The matmul peak of one GPU for the workload's precision."""
 
     precision: str
     """The catalog precision whose peak applies (``bf16``, ``fp8``, …)."""
 
     peak_flops: float
-    """Datasheet peak, or the fleet's measured rate when ``source`` is ``measured``."""
+    """Datasheet dense peak, or the fleet's measured rate when ``source`` is ``measured``."""
 
-    mfu: float
-    flops_per_s: float
-    """``peak_flops × mfu``."""
+    attention_peak_flops: float
+    """The peak attention runs at: the matmul peak, or the 16-bit one in an fp8 job."""
 
     source: RateSource
     note: str | None = None
@@ -52,161 +49,42 @@ def _paths(precision: WorkloadPrecision) -> tuple[CatalogPrecision, ...]:
     return paths[precision]
 
 
+def _sixteen_bit(gpu: GpuSpec, measured: Mapping[CatalogPrecision, float]) -> float:
+    for key in ("bf16", "fp16", "fp32"):
+        if key in gpu.peak_flops:
+            return measured.get(key) or gpu.peak_flops[key]
+    return 0.0
+
+
 def achieved_rate(
     gpu: GpuSpec,
     precision: WorkloadPrecision,
-    mfu: float,
     measured: Mapping[CatalogPrecision, float] | None = None,
 ) -> Rate | None:
-    """The rate for ``precision`` on ``gpu``; None when the GPU has no usable path.
+    """The peak for ``precision`` on ``gpu``; None when the GPU has no usable path.
 
     fp32 uses the fp32 peak: PyTorch leaves TF32 matmuls off by default. bf16 on a
     part without bf16 (T4, V100) falls back to the fp32 rate (emulated); fp8 on a
-    part without fp8 runs in 16 bits. A measured rate replaces the datasheet peak;
-    MFU still applies, since a model step is not one large GEMM.
+    part without fp8 runs in 16 bits. A measured rate replaces the datasheet peak; the
+    speed model's efficiencies still apply, since a model step is not one large GEMM.
     """
+    measured = measured or {}
     paths = _paths(precision)
     for index, key in enumerate(paths):
-        peak = gpu.peak_flops.get(key)
-        if peak is None:
+        if key not in gpu.peak_flops:
             continue
         note = None
         if index:
             note = f"{gpu.id} has no {paths[0]} matmul path; timed at its {key} rate"
-        if measured and key in measured:
-            return Rate(
-                precision=key,
-                peak_flops=measured[key],
-                mfu=mfu,
-                flops_per_s=measured[key] * mfu,
-                source="measured",
-                note=note,
-            )
+        peak = measured.get(key) or gpu.peak_flops[key]
         return Rate(
             precision=key,
             peak_flops=peak,
-            mfu=mfu,
-            flops_per_s=peak * mfu,
-            source="catalog",
+            attention_peak_flops=_sixteen_bit(gpu, measured) if key == "fp8" else peak,
+            source="measured" if key in measured else "catalog",
             note=note,
         )
     return None
-
-
-class TrainingShape(Record, kw_only=True):
-    """What of the workload the step time depends on."""
-
-    batch_size: int
-    seq: int
-    accumulation: int
-    checkpointing: str
-    causal_skip: bool
-    frozen_base: bool
-    hidden_size: int
-    num_layers: int
-    activation_bytes: int
-    trainable_parameters: int
-    parameters: int
-    """All parameters: a ZeRO-3 gather moves frozen ones too (LoRA's base)."""
-
-    gradient_bytes: int
-    """Bytes per gradient element the data-parallel collective moves."""
-
-    weight_bytes: int
-    """Bytes per parameter a ZeRO-3 all-gather moves."""
-
-
-class LayoutLinks(Record, kw_only=True):
-    tensor: Link
-    pipeline: Link
-    data: Link
-    host: Link
-
-
-class TrainingStep(Record, kw_only=True):
-    seconds: float
-    tokens: int
-    compute_s: float
-    bubble_s: float
-    tensor_comm_s: float
-    pipeline_comm_s: float
-    data_comm_s: float
-    """Data-parallel communication left exposed after overlap."""
-
-    offload_s: float
-    model_flops_per_token: float
-    hardware_flops_per_token: float
-
-
-def training_step(
-    t: TokenFlops,
-    shape: TrainingShape,
-    *,
-    tp: int,
-    pp: int,
-    dp: int,
-    zero_stage: int,
-    offload_optimizer: bool,
-    rate: float,
-    links: LayoutLinks,
-    overlap: float,
-) -> TrainingStep:
-    """One optimizer step of ``accumulation`` micro-batches on every data-parallel rank."""
-    m = shape.accumulation
-    model_f, hw_f = training_flops_per_token(
-        t,
-        shape.seq,
-        causal_skip=shape.causal_skip,
-        checkpointing=shape.checkpointing,
-        frozen_base=shape.frozen_base,
-    )
-    micro_tokens = shape.batch_size * shape.seq
-    micro = micro_tokens * hw_f / (tp * pp) / rate
-    compute = m * micro
-    # 1F1B schedule: (p − 1) idle slots of one micro-batch each (Narayanan et al. 2021).
-    bubble = compute * (pp - 1) / m
-    message = micro_tokens * shape.hidden_size * shape.activation_bytes
-    layers = -(-shape.num_layers // pp)
-    # Megatron: two all-reduces forward, two backward per layer; full recompute adds two.
-    per_layer = 4 + (2 if shape.checkpointing == "full" else 0)
-    tensor = m * layers * per_layer * all_reduce_seconds(message, tp, links.tensor)
-    pipeline = m * 2 * transfer_seconds(message, links.pipeline) if pp > 1 else 0.0
-    local = shape.trainable_parameters / (tp * pp)
-    held = max(shape.parameters, shape.trainable_parameters) / (tp * pp)
-    backward_share = (
-        hw_f - forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
-    ) / hw_f
-    if zero_stage == 3:
-        # FSDP / ZeRO-3: gather parameters for forward and for backward, reduce-scatter
-        # gradients, every micro-batch; prefetching hides them behind all compute.
-        per_micro = 2 * all_gather_seconds(held * shape.weight_bytes, dp, links.data)
-        per_micro += all_gather_seconds(local * shape.gradient_bytes, dp, links.data)
-        data = max(0.0, m * per_micro - overlap * compute)
-    else:
-        # DDP (and ZeRO-1/2, same volume): one all-reduce per step, bucketed behind
-        # the last micro-batch's backward.
-        traffic = all_reduce_seconds(local * shape.gradient_bytes, dp, links.data)
-        data = max(0.0, traffic - overlap * micro * backward_share)
-    offload = 0.0
-    if offload_optimizer:
-        shard = local / (dp if zero_stage >= 1 else 1)
-        offload = max(
-            transfer_seconds(shard * shape.gradient_bytes, links.host),
-            transfer_seconds(shard * shape.weight_bytes, links.host),
-        )
-    seconds = compute + bubble + tensor + pipeline + data + offload
-    return TrainingStep(
-        seconds=seconds,
-        tokens=micro_tokens * m * dp,
-        compute_s=compute,
-        bubble_s=bubble,
-        tensor_comm_s=tensor,
-        pipeline_comm_s=pipeline,
-        data_comm_s=data,
-        offload_s=offload,
-        model_flops_per_token=model_f,
-        hardware_flops_per_token=hw_f,
-    )
 
 
 class ServingShape(Record, kw_only=True):

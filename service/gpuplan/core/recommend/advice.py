@@ -117,8 +117,7 @@ class _Advisor:
             return plan.speed_s if plan else None
         response = self.oracle.response(with_layout(w, layout))
         trainable = response.trainable_parameters if response else self.trainable
-        seconds, _, _ = time_training(job, ctx, layout, trainable, self.request.constraints)
-        return seconds
+        return time_training(job, ctx, layout, trainable, self.request.constraints).seconds
 
     def _advice(
         self, change: str, w: Workload, detail: str, layout: ParallelLayout = ONE

@@ -4,8 +4,9 @@ efficiency class, its price per GPU-hour, and whether a layout may span several 
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.perf.cost import on_prem_usd_per_gpu_hour
-from gpuplan.core.perf.efficiency import efficiency_class, efficiency_data
+from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.speed import Rate, achieved_rate
+from gpuplan.core.perf.step import Rates
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.schema import Constraints
 from gpuplan.core.record import Record
@@ -15,11 +16,18 @@ TP_DEGREES = (2, 4, 8)
 
 
 class GpuContext(Record, kw_only=True):
-    """What of a GPU the plans share: its rate, efficiency and price per GPU-hour."""
+    """What of a GPU the plans share: its rates, efficiencies and price per GPU-hour."""
 
     gpu: GpuSpec
     rate: Rate | None
+    """The matmul peak for the job's precision; None: the GPU cannot run it."""
+
+    rates: Rates | None
+    """What the speed model times this GPU's kernels with."""
+
     mbu: float
+    """Share of the memory bandwidth a decode step reaches."""
+
     per_gpu_hour: float | None
     basis: str | None
     reasons: list[str]
@@ -33,26 +41,34 @@ def gpu_context(
     request_mbu: float | None,
     constraints: Constraints,
 ) -> GpuContext:
-    cls = efficiency_class(gpu)
-    mfu = request_mfu if request_mfu is not None else cls.mfu
-    vision = efficiency_data().vision
-    if job.vision and request_mfu is None:
-        mfu *= vision.mfu_factor
-    mbu = request_mbu if request_mbu is not None else cls.mbu
+    gen = generation(gpu)
+    data = efficiency_data()
     precision = job.workload.precision
     if job.kind == "inference" and job.workload.weight_quantization in ("int8", "int4", "nf4"):
         # Weight-only quantization dequantizes to 16 bits before the matmul.
         precision = "bf16" if precision in ("fp32", "amp_bf16") else precision
-    rate = achieved_rate(gpu, precision, mfu, job.measured.get(gpu.id))
+    rate = achieved_rate(gpu, precision, job.measured.get(gpu.id))
+    rates = None
+    if rate is not None:
+        rates = Rates(
+            peak_flops=rate.peak_flops,
+            attention_peak_flops=rate.attention_peak_flops,
+            bandwidth_bytes_per_s=float(gpu.memory_bandwidth_bytes_per_s),
+            fp8=rate.precision == "fp8",
+            generation=gen,
+            kernels=data.kernels,
+            vision_factor=data.vision.mfu_factor if job.vision else 1.0,
+            mfu=request_mfu,
+        )
+    mbu = request_mbu if request_mbu is not None else gen.decode_bandwidth_efficiency
     reasons: list[str] = []
     unverified: list[str] = []
-    uses_class = request_mfu is None or (job.kind == "inference" and request_mbu is None)
-    if uses_class and not cls.verified:
-        unverified.append(
-            f"efficiency class {cls.name} (MFU {cls.mfu:.0%}, MBU {cls.mbu:.0%}): {cls.source}"
-        )
-    if job.vision and request_mfu is None and not vision.verified:
-        unverified.append(f"vision MFU factor {vision.mfu_factor}: {vision.source}")
+    if (request_mfu is None or (job.kind == "inference" and request_mbu is None)) and not (
+        gen.verified
+    ):
+        unverified.append(f"efficiencies of GPU generation {gen.name}: {gen.source}")
+    if job.vision and request_mfu is None and not data.vision.verified:
+        unverified.append(f"vision GEMM factor {data.vision.mfu_factor}: {data.vision.source}")
     unverified.extend(f"catalog {field}" for field in gpu.unverified)
     if rate is not None and rate.note:
         reasons.append(rate.note)
@@ -62,6 +78,7 @@ def gpu_context(
     return GpuContext(
         gpu=gpu,
         rate=rate,
+        rates=rates,
         mbu=mbu,
         per_gpu_hour=per_hour,
         basis=basis,

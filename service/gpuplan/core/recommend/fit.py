@@ -19,13 +19,10 @@ from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
-from gpuplan.core.perf.speed import LayoutLinks
+from gpuplan.core.perf.step import StepLinks
 from gpuplan.core.recommend.schema import ParallelLayout
 
-PIPELINE_MICRO_BATCHES = 4
-"""Micro-batches per pipeline stage and step the search plans with."""
-
-MAX_ESTIMATES = 160
+MAX_ESTIMATES = 400
 """Estimator calls one recommendation may make (each takes 0.1-1 ms); past it, layouts
 are treated as unsized and the response carries a warning."""
 
@@ -41,24 +38,15 @@ class MemoryOracle:
         self._catalog = catalog
         self._responses: dict[bytes, EstimateResponse | None] = {}
         self._required: dict[tuple[bytes, str, str], int] = {}
-        self._laid: dict[
-            tuple[int, int, int, int, int, bool], tuple[Workload, Workload, bytes]
-        ] = {}
+        self._laid: dict[tuple[int, bytes], tuple[Workload, Workload, bytes]] = {}
         self.calls = 0
         self.exhausted = False
-        self.links: dict[tuple[str, int, int, int], LayoutLinks] = {}
+        self.links: dict[tuple[str, bytes], StepLinks] = {}
         """Links of a (GPU, layout), for the speed model; kept here as a per-request memo."""
 
     def laid_out(self, workload: Workload, layout: ParallelLayout) -> tuple[Workload, bytes]:
         """``with_layout(workload, layout)`` and its memo key, built once per request."""
-        k = (
-            id(workload),
-            layout.tensor,
-            layout.pipeline,
-            layout.data,
-            layout.zero_stage,
-            layout.cpu_offload_optimizer,
-        )
+        k = (id(workload), msgspec.json.encode(layout))
         hit = self._laid.get(k)
         if hit is None:
             laid = with_layout(workload, layout)
@@ -121,21 +109,31 @@ def runtime_of(gpu: GpuSpec) -> str:
 
 
 def with_layout(workload: Workload, layout: ParallelLayout) -> Workload:
-    """The workload split as ``layout`` says (the search owns the parallelism)."""
+    """The workload split as ``layout`` says: its parallelism, and for training the
+    micro-batch and accumulation the layout re-split the global batch into."""
     p = workload.parallelism
+    batch = workload.batch_size
     accumulation = workload.gradient_accumulation_steps
-    if layout.pipeline > 1 and workload.mode != "inference":
-        # A pipeline needs many micro-batches per step to keep its bubble small
-        # (Narayanan et al. 2021: m >> p); the search uses at least 4 per stage.
-        accumulation = max(accumulation, PIPELINE_MICRO_BATCHES * layout.pipeline)
+    if workload.mode != "inference":
+        batch = layout.micro_batch_size or batch
+        accumulation = layout.gradient_accumulation_steps or accumulation
+    schedule = p.pipeline_schedule
+    if layout.virtual_stages > 1:
+        schedule = "interleaved_1f1b"
     return msgspec.structs.replace(
         workload,
+        batch_size=batch,
         gradient_accumulation_steps=accumulation,
         parallelism=msgspec.structs.replace(
             p,
             tensor=layout.tensor,
             pipeline=layout.pipeline,
             data=layout.data,
+            context=layout.context,
+            expert=layout.expert,
+            virtual_stages=layout.virtual_stages,
+            pipeline_schedule=schedule,
+            framework=layout.framework,
             zero_stage=layout.zero_stage,
             cpu_offload=msgspec.structs.replace(
                 p.cpu_offload, optimizer=layout.cpu_offload_optimizer

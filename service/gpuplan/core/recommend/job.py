@@ -9,10 +9,9 @@ from gpuplan.core.catalog import Catalog, UnknownGpu
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.model import ResolvedModel, resolve_model
-from gpuplan.core.memory.parameters import ParameterCount, count_parameters
+from gpuplan.core.memory.parameters import ParameterCount, count_parameters, is_moe_layer
 from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.perf.cost import EnergyInputs, OnPremInputs
-from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.flops import TokenFlops, token_flops
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.schema import InferenceVolume, PriceOverride, RecommendRequest
@@ -30,6 +29,19 @@ class Job(Record, kw_only=True):
     workload: Workload
     """The request's workload with the parallelism left to the search."""
 
+    given: Parallelism
+    """The request's own parallelism (``layout: given`` times exactly this)."""
+
+    global_batch: int
+    """Training: sequences per optimizer step, kept on every layout the search tries."""
+
+    mlp_width: int
+    """Active MLP width per token (experts per token x expert width, plus shared)."""
+
+    kv_width: int
+    moe_layers: int
+    experts_per_token: int
+
     arch: Architecture | None
     vision: bool = False
     """A vision preset: FLOPs per sample measured, work counted in samples."""
@@ -45,7 +57,9 @@ class Job(Record, kw_only=True):
     duration_hours: float
     energy: EnergyInputs
     owned: OnPremInputs
-    overlap: float
+    overlap: float | None
+    """The request's ``efficiency.comm_overlap``, else the framework's."""
+
     measured: dict[str, dict[CatalogPrecision, float]]
     """Catalog id -> precision -> measured FLOP/s."""
 
@@ -131,10 +145,21 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         max_new_tokens=output if inference else w.max_new_tokens,
         parallelism=Parallelism(sequence_parallel=w.parallelism.sequence_parallel),
     )
-    overlap = request.efficiency.comm_overlap
+    p = w.parallelism
+    global_batch = (
+        request.training.global_batch_size
+        if request.training is not None and request.training.global_batch_size is not None
+        else w.batch_size * w.gradient_accumulation_steps * p.data
+    )
     return Job(
         kind="inference" if inference else "training",
         workload=base,
+        given=p,
+        global_batch=global_batch,
+        mlp_width=_mlp_width(arch),
+        kv_width=arch.kv_dim if arch is not None else 0,
+        moe_layers=_moe_layers(arch),
+        experts_per_token=arch.moe.experts_per_token if arch is not None and arch.moe else 0,
         arch=arch,
         vision=model.vision is not None,
         flops=_flops(model, counts, total, w.image_size),
@@ -152,7 +177,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         owned=OnPremInputs(
             amortization_years=c.amortization_years, utilization=c.on_prem_utilization
         ),
-        overlap=overlap if overlap is not None else efficiency_data().overlap.backward_fraction,
+        overlap=request.efficiency.comm_overlap,
         measured=measured,
         prices=prices,
     )
@@ -172,3 +197,19 @@ def _by_id(
 
 def ceil_div(a: float, b: float) -> int:
     return max(math.ceil(a / b - 1e-12), 1)
+
+
+def _mlp_width(arch: Architecture | None) -> int:
+    """The MLP width one token passes through (its active experts' and the shared one)."""
+    if arch is None:
+        return 0
+    moe = arch.moe
+    if moe is None:
+        return arch.intermediate_size
+    return moe.experts_per_token * moe.expert_intermediate_size + moe.shared_intermediate_size
+
+
+def _moe_layers(arch: Architecture | None) -> int:
+    if arch is None:
+        return 0
+    return sum(is_moe_layer(arch, i) for i in range(arch.num_layers))

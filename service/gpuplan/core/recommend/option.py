@@ -17,6 +17,7 @@ from gpuplan.core.recommend.schema import (
     Latency,
     Objective,
     ParallelLayout,
+    StepTime,
     Throughput,
 )
 from gpuplan.core.record import Record
@@ -42,6 +43,8 @@ class Option(Record, kw_only=True):
     energy_kwh: float | None = None
     flops_per_watt: float | None = None
     latency: Latency | None = None
+    mfu: float | None = None
+    step: StepTime | None = None
     source: str = "catalog"
     reasons: list[str] = []
     unverified: list[str] = []

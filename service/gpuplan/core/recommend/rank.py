@@ -25,7 +25,7 @@ from gpuplan.core.recommend.schema import (
     SearchStats,
 )
 from gpuplan.core.recommend.serving import serving_options
-from gpuplan.core.recommend.training import training_options
+from gpuplan.core.recommend.training import given_option, training_options
 
 
 def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
@@ -49,7 +49,15 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     for gpu in candidates:
         ctx = gpu_context(gpu, job, request.efficiency.mfu, request.efficiency.mbu, c)
         contexts[gpu.id] = ctx
-        plans, miss = _plans(job, ctx, oracle, c, objective=request.objective, trainable=trainable)
+        plans, miss = _plans(
+            job,
+            ctx,
+            oracle,
+            c,
+            objective=request.objective,
+            trainable=trainable,
+            given=request.layout == "given",
+        )
         considered += len(plans)
         admissible = [p for p in plans if p.admissible]
         if admissible:
@@ -115,6 +123,7 @@ def _plans(
     *,
     objective: Objective,
     trainable: int,
+    given: bool,
 ) -> tuple[list[Option], Option]:
     if ctx.rate is None:
         miss = Option(
@@ -128,7 +137,13 @@ def _plans(
         )
         return [], miss
     if job.kind == "inference":
-        return serving_options(job, ctx, oracle, c)
+        options, miss = serving_options(job, ctx, oracle, c)
+        if given:
+            options = [o for o in options if o.layout and o.layout.tensor == job.given.tensor]
+        return options, miss
+    if given:
+        option = given_option(job, ctx, oracle, c, trainable)
+        return [option], option
     return training_options(job, ctx, oracle, c, objective=objective, trainable=trainable)
 
 
@@ -202,6 +217,8 @@ def _recommendation(p: Option, score: float) -> Candidate:
         cost_basis=p.cost_basis,  # type: ignore[arg-type]
         energy_kwh=p.energy_kwh,
         flops_per_watt=p.flops_per_watt,
+        mfu=p.mfu,
+        step=p.step,
         latency=p.latency,
         source=p.source,  # type: ignore[arg-type]
         score=score if p.fits and p.admissible else 0.0,
@@ -212,16 +229,27 @@ def _recommendation(p: Option, score: float) -> Candidate:
 
 def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
     c = request.constraints
+    if request.layout == "given":
+        layout = "every GPU is timed at exactly workload.parallelism (layout: given)"
+    else:
+        layout = (
+            "the search chooses the layout: every count from 1 to gpus_per_node and every whole "
+            "number of nodes above, up to max_gpus_per_job; at each, the fastest fitting of DDP, "
+            "ZeRO-2, ZeRO-3/FSDP, tensor parallel in the node + FSDP, tensor x pipeline parallel, "
+            "and for long sequences tensor x context parallel"
+        )
     notes = [
         "memory per GPU is the estimator's required_bytes (20% headroom included) for the layout chosen",
-        "the search owns workload.parallelism: counts 1, 2, 4, ... up to max_gpus_per_job, first fitting layout "
-        "of: DDP, ZeRO-2, ZeRO-3, tensor parallel in the node + ZeRO-3, tensor x pipeline parallel",
+        layout,
         f"energy: board power = TDP x {c.power_fraction_of_tdp:.0%}, x PUE {c.pue:g}; host CPUs and network not included",
     ]
     if job.kind == "training":
         notes.append(
-            f"training: {job.tokens:,.0f} tokens; time = hardware FLOPs (6N + attention, + recompute) / (peak x MFU) "
-            f"plus exposed communication (overlap {job.overlap:.0%} of backward)"
+            f"training: {job.tokens:,.0f} tokens in steps of {job.global_batch} sequences (the global "
+            "batch, the same on every plan); time per step = matmuls at the GEMM efficiency of their "
+            "width, attention, memory-bound kernels at the bandwidth, launches, recomputation, plus "
+            "the communication the framework does not hide and the pipeline bubble "
+            "(docs/recommendation.md); MFU counts model FLOPs (6N + attention), not recomputation"
         )
     else:
         notes.append(

@@ -11,7 +11,7 @@ import msgspec
 
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.catalog.model import Vendor
-from gpuplan.core.memory.schema import ModelSpec, Runtime, Workload
+from gpuplan.core.memory.schema import Framework, ModelSpec, Runtime, Workload
 from gpuplan.core.record import Record
 
 Objective = Literal["cheapest", "fastest", "energy", "balanced"]
@@ -21,8 +21,10 @@ GpuName = Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
 Positive = Annotated[float, msgspec.Meta(gt=0, le=1e15)]
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 
-MAX_GPUS = 1024
-"""The most GPUs one job may be planned on; counts are searched in powers of two."""
+MAX_GPUS = 65_536
+"""The most GPUs one job may be planned on (the largest published runs use 16,384)."""
+
+Layout = Literal["search", "given"]
 
 
 class PriceOverride(Record, kw_only=True):
@@ -41,6 +43,14 @@ class Constraints(Record, kw_only=True):
 
     exclude: Annotated[list[GpuName], msgspec.Meta(max_length=64)] = []
     max_gpus_per_job: Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS)] = 64
+    """The most GPUs of one plan; the search tries every count from 1 to
+    ``gpus_per_node`` and every whole number of nodes above, up to this."""
+
+    gpu_counts: Annotated[
+        list[Annotated[int, msgspec.Meta(ge=1, le=MAX_GPUS)]], msgspec.Meta(max_length=64)
+    ] = []
+    """Only these GPU counts (e.g. the sizes of the pools you have); empty: the search's."""
+
     max_usd_per_hour: Positive | None = None
     """Ceiling on the job's price per wall-clock hour (all its GPUs)."""
 
@@ -81,6 +91,10 @@ class TrainingVolume(Record, kw_only=True):
 
     epochs: Annotated[float, msgspec.Meta(gt=0, le=10_000)] | None = None
     dataset_samples: Annotated[int, msgspec.Meta(ge=1, le=10**13)] | None = None
+    global_batch_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 24)] | None = None
+    """Sequences per optimizer step across the job, kept on every GPU count the search
+    tries (micro-batch and accumulation are re-split). Default: ``batch_size`` x
+    ``gradient_accumulation_steps`` x ``parallelism.data`` as the workload gives them."""
 
 
 class InferenceVolume(Record, kw_only=True):
@@ -128,6 +142,12 @@ class RecommendRequest(Record, kw_only=True):
     model: ModelSpec
     workload: Workload
     runtime: Runtime = "cuda"
+    layout: Layout = "search"
+    """``search``: the search chooses the GPU count and layout (the workload's
+    parallelism only fixes the global batch). ``given``: every candidate GPU is timed at
+    exactly ``workload.parallelism`` (tensor x pipeline x data x context GPUs, the
+    micro-batch and accumulation as given), and answers even when it does not fit."""
+
     objective: Objective = "balanced"
     constraints: Constraints = msgspec.field(default_factory=Constraints)
     training: TrainingVolume | None = None
@@ -165,12 +185,46 @@ class ParallelLayout(Record, kw_only=True):
 
     zero_stage: int
     cpu_offload_optimizer: bool = False
+    context: int = 1
+    expert: int = 1
+    """Expert-parallel ranks, within the data-parallel ones."""
+
+    virtual_stages: int = 1
+    framework: Framework | None = None
+    """The framework the time assumes (what its communication overlaps)."""
+
+    micro_batch_size: int | None = None
+    """Training: sequences per micro-batch on each data-parallel rank."""
+
+    gradient_accumulation_steps: int | None = None
+    global_batch_size: int | None = None
+    """Training: sequences per optimizer step across the job (micro-batch x
+    accumulation x data-parallel ranks)."""
 
 
 class Throughput(Record, kw_only=True):
     value: float
     unit: str
     """``tokens/s`` (trained, or generated for inference); ``samples/s`` for vision models."""
+
+
+class StepTime(Record, kw_only=True):
+    """Where one optimizer step's time goes (seconds, on the critical path)."""
+
+    seconds: float
+    compute_s: float
+    """Model FLOPs (matmuls, attention), memory-bound kernels and kernel launches."""
+
+    recompute_s: float
+    """Activation recomputation (``gradient_checkpointing``)."""
+
+    exposed_comm_s: float
+    """Communication the framework does not hide behind compute."""
+
+    bubble_s: float
+    """Pipeline stages idle at the start and end of the step."""
+
+    optimizer_s: float
 
 
 class Latency(Record, kw_only=True):
@@ -206,6 +260,14 @@ class Candidate(Record, kw_only=True):
     energy_kwh: float | None
     flops_per_watt: float | None
     """Delivered model FLOP/s per watt of board power."""
+
+    mfu: float | None = None
+    """Model FLOPs utilization: model FLOPs (6N plus attention, no recomputation) per
+    second over the GPUs' dense peak of the precision the matmuls run in."""
+
+    step: StepTime | None = None
+    """Training: one optimizer step, split into compute, recompute, exposed
+    communication, pipeline bubble and optimizer."""
 
     latency: Latency | None = None
     source: Literal["catalog", "measured"] = "catalog"

@@ -79,7 +79,13 @@ def serve_option(
     c: Constraints,
 ) -> Option | None:
     gpu = ctx.gpu
-    assert ctx.rate is not None
+    assert ctx.rates is not None
+    r = ctx.rates
+    prefill_efficiency = (
+        r.mfu
+        if r.mfu is not None
+        else (r.generation.fp8_gemm_efficiency if r.fp8 else r.generation.gemm_efficiency)
+    )
     arch = job.arch
     link = group_link(
         gpu, tp, gpus_per_node=c.gpus_per_node, network_bytes_per_s=c.network_bytes_per_s_per_gpu
@@ -97,7 +103,7 @@ def serve_option(
             activation_bytes=4 if w.precision == "fp32" else 2,
         ),
         tp=tp,
-        rate=ctx.rate.flops_per_s,
+        rate=r.peak_flops * prefill_efficiency,
         bandwidth_bytes_per_s=float(gpu.memory_bandwidth_bytes_per_s),
         mbu=ctx.mbu,
         weights_bytes=weights,
@@ -138,7 +144,7 @@ def serve_option(
             time_per_output_token_s=s.decode_step_s,
             decode_bound=s.decode_bound,
         ),
-        source=ctx.rate.source,
+        source=ctx.rate.source if ctx.rate else "catalog",
         reasons=reasons,
         unverified=ctx.unverified,
     )

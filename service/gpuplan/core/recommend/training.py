@@ -1,31 +1,60 @@
 """Training options of one GPU model: the layouts that fit at each count, timed, priced.
 
-Training searches counts 1, 2, 4, … and at each count sizes a fixed ladder of
-layouts, from the least to the most sharded, and takes the fastest that fits:
+The job stays the job: its global batch (sequences per optimizer step) is the same on
+every count, re-split into data-parallel ranks, micro-batches and accumulation steps;
+a layout whose data-parallel ranks do not divide it is not tried. At each count the
+search sizes a ladder of layouts, from the least to the most sharded, and keeps the
+fastest that fits:
 
 1. data parallel (DDP), every GPU a full replica;
 2. ZeRO-2: optimizer states and gradients sharded (same traffic as DDP);
-3. ZeRO-3 / FSDP full shard: parameters too (1.5x the traffic);
-4. tensor parallel inside the node (largest power of two ≤ 8 dividing the heads),
-   ZeRO-3 over the remaining data-parallel ranks;
-5. tensor parallel × pipeline parallel, ZeRO-1 over what remains.
+3. ZeRO-3 / FSDP full shard: parameters too;
+4. tensor parallel inside the node, ZeRO-3 (FSDP) over the remaining data-parallel ranks;
+5. tensor x pipeline parallel (interleaved when the micro-batches allow it), the
+   distributed optimizer (ZeRO-1) over what remains;
+6. for long sequences, tensor x context parallel.
+
+Counts: every count from 1 to ``gpus_per_node`` and every whole number of nodes above,
+up to ``max_gpus_per_job`` (or exactly ``constraints.gpu_counts``). Whole-node counts are
+swept on a coarse geometric grid first and then every count around the best is tried,
+so any count can be the answer without timing thousands.
+
+``layout: given`` times exactly the request's parallelism instead (:func:`given_option`).
 """
 
 import math
+from collections.abc import Iterator
 from typing import NamedTuple
 
+import msgspec
+
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.response import HEADROOM
+from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link, group_link
-from gpuplan.core.perf.efficiency import efficiency_data
-from gpuplan.core.perf.speed import LayoutLinks, TrainingShape, training_step
+from gpuplan.core.perf.efficiency import efficiency_data, framework
+from gpuplan.core.perf.step import Step, StepLayout, StepLinks, StepShape, training_step
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option, priced
-from gpuplan.core.recommend.schema import Constraints, Objective, ParallelLayout, Throughput
+from gpuplan.core.recommend.schema import (
+    Constraints,
+    Objective,
+    ParallelLayout,
+    StepTime,
+    Throughput,
+)
+
+LONG_SEQUENCE = 16_384
+"""From this sequence length on, the ladder also tries context parallelism."""
+
+CONTEXT_CHUNK = 8_192
+"""Context parallelism splits a long sequence into chunks of about this many tokens."""
+
+REFINE_LIMIT = 48
+"""Most whole-node counts tried around the coarse sweep's best."""
 
 
 class Timing(NamedTuple):
@@ -35,6 +64,8 @@ class Timing(NamedTuple):
     tokens_per_s: float
     delivered_flops_per_s: float
     """Model FLOP/s the job's GPUs deliver together."""
+
+    step: Step
 
 
 class Sized(NamedTuple):
@@ -61,42 +92,173 @@ class ReplicaBounds(NamedTuple):
 
     def of(self, layout: ParallelLayout) -> float:
         """The bound that applies to ``layout`` (0: none does)."""
-        if layout.tensor == layout.pipeline == 1 and layout.zero_stage <= 2:
+        if (
+            layout.tensor == layout.pipeline == layout.context == 1
+            and layout.zero_stage <= 2
+            and layout.micro_batch_size is None
+        ):
             return (self.ddp, self.zero_1, self.zero_2)[layout.zero_stage]
         return 0.0
 
 
+def default_framework(layout: ParallelLayout) -> FrameworkName:
+    """The framework a layout implies when the request names none."""
+    if layout.framework is not None:
+        return layout.framework
+    if layout.zero_stage == 3:
+        return "fsdp2"
+    if layout.tensor > 1 or layout.pipeline > 1 or layout.context > 1 or layout.expert > 1:
+        return "megatron"
+    return "ddp"
+
+
+def split_batch(global_batch: int, data: int, micro: int) -> tuple[int, int] | None:
+    """(micro-batch, accumulation) of ``data`` ranks sharing ``global_batch`` sequences:
+    the largest micro-batch up to ``micro`` that divides each rank's share; None when
+    the ranks do not divide the batch."""
+    if global_batch % data:
+        return None
+    share = global_batch // data
+    for size in range(min(micro, share), 0, -1):
+        if share % size == 0:
+            return size, share // size
+    return None
+
+
+def _split(
+    job: Job, layout: ParallelLayout, framework_name: FrameworkName | None = None
+) -> ParallelLayout | None:
+    """``layout`` with the job's global batch split over its data-parallel ranks."""
+    split = split_batch(job.global_batch, layout.data, job.workload.batch_size)
+    if split is None:
+        return None
+    micro, accumulation = split
+    virtual = layout.virtual_stages
+    if virtual > 1 and accumulation % layout.pipeline:
+        virtual = 1  # interleaving needs the micro-batches in whole rounds of the stages
+    return msgspec.structs.replace(
+        layout,
+        micro_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        global_batch_size=job.global_batch,
+        virtual_stages=virtual,
+        framework=framework_name or layout.framework,
+    )
+
+
+def _virtual_stages(layers: int, pipeline: int) -> int:
+    """Model chunks per pipeline rank: the most up to 4 that split the layers evenly."""
+    per_stage = layers // pipeline
+    return max((v for v in (4, 3, 2, 1) if per_stage % v == 0 and per_stage >= v), default=1)
+
+
 def training_ladder(job: Job, count: int, c: Constraints) -> list[ParallelLayout]:
-    if count == 1:
-        return [ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)]
-    out = [
-        ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=0),
-        ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=2),
-        ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=3),
-    ]
+    """The layouts tried at ``count`` GPUs, the global batch split over each."""
+    rungs = [ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=0)]
+    if count > 1:
+        rungs += [
+            ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=2),
+            ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=3),
+        ]
     arch = job.arch
-    if arch is None:
-        return out
-    tps = [t for t in TP_DEGREES if t <= count and t <= c.gpus_per_node and arch.num_heads % t == 0]
-    if tps:
-        t = max(tps)
-        dp = count // t
-        out.append(ParallelLayout(tensor=t, pipeline=1, data=dp, zero_stage=3 if dp > 1 else 0))
-        pp = 1
-        while pp * 2 <= count // t and pp * 2 <= arch.num_layers:
-            pp *= 2
-        if pp > 1:
-            dp = count // (t * pp)
-            out.append(
-                ParallelLayout(tensor=t, pipeline=pp, data=dp, zero_stage=1 if dp > 1 else 0)
+    if arch is not None and count > 1:
+        tps = [
+            t
+            for t in TP_DEGREES
+            if t <= count and t <= c.gpus_per_node and arch.num_heads % t == 0 and count % t == 0
+        ]
+        if tps:
+            t = max(tps)
+            dp = count // t
+            rungs.append(
+                ParallelLayout(tensor=t, pipeline=1, data=dp, zero_stage=3 if dp > 1 else 0)
             )
+            pp = max(
+                (
+                    p
+                    for p in range(2, min(count // t, arch.num_layers) + 1)
+                    if (count // t) % p == 0
+                ),
+                default=1,
+                key=lambda p: (p & (p - 1) == 0, p),
+            )
+            if pp > 1:
+                dp = count // (t * pp)
+                rungs.append(
+                    ParallelLayout(
+                        tensor=t,
+                        pipeline=pp,
+                        data=dp,
+                        zero_stage=1 if dp > 1 else 0,
+                        virtual_stages=_virtual_stages(arch.num_layers, pp),
+                    )
+                )
+            seq = job.workload.sequence_length or 0
+            if seq >= LONG_SEQUENCE:
+                cp = min(count // t, 1 << max(0, math.ceil(math.log2(seq / CONTEXT_CHUNK))))
+                while cp > 1 and (count // t) % cp:
+                    cp //= 2
+                if cp > 1:
+                    dp = count // (t * cp)
+                    rungs.append(
+                        ParallelLayout(
+                            tensor=t, pipeline=1, data=dp, context=cp, zero_stage=1 if dp > 1 else 0
+                        )
+                    )
+    out = []
+    for rung in rungs:
+        split = _split(job, rung, default_framework(rung))
+        if split is not None:
+            out.append(split)
     return out
+
+
+def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
+    arch = job.arch
+    wide = w.precision == "fp32" or w.precision.startswith("amp_")
+    return StepShape(
+        batch_size=w.batch_size,
+        seq=w.sequence_length or 1,
+        accumulation=w.gradient_accumulation_steps,
+        checkpointing=w.gradient_checkpointing,
+        causal_skip=w.attention != "eager",
+        frozen_base=w.mode in ("finetune_lora", "finetune_qlora"),
+        hidden_size=arch.hidden_size if arch else 0,
+        mlp_width=job.mlp_width,
+        kv_width=job.kv_width,
+        num_layers=arch.num_layers if arch else 1,
+        num_heads=arch.num_heads if arch else 0,
+        moe_layers=job.moe_layers,
+        experts_per_token=job.experts_per_token,
+        activation_bytes=4 if w.precision == "fp32" else 2,
+        trainable_parameters=trainable,
+        parameters=job.parameters,
+        gradient_bytes=4 if wide else 2,
+        weight_bytes=4 if wide else 2,
+        gather_bytes=1 if w.precision == "fp8" else (4 if wide else 2),
+        compile=w.compile,
+        vision=job.vision,
+    )
+
+
+def step_layout(layout: ParallelLayout, w: Workload) -> StepLayout:
+    return StepLayout(
+        tensor=layout.tensor,
+        pipeline=layout.pipeline,
+        data=layout.data,
+        context=layout.context,
+        expert=layout.expert,
+        virtual_stages=layout.virtual_stages,
+        schedule=w.parallelism.pipeline_schedule,
+        zero_stage=layout.zero_stage,
+        offload_optimizer=layout.cpu_offload_optimizer,
+    )
 
 
 def _links(
     gpu: GpuSpec, layout: ParallelLayout, c: Constraints, oracle: MemoryOracle | None
-) -> LayoutLinks:
-    key = (gpu.id, layout.tensor, layout.pipeline, layout.data)
+) -> StepLinks:
+    key = (gpu.id, msgspec.json.encode(layout))
     if oracle is not None and key in oracle.links:
         return oracle.links[key]
 
@@ -108,7 +270,8 @@ def _links(
             network_bytes_per_s=c.network_bytes_per_s_per_gpu,
         )
 
-    n = layout.tensor * layout.pipeline * layout.data
+    t, cp = layout.tensor, layout.context
+    n = t * layout.pipeline * layout.data * cp
     pcie = gpu.interconnect.pcie
     lat = efficiency_data().latency
     host = Link(
@@ -118,36 +281,19 @@ def _links(
         else c.network_bytes_per_s_per_gpu,
         latency_s=lat.pcie_seconds,
     )
-    links = LayoutLinks(
-        tensor=link(layout.tensor),
-        pipeline=link(layout.tensor * layout.pipeline),
+    # Megatron's rank order: tensor innermost, then context, expert (within data),
+    # pipeline, data outermost; a group's link is that of the span it covers.
+    links = StepLinks(
+        tensor=link(t),
+        context=link(t * cp),
+        expert=link(t * cp * layout.expert),
+        pipeline=link(t * cp * layout.pipeline),
         data=link(n),
         host=host,
     )
     if oracle is not None:
         oracle.links[key] = links
     return links
-
-
-def _training_shape(
-    w: Workload, arch: Architecture | None, trainable: int, parameters: int
-) -> TrainingShape:
-    wide = w.precision == "fp32" or w.precision.startswith("amp_")
-    return TrainingShape(
-        batch_size=w.batch_size,
-        seq=w.sequence_length or 1,
-        accumulation=w.gradient_accumulation_steps,
-        checkpointing=w.gradient_checkpointing,
-        causal_skip=w.attention != "eager",
-        frozen_base=w.mode in ("finetune_lora", "finetune_qlora"),
-        hidden_size=arch.hidden_size if arch else 0,
-        num_layers=arch.num_layers if arch else 1,
-        activation_bytes=4 if w.precision == "fp32" else 2,
-        trainable_parameters=trainable,
-        parameters=parameters,
-        gradient_bytes=4 if wide else 2,
-        weight_bytes=4 if wide else 2,
-    )
 
 
 def time_training(
@@ -159,25 +305,49 @@ def time_training(
     *,
     oracle: MemoryOracle | None = None,
 ) -> Timing:
-    """Job seconds, trained tokens/s and delivered model FLOP/s of ``layout``."""
-    assert ctx.rate is not None
+    """Job seconds, trained tokens/s, delivered model FLOP/s and the step of ``layout``."""
+    assert ctx.rates is not None
     laid = oracle.laid_out(job.workload, layout)[0] if oracle else with_layout(job.workload, layout)
     step = training_step(
         job.flops,
-        _training_shape(laid, job.arch, trainable, job.parameters),
-        tp=layout.tensor,
-        pp=layout.pipeline,
-        dp=layout.data,
-        zero_stage=layout.zero_stage,
-        offload_optimizer=layout.cpu_offload_optimizer,
-        rate=ctx.rate.flops_per_s,
-        links=_links(ctx.gpu, layout, c, oracle),
-        overlap=job.overlap,
+        step_shape(job, laid, trainable),
+        step_layout(layout, laid),
+        ctx.rates,
+        _links(ctx.gpu, layout, c, oracle),
+        framework(default_framework(layout)),
+        comm_overlap=job.overlap,
     )
     tokens_per_s = step.tokens / step.seconds
     return Timing(
-        job.tokens / tokens_per_s, tokens_per_s, tokens_per_s * step.model_flops_per_token
+        job.tokens / tokens_per_s, tokens_per_s, tokens_per_s * step.model_flops_per_token, step
     )
+
+
+def counts(c: Constraints) -> list[int]:
+    """The GPU counts the search may answer, smallest first."""
+    if c.gpu_counts:
+        return sorted({n for n in c.gpu_counts if n <= c.max_gpus_per_job})
+    node = c.gpus_per_node
+    within = list(range(1, min(node, c.max_gpus_per_job) + 1))
+    return within + list(range(2 * node, c.max_gpus_per_job + 1, node))
+
+
+def _coarse(all_counts: list[int], node: int) -> list[int]:
+    """Every count inside a node, and a geometric grid of whole-node counts above."""
+    picked = [n for n in all_counts if n <= node]
+    nodes = [n for n in all_counts if n > node]
+    step = 1.0
+    while nodes:
+        target = node * step
+        best = min(nodes, key=lambda n: (abs(n - target), n))
+        if not picked or best > picked[-1]:
+            picked.append(best)
+        step *= 1.5 if step < 2 else 1.4142
+        if node * step > nodes[-1] * 1.5:
+            break
+    if nodes and nodes[-1] not in picked:
+        picked.append(nodes[-1])
+    return sorted(set(picked))
 
 
 def training_options(
@@ -191,70 +361,167 @@ def training_options(
 ) -> tuple[list[Option], Option]:
     """(fitting options, the smallest-memory miss) of one GPU over the counts."""
     gpu = ctx.gpu
-    usable = gpu.usable_memory_bytes
-    options: list[Option] = []
     miss = Option(gpu=gpu, count=1, layout=None, required=0, fits=False, admissible=False)
-    count = 1
-    first_fit: int | None = None
-    best_speed = math.inf
-    stale = 0
     bounds = _replica_bounds(oracle, job, gpu)
-    while count <= c.max_gpus_per_job:
-        if first_fit is not None and objective in ("cheapest", "energy") and count > 2 * first_fit:
-            break
+    tried: dict[int, Option | None] = {}
+    all_counts = counts(c)
+
+    def at(count: int) -> Option | None:
+        nonlocal miss
+        if count not in tried:
+            option, smallest = _option_at(job, ctx, oracle, c, count, bounds, trainable)
+            tried[count] = option
+            if option is None and smallest is not None:
+                if miss.layout is None or smallest.required < miss.required:
+                    miss = Option(
+                        gpu=gpu,
+                        count=count,
+                        layout=smallest.layout,
+                        required=smallest.required,
+                        fits=False,
+                        admissible=False,
+                    )
+        return tried[count]
+
+    coarse = all_counts if c.gpu_counts else _coarse(all_counts, c.gpus_per_node)
+    best: Option | None = None
+    first_fit: int | None = None
+    stale = 0
+    for count in coarse:
         if not multi_gpu_allowed(gpu, count, c):
             break
-        ladder = training_ladder(job, count, c)
-        if bounds.ddp > usable:
-            # DDP keeps a full replica per GPU: more ranks never shrink it.
-            ladder = [lay for lay in ladder if not _is_ddp(lay)] or ladder
-        chosen, smallest = _fit_at(
-            job, ctx, oracle, c, ladder=ladder, bounds=bounds, trainable=trainable
-        )
-        if chosen is None:
-            if smallest is not None:
-                miss = Option(
-                    gpu=gpu,
-                    count=count,
-                    layout=smallest.layout,
-                    required=smallest.required,
-                    fits=False,
-                    admissible=False,
-                )
-            count *= 2
+        if first_fit is not None and objective in ("cheapest", "energy") and count > 2 * first_fit:
+            break
+        option = at(count)
+        if option is None:
             continue
         first_fit = first_fit or count
-        (seconds, tokens_per_s, delivered), layout, required = (
-            chosen.timing,
-            chosen.layout,
-            chosen.required,
-        )
-        option = Option(
-            gpu=gpu,
-            count=count,
-            layout=layout,
-            required=required,
-            fits=True,
-            admissible=True,
-            time_hours=seconds / 3600,
-            speed_s=seconds,
-            throughput=Throughput(
-                value=tokens_per_s, unit="samples/s" if job.vision else "tokens/s"
-            ),
-            source=ctx.rate.source if ctx.rate else "catalog",
-            reasons=[*ctx.reasons, _describe_layout(layout, gpu, c)],
-            unverified=ctx.unverified,
-        )
-        options.append(priced(option, ctx, job, c, delivered))
-        # More GPUs stop paying once the time no longer falls by 10% per doubling.
-        if seconds < best_speed * 0.9:
-            best_speed, stale = seconds, 0
+        if best is None or (option.speed_s or math.inf) < (best.speed_s or math.inf) * 0.95:
+            best, stale = option, 0
         else:
             stale += 1
-            if stale >= 2:
+            if stale >= 3 and objective in ("fastest", "balanced"):
                 break
-        count *= 2
+    if best is not None and not c.gpu_counts:
+        for count in _around(best.count, all_counts, coarse):
+            if multi_gpu_allowed(gpu, count, c):
+                at(count)
+    options = [o for o in tried.values() if o is not None]
     return options, miss
+
+
+def _around(count: int, all_counts: list[int], coarse: list[int]) -> Iterator[int]:
+    """Every count strictly between the coarse neighbours of ``count`` (at most
+    :data:`REFINE_LIMIT`, spread evenly when there are more)."""
+    i = coarse.index(count)
+    low = coarse[i - 1] if i else 0
+    high = coarse[i + 1] if i + 1 < len(coarse) else count
+    between = [n for n in all_counts if low < n < high and n not in coarse]
+    stride = max(1, math.ceil(len(between) / REFINE_LIMIT))
+    yield from between[::stride]
+
+
+def _option_at(
+    job: Job,
+    ctx: GpuContext,
+    oracle: MemoryOracle,
+    c: Constraints,
+    count: int,
+    bounds: ReplicaBounds,
+    trainable: int,
+) -> tuple[Option | None, Sized | None]:
+    usable = ctx.gpu.usable_memory_bytes
+    ladder = training_ladder(job, count, c)
+    if not ladder:
+        return None, None
+    if bounds.ddp > usable:
+        # DDP keeps a full replica per GPU: more ranks never shrink it.
+        ladder = [lay for lay in ladder if not _is_ddp(lay)] or ladder
+    chosen, smallest = _fit_at(
+        job, ctx, oracle, c, ladder=ladder, bounds=bounds, trainable=trainable
+    )
+    if chosen is None:
+        return None, smallest
+    return _option(job, ctx, c, count, chosen.layout, chosen.required, chosen.timing), None
+
+
+def _option(
+    job: Job,
+    ctx: GpuContext,
+    c: Constraints,
+    count: int,
+    layout: ParallelLayout,
+    required: int,
+    timing: Timing,
+    *,
+    fits: bool = True,
+) -> Option:
+    step = timing.step
+    option = Option(
+        gpu=ctx.gpu,
+        count=count,
+        layout=layout,
+        required=required,
+        fits=fits,
+        admissible=fits,
+        time_hours=timing.seconds / 3600,
+        speed_s=timing.seconds,
+        throughput=Throughput(
+            value=timing.tokens_per_s, unit="samples/s" if job.vision else "tokens/s"
+        ),
+        mfu=round(step.mfu, 4),
+        step=StepTime(
+            seconds=step.seconds,
+            compute_s=step.compute_s,
+            recompute_s=step.recompute_s,
+            exposed_comm_s=step.exposed_comm_s,
+            bubble_s=step.bubble_s,
+            optimizer_s=step.optimizer_s,
+        ),
+        source=ctx.rate.source if ctx.rate else "catalog",
+        reasons=[*ctx.reasons, describe_layout(layout, ctx.gpu, c)],
+        unverified=ctx.unverified,
+    )
+    return priced(option, ctx, job, c, timing.delivered_flops_per_s)
+
+
+def given_option(
+    job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints, trainable: int
+) -> Option:
+    """The job on exactly the request's parallelism, fitting or not (``layout: given``)."""
+    p = job.given
+    w = msgspec.structs.replace(job.workload, parallelism=p)
+    job = msgspec.structs.replace(job, workload=w)
+    layout = ParallelLayout(
+        tensor=p.tensor,
+        pipeline=p.pipeline,
+        data=p.data,
+        zero_stage=p.zero_stage,
+        cpu_offload_optimizer=p.cpu_offload.optimizer,
+        context=p.context,
+        expert=p.expert,
+        virtual_stages=p.virtual_stages,
+        framework=p.framework,
+        micro_batch_size=w.batch_size,
+        gradient_accumulation_steps=w.gradient_accumulation_steps,
+        global_batch_size=w.batch_size * w.gradient_accumulation_steps * p.data,
+    )
+    layout = msgspec.structs.replace(layout, framework=default_framework(layout))
+    count = p.tensor * p.pipeline * p.data * p.context
+    laid, key = oracle.laid_out(w, layout)
+    required = oracle.required(laid, ctx.gpu, key) or 0
+    fits = 0 < required <= ctx.gpu.usable_memory_bytes
+    timing = time_training(job, ctx, layout, trainable, c, oracle=oracle)
+    option = _option(job, ctx, c, count, layout, required, timing, fits=fits)
+    if not fits:
+        why = (
+            f"does not fit: needs {required / 2**30:.1f} GiB per GPU, "
+            f"{ctx.gpu.usable_memory_bytes / 2**30:.1f} GiB usable (timed as given)"
+            if required
+            else "the estimator refused this layout (timed as given)"
+        )
+        option = msgspec.structs.replace(option, admissible=False, reasons=[why, *option.reasons])
+    return option
 
 
 def _fit_at(
@@ -271,22 +538,25 @@ def _fit_at(
     gpu = ctx.gpu
     usable = gpu.usable_memory_bytes
     sized: dict[int, int | None] = {}
-    # The most sharded layouts need the least memory: when neither fits, none does,
-    # and the rest of the ladder is not estimated for this GPU.
+    # The most sharded layouts need the least memory: when none of the last three
+    # fits, none does, and the rest of the ladder is not estimated for this GPU.
     tail = [
         _size(oracle, job, gpu=gpu, ladder=ladder, index=i, sized=sized)
-        for i in range(max(len(ladder) - 2, 0), len(ladder))
+        for i in range(max(len(ladder) - 3, 0), len(ladder))
     ]
     if not any(r is not None and r <= usable for r in tail):
         known = [Sized(ladder[i], r) for i, r in sized.items() if r is not None]
         return None, min(known, key=lambda x: x.required) if known else None
     # Time every layout (no estimate needed), then size them fastest first: the
-    # first that fits is the fastest that fits.
-    # Layouts that keep more per GPU than fits, whatever the rank count, are left out.
+    # first that fits is the fastest that fits. Layouts that keep more per GPU than
+    # fits, whatever the rank count, are left out.
     timed = sorted(
-        (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
-        for i, lay in enumerate(ladder)
-        if i in sized or bounds.of(lay) <= usable
+        (
+            (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
+            for i, lay in enumerate(ladder)
+            if i in sized or bounds.of(lay) <= usable
+        ),
+        key=lambda pair: (pair[0].seconds, pair[1]),
     )
     for timing, index in timed:
         size = _size(oracle, job, gpu=gpu, ladder=ladder, index=index, sized=sized)
@@ -302,14 +572,13 @@ def _replica_bounds(oracle: MemoryOracle, job: Job, gpu: GpuSpec) -> ReplicaBoun
     the full weights and every activation: at the unsharded peak's moment they hold at
     least its bytes less the optimizer states, master weights and gradients they shard.
     A bound only ever skips estimating a layout that cannot fit; it never claims a fit.
+    The bounds hold for the workload's own micro-batch; a re-split one has none.
     """
     base = oracle.response(job.workload)
     if base is None:
         return ReplicaBounds(0.0, 0.0, 0.0)
     b = base.breakdown
     required = oracle.required(job.workload, gpu) or 0
-    # Weights, activations and cache at the unsharded peak; what ZeRO shards (states,
-    # gradients) and the temporaries that shrink with them are left out.
     kept = (
         base.peak_bytes
         - b.optimizer_state_bytes
@@ -339,28 +608,44 @@ def _size(
 
 
 def _is_ddp(layout: ParallelLayout) -> bool:
-    return layout.data > 1 and layout.zero_stage == 0 and layout.tensor == layout.pipeline == 1
+    return (
+        layout.data > 1
+        and layout.zero_stage == 0
+        and layout.tensor == layout.pipeline == layout.context == 1
+    )
 
 
-def _describe_layout(layout: ParallelLayout, gpu: GpuSpec, c: Constraints) -> str:
-    n = layout.tensor * layout.pipeline * layout.data
+def describe_layout(layout: ParallelLayout, gpu: GpuSpec, c: Constraints) -> str:
+    n = layout.tensor * layout.pipeline * layout.data * layout.context
+    batch = ""
+    if layout.global_batch_size is not None:
+        batch = (
+            f"; global batch {layout.global_batch_size} = micro-batch {layout.micro_batch_size}"
+            f" x {layout.gradient_accumulation_steps} accumulation x {layout.data} ranks"
+        )
     if n == 1:
-        return "fits one GPU unsharded"
-    parts = []
-    if layout.tensor > 1:
-        link = group_link(
+        return "fits one GPU unsharded" + batch
+
+    def over(size: int) -> str:
+        return group_link(
             gpu,
-            layout.tensor,
+            size,
             gpus_per_node=c.gpus_per_node,
             network_bytes_per_s=c.network_bytes_per_s_per_gpu,
-        )
-        parts.append(f"tensor parallel {layout.tensor} over {link.kind}")
+        ).kind
+
+    parts = []
+    if layout.tensor > 1:
+        parts.append(f"tensor parallel {layout.tensor} over {over(layout.tensor)}")
+    if layout.context > 1:
+        parts.append(f"context parallel {layout.context}")
     if layout.pipeline > 1:
-        parts.append(f"pipeline {layout.pipeline} stages")
+        interleave = (
+            f" ({layout.virtual_stages} virtual stages each)" if layout.virtual_stages > 1 else ""
+        )
+        parts.append(f"pipeline {layout.pipeline} stages{interleave}")
     if layout.data > 1:
         kind = {0: "DDP", 1: "ZeRO-1", 2: "ZeRO-2", 3: "ZeRO-3/FSDP"}[layout.zero_stage]
-        link = group_link(
-            gpu, n, gpus_per_node=c.gpus_per_node, network_bytes_per_s=c.network_bytes_per_s_per_gpu
-        )
-        parts.append(f"{kind} over {layout.data} data-parallel ranks ({link.kind})")
-    return "sharded: " + ", ".join(parts)
+        parts.append(f"{kind} over {layout.data} data-parallel ranks ({over(n)})")
+    name = f" [{layout.framework}]" if layout.framework else ""
+    return "sharded: " + ", ".join(parts) + name + batch

@@ -1,0 +1,1 @@
+"""Published, measured GPU runs: the speed model's calibration and its independent check."""

@@ -1,0 +1,5 @@
+"""``python -m bench.published``: predicted vs measured for every published run."""
+
+from bench.published.runs import main
+
+main()

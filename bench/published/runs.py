@@ -1,0 +1,123 @@
+"""The published runs (runs.toml) and the speed model's prediction of each.
+
+A run is predicted through the public entry point, ``recommend`` with ``layout: given``
+on the run's GPU, so the bench measures what a user asking "how long does my layout
+take" gets. The search's answer at the same GPU count (``layout: search`` with
+``constraints.gpu_counts`` = the run's count) is reported beside it.
+"""
+
+import statistics
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.recommend import RecommendRequest, recommend
+
+RUNS = Path(__file__).with_name("runs.toml")
+
+
+def load(kind: str = "training") -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = tomllib.loads(RUNS.read_text(encoding="utf-8"))["run"]
+    return [r for r in runs if r.get("kind", "training") == kind]
+
+
+def predict(run: dict[str, Any], layout: str = "given") -> float | None:
+    """Predicted tokens/s per GPU of ``run`` (None: no plan)."""
+    body = dict(run["request"])
+    if layout == "search":
+        body["layout"] = "search"
+        body["constraints"] = {**body["constraints"], "gpu_counts": [run["gpus"]]}
+    response = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
+    if not response.recommendations:
+        return None
+    top = response.recommendations[0]
+    if top.throughput is None:
+        return None
+    return top.throughput.value / top.count
+
+
+def error(predicted: float | None, measured: float) -> float | None:
+    """Signed relative error of a prediction (+0.10: 10% faster than measured)."""
+    return None if predicted is None else predicted / measured - 1
+
+
+def summary(errors: list[float | None]) -> dict[str, Any]:
+    known = [abs(e) for e in errors if e is not None]
+    return {
+        "runs": len(errors),
+        "predicted": len(known),
+        "median_abs_error": statistics.median(known) if known else None,
+        "worst_abs_error": max(known) if known else None,
+    }
+
+
+def evaluate() -> dict[str, Any]:
+    """Every training run at its published layout and through the search."""
+    rows = []
+    for run in load():
+        given = predict(run)
+        searched = predict(run, "search")
+        measured = run["tokens_per_s_per_gpu"]
+        rows.append(
+            {
+                "id": run["id"],
+                "split": run["split"],
+                "gpu": run["gpu"],
+                "gpus": run["gpus"],
+                "measured": measured,
+                "given": given,
+                "given_error": error(given, measured),
+                "search": searched,
+                "search_error": error(searched, measured),
+            }
+        )
+    result: dict[str, Any] = {"runs": rows}
+    for split in ("calibration", "check", "all"):
+        chosen = [r for r in rows if split in ("all", r["split"])]
+        result[split] = {
+            "given": summary([r["given_error"] for r in chosen]),
+            "search": summary([r["search_error"] for r in chosen]),
+        }
+    return result
+
+
+def report(result: dict[str, Any]) -> str:
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.1%}"
+
+    lines = [
+        f"{'run':<46} {'split':<11} {'measured':>9} {'given':>9} {'err':>7} {'search':>9} {'err':>7}"
+    ]
+    for r in result["runs"]:
+        given = "-" if r["given"] is None else f"{r['given']:,.0f}"
+        search = "-" if r["search"] is None else f"{r['search']:,.0f}"
+        lines.append(
+            f"{r['id']:<46} {r['split']:<11} {r['measured']:>9,.0f} {given:>9} "
+            f"{pct(r['given_error']):>7} {search:>9} {pct(r['search_error']):>7}"
+        )
+    for split in ("calibration", "check", "all"):
+        s = result[split]
+        lines.append(
+            f"{split}: given median {s['given']['median_abs_error']:.1%} worst "
+            f"{s['given']['worst_abs_error']:.1%}; search median "
+            f"{s['search']['median_abs_error']:.1%} worst {s['search']['worst_abs_error']:.1%}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    import json
+    import sys
+
+    result = evaluate()
+    print(report(result))
+    out = Path(__file__).resolve().parents[1] / "results" / "published.json"
+    out.write_text(json.dumps(msgspec.to_builtins(result), indent=1) + "\n", encoding="utf-8")
+    sys.stdout.write(f"wrote {out}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""The time of one training step on a layout: compute, recompute, exposed communication,
+pipeline bubble, and the optimizer.
+
+Compute is timed by kind of kernel, each at what the GPU generation delivers of it
+(:mod:`gpuplan.core.perf.efficiency`): the model's matmuls at the GEMM efficiency of their
+width (hidden size per tensor-parallel rank), attention at the fused-attention efficiency,
+the memory-bound kernels at the memory bandwidth, and a launch cost per layer. So a wide
+model on an A100 reaches a larger share of its peak than a narrow one on an H100, by the
+numbers. The model FLOPs utilization (MFU) of the step is a result: model FLOPs (6N plus
+attention, no recomputation) over the step's time and the GPUs' peak.
+
+Recomputation (``gradient_checkpointing``) is timed apart, at the same rates: full
+repeats the forward, selective the attention core. Communication of each kind of
+parallelism is timed on its link (:mod:`gpuplan.core.perf.comm`) and what the framework
+cannot hide behind compute stays on the critical path. A pipeline idles
+``(p − 1) / (v · m)`` of its compute (Narayanan et al. 2021: ``v`` virtual stages,
+``m`` micro-batches per step).
+"""
+
+from typing import Literal
+
+from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
+from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
+from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
+from gpuplan.core.record import Record
+
+Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
+
+
+class StepShape(Record, kw_only=True):
+    """What of the model and workload a step's time depends on."""
+
+    batch_size: int
+    """Micro-batch per data-parallel rank (sequences)."""
+
+    seq: int
+    accumulation: int
+    """Micro-batches per optimizer step on each data-parallel rank."""
+
+    checkpointing: str
+    causal_skip: bool
+    frozen_base: bool
+    """LoRA/QLoRA: no weight gradients for the base (4N a token instead of 6N)."""
+
+    hidden_size: int
+    mlp_width: int
+    """Active MLP width per token (experts per token x expert width, plus a shared expert)."""
+
+    kv_width: int
+    """Key and value width per token (heads x head size), what context parallelism moves."""
+
+    num_layers: int
+    num_heads: int
+    moe_layers: int
+    experts_per_token: int
+    activation_bytes: int
+    trainable_parameters: int
+    parameters: int
+    """All parameters: a ZeRO-3 gather moves frozen ones too (LoRA's base)."""
+
+    gradient_bytes: int
+    weight_bytes: int
+    gather_bytes: int
+    """Bytes per parameter a ZeRO-3 / FSDP all-gather moves: the weight bytes, or 1 when
+    an fp8 job gathers its weights in fp8 (torchao float8 all-gather, Megatron's
+    ``fp8_param_gather``)."""
+
+    compile: bool
+    vision: bool = False
+    """A convolutional model: matmuls only, at the vision share of the GEMM efficiency."""
+
+
+class StepLayout(Record, kw_only=True):
+    tensor: int = 1
+    pipeline: int = 1
+    data: int = 1
+    context: int = 1
+    expert: int = 1
+    virtual_stages: int = 1
+    schedule: Schedule = "1f1b"
+    zero_stage: int = 0
+    offload_optimizer: bool = False
+
+
+class StepLinks(Record, kw_only=True):
+    tensor: Link
+    context: Link
+    expert: Link
+    pipeline: Link
+    data: Link
+    host: Link
+
+
+class Rates(Record, kw_only=True):
+    """What one GPU delivers for this job."""
+
+    peak_flops: float
+    """Dense peak of the precision the matmuls run in."""
+
+    attention_peak_flops: float
+    """The peak attention runs at: the matmul peak, or the 16-bit one in an fp8 job."""
+
+    bandwidth_bytes_per_s: float
+    fp8: bool = False
+    """The matmuls run on the fp8 path."""
+
+    generation: Generation
+    kernels: Kernels
+    vision_factor: float = 1.0
+    mfu: float | None = None
+    """A request's ``efficiency.mfu``: model FLOPs run at ``peak · mfu``, replacing the
+    kernel model (recompute, communication and the bubble are still added)."""
+
+
+class Step(Record, kw_only=True):
+    """One optimizer step on every rank."""
+
+    seconds: float
+    tokens: int
+    """Tokens the step trains on across the whole job."""
+
+    compute_s: float
+    """Model FLOPs (matmuls, attention), memory-bound kernels and launches."""
+
+    recompute_s: float
+    exposed_comm_s: float
+    """Communication left on the critical path, every kind together."""
+
+    bubble_s: float
+    optimizer_s: float
+    model_flops_per_token: float
+    mfu: float
+    """Model FLOPs of the step / (seconds x GPUs x matmul peak)."""
+
+
+def _gemm_efficiency(r: Rates, width: float) -> float:
+    gen = r.generation
+    plateau = gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency
+    return plateau * r.vision_factor * width / (width + r.kernels.gemm_half_width)
+
+
+def training_step(
+    t: TokenFlops,
+    shape: StepShape,
+    layout: StepLayout,
+    rates: Rates,
+    links: StepLinks,
+    framework: Framework,
+    comm_overlap: float | None = None,
+) -> Step:
+    """The time of one optimizer step of ``accumulation`` micro-batches on every rank.
+
+    ``comm_overlap`` (the request's ``efficiency.comm_overlap``) replaces the framework's
+    share of backward that data-parallel gradient traffic hides behind.
+    """
+    lay = layout
+    m = shape.accumulation
+    per_micro_tokens = shape.batch_size * shape.seq
+    # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
+    # parallelism the width, pipeline parallelism the layers.
+    local_tokens = per_micro_tokens / lay.context
+    shard = lay.tensor * lay.pipeline
+    layers = -(-shape.num_layers // lay.pipeline)
+    weights_flops = (4 if shape.frozen_base else 6) * t.matmul_parameters * local_tokens / shard
+    forward_attention = (
+        (
+            forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
+            - 2 * t.matmul_parameters
+        )
+        * local_tokens
+        / shard
+    )
+    attention_flops = 3 * forward_attention
+    model_flops_micro = weights_flops + attention_flops
+    if rates.mfu is not None:
+        rate = rates.peak_flops * rates.mfu
+        gemm_s = weights_flops / rate
+        attention_s = attention_flops / rate
+        elementwise_s = launch_s = 0.0
+    else:
+        gemm_s = weights_flops / (
+            rates.peak_flops * _gemm_efficiency(rates, shape.hidden_size / lay.tensor)
+        )
+        attention_s = attention_flops / (
+            rates.attention_peak_flops * rates.generation.attention_efficiency
+        )
+        traffic = 0.0
+        if not shape.vision:
+            k = rates.kernels
+            width = (shape.hidden_size + shape.mlp_width) / lay.tensor
+            traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
+            traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
+            if shape.compile:
+                traffic *= k.compile_elementwise_factor
+            if not shape.causal_skip:
+                # Eager attention writes and reads every score: heads x keys per token.
+                scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
+                traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
+        elementwise_s = traffic / (
+            rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
+        )
+        launch_s = layers * rates.kernels.layer_overhead_seconds
+        if shape.compile:
+            # Fused kernels are fewer launches too.
+            launch_s *= rates.kernels.compile_elementwise_factor
+    forward_share = 1 / 3
+    if shape.checkpointing == "full":
+        recompute = forward_share * (gemm_s + elementwise_s) + attention_s / 3 + launch_s / 3
+    elif shape.checkpointing == "selective":
+        recompute = attention_s / 3
+    else:
+        recompute = 0.0
+    compute_micro = gemm_s + attention_s + elementwise_s + launch_s
+    # Tensor parallelism: two collectives of the layer's activations forward and two
+    # backward (all-reduces, or with sequence parallelism an all-gather and a
+    # reduce-scatter each: the same bytes); a full recompute repeats the forward two.
+    message = local_tokens * shape.hidden_size * shape.activation_bytes
+    collectives = 4 + (2 if shape.checkpointing == "full" else 0)
+    tensor_s = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
+    # Context parallelism: each layer gathers every rank's keys and values forward and
+    # reduce-scatters their gradients backward, behind the attention compute.
+    kv = local_tokens * shape.kv_width * 2 * shape.activation_bytes * lay.context
+    context_s = layers * 2 * all_gather_seconds(kv, lay.context, links.context)
+    context_exposed = max(0.0, context_s - attention_s)
+    # Expert parallelism: dispatch and combine all-to-alls forward and backward per MoE layer.
+    moe_layers = -(-shape.moe_layers // lay.pipeline)
+    routed = local_tokens * shape.experts_per_token * shape.hidden_size * shape.activation_bytes
+    expert_s = (
+        moe_layers * 4 * all_gather_seconds(routed / lay.tensor, lay.expert, links.expert)
+        if lay.expert > 1
+        else 0.0
+    )
+    pipeline_s = (
+        2 * lay.virtual_stages * transfer_seconds(message, links.pipeline)
+        if lay.pipeline > 1
+        else 0.0
+    )
+    micro_exposed = (
+        framework.tensor_exposed * tensor_s
+        + context_exposed
+        + framework.expert_exposed * expert_s
+        + framework.pipeline_exposed * pipeline_s
+    )
+    busy_micro = compute_micro + recompute + micro_exposed
+    compute = m * compute_micro
+    recompute_total = m * recompute
+    # (p - 1) / v micro-batch slots idle on every stage, whatever m is (1F1B and GPipe
+    # alike; interleaving divides them by the v virtual stages).
+    bubble = busy_micro * (lay.pipeline - 1) / lay.virtual_stages
+    data_exposed = _data_exposed(
+        shape, lay, links, framework, m, compute_micro + recompute, layers, comm_overlap
+    )
+    optimizer = _optimizer_seconds(shape, lay, rates, links)
+    seconds = m * busy_micro + bubble + data_exposed + optimizer
+    gpus = shard * lay.data * lay.context
+    tokens = per_micro_tokens * m * lay.data
+    model_flops = model_flops_micro * shard * lay.context * m * lay.data
+    return Step(
+        seconds=seconds,
+        tokens=tokens,
+        compute_s=compute,
+        recompute_s=recompute_total,
+        exposed_comm_s=m * micro_exposed + data_exposed,
+        bubble_s=bubble,
+        optimizer_s=optimizer,
+        model_flops_per_token=model_flops / tokens,
+        mfu=model_flops / (seconds * gpus * rates.peak_flops),
+    )
+
+
+def _data_exposed(
+    shape: StepShape,
+    lay: StepLayout,
+    links: StepLinks,
+    framework: Framework,
+    m: int,
+    busy_micro: float,
+    layers: int,
+    comm_overlap: float | None,
+) -> float:
+    """Data-parallel traffic left on the critical path after the framework's overlap."""
+    if lay.data <= 1:
+        return 0.0
+    shard = lay.tensor * lay.pipeline
+    trainable = shape.trainable_parameters / shard
+    held = max(shape.parameters, shape.trainable_parameters) / shard
+    if lay.zero_stage == 3:
+        # FSDP / ZeRO-3: gather parameters for forward and for backward and
+        # reduce-scatter gradients, every micro-batch, one layer ahead of its compute:
+        # hidden behind the compute except the first layer's, unless it is longer.
+        per_micro = 2 * all_gather_seconds(held * shape.gather_bytes, lay.data, links.data)
+        per_micro += all_gather_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
+        hidden = busy_micro * framework.gather_hidden_share
+        return m * (max(0.0, per_micro - hidden) + per_micro / max(layers, 1))
+    # DDP, ZeRO-1/2, Megatron's distributed optimizer: one gradient all-reduce (or
+    # reduce-scatter and parameter all-gather: the same bytes) a step, in layer-sized
+    # buckets behind the last micro-batch's backward; the last bucket cannot hide.
+    traffic = all_reduce_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
+    share = comm_overlap if comm_overlap is not None else framework.data_hidden_share
+    hidden = busy_micro * 2 / 3 * share
+    return max(0.0, traffic - hidden) + traffic / max(layers, 1)
+
+
+def _optimizer_seconds(shape: StepShape, lay: StepLayout, rates: Rates, links: StepLinks) -> float:
+    """The optimizer step reads and writes its states once (memory-bound); offloaded to
+    the host, the gradients go down and the updated weights come back instead."""
+    shards = lay.tensor * lay.pipeline * (lay.data if lay.zero_stage >= 1 else 1)
+    local = shape.trainable_parameters / shards
+    if lay.offload_optimizer:
+        return max(
+            transfer_seconds(local * shape.gradient_bytes, links.host),
+            transfer_seconds(local * shape.weight_bytes, links.host),
+        )
+    moved = local * rates.kernels.optimizer_bytes_per_parameter
+    return moved / (rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency)
