@@ -1,5 +1,6 @@
 """The recommendation core: properties, published anchors, and the speed model's parts."""
 
+import itertools
 import time
 from typing import Any
 
@@ -11,9 +12,9 @@ from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Runtime, Workload
 from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
-from gpuplan.core.perf.efficiency import efficiency_class, efficiency_data
-from gpuplan.core.perf.flops import token_flops, training_flops_per_token
-from gpuplan.core.perf.speed import LayoutLinks, TrainingShape, training_step
+from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.flops import token_flops
+from gpuplan.core.perf.step import Rates, StepLayout, StepLinks, StepShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
@@ -55,11 +56,14 @@ def llama7b_inference(batch: int, **extra: Any) -> RecommendRequest:
     )
 
 
-def train(model: str, tokens: int = 10**9, **workload: Any) -> dict[str, Any]:
+def train(
+    model: str, tokens: int = 10**9, global_batch: int = 256, **workload: Any
+) -> dict[str, Any]:
+    """A training request: ``global_batch`` sequences of 4,096 tokens a step (1M tokens)."""
     return {
         "model": {"name": model},
         "workload": {"mode": "training", "sequence_length": 4096, **workload},
-        "training": {"training_tokens": tokens},
+        "training": {"training_tokens": tokens, "global_batch_size": global_batch},
         "limit": 500,
     }
 
@@ -130,12 +134,15 @@ def test_llama2_70b_full_training_needs_several_80gb_gpus_with_sharding() -> Non
 
 
 def test_llama2_pretraining_speed_matches_the_published_gpu_hours() -> None:
-    """Llama 2 (Touvron et al. 2023, Table 2, recalled): 7B took 184,320 and 70B 1,720,320
-    A100-80GB GPU-hours for 2T tokens, i.e. about 3,014 and 323 tokens/s per GPU."""
+    """Llama 2 (Touvron et al. 2023, Table 2): 7B took 184,320 and 70B 1,720,320
+    A100-80GB GPU-hours for 2T tokens, i.e. about 3,014 and 323 tokens/s per GPU, at
+    batches of 4M tokens (1,024 sequences of 4,096)."""
     published = {"llama-2-7b": 2e12 / 184_320 / 3600, "llama-2-70b": 2e12 / 1_720_320 / 3600}
     for model, per_gpu in published.items():
-        body = train(model, gradient_checkpointing="full" if "70b" in model else "none")
-        body["constraints"] = {"include": ["a100-sxm4-80gb"]}
+        body = train(
+            model, global_batch=1024, gradient_checkpointing="full" if "70b" in model else "none"
+        )
+        body["constraints"] = {"include": ["a100-sxm4-80gb"], "max_gpus_per_job": 512}
         body["objective"] = "cheapest"
         r = recommend(req(**body), CATALOG).recommendations[0]
         assert r.throughput is not None
@@ -143,27 +150,122 @@ def test_llama2_pretraining_speed_matches_the_published_gpu_hours() -> None:
         assert 0.7 * per_gpu < ours < 1.4 * per_gpu, (model, ours, per_gpu)
 
 
-def test_documented_mfu_ranges() -> None:
-    """Defaults sit inside published large-run MFU (Llama 3: 38-43% on H100; Megatron:
-    52-54% on A100) or below them for parts without a published figure."""
-    for cls in efficiency_data().classes:
-        assert 0.25 <= cls.mfu <= 0.55
-        assert 0.5 <= cls.mbu <= 0.85
-        assert cls.source
-    assert 0.38 <= efficiency_class(CATALOG.get("h100-sxm5-80gb")).mfu <= 0.43
-    assert efficiency_class(CATALOG.get("a100-sxm4-80gb")).mfu <= 0.542
+def test_efficiencies_are_physical_and_sourced() -> None:
+    data = efficiency_data()
+    for gen in data.generations:
+        for value in (
+            gen.gemm_efficiency,
+            gen.fp8_gemm_efficiency,
+            gen.attention_efficiency,
+            gen.bandwidth_efficiency,
+            gen.decode_bandwidth_efficiency,
+        ):
+            assert 0.2 <= value <= 0.95, gen.name
+        assert gen.source
+    assert generation(CATALOG.get("h100-sxm5-80gb")).name == "hopper"
+    assert generation(CATALOG.get("a100-sxm4-80gb")).name == "ampere-volta-datacenter"
+    assert generation(CATALOG.get("b200-180gb")).name == "blackwell"
+    assert generation(CATALOG.get("rtx-5090-32gb")).name == "gddr-professional-and-inference"
+    assert {f.name for f in data.frameworks} == {"ddp", "fsdp2", "deepspeed", "megatron"}
 
 
-def test_a_single_gpu_plan_delivers_exactly_the_mfu() -> None:
-    body = train("llama-2-7b")
+def test_mfu_is_a_result_that_grows_with_width_and_is_smaller_on_h100() -> None:
+    """Measured MFU grows with model width (narrow GEMMs, a larger memory-bound share),
+    and an H100 reaches a smaller share of its peak than an A100 on the same model."""
+
+    def mfu(model: str, gpu: str) -> float:
+        body = train(model, global_batch=8)
+        body["constraints"] = {"include": [gpu], "gpu_counts": [8]}
+        body["workload"]["parallelism"] = {"data": 8, "zero_stage": 3}
+        body["layout"] = "given"
+        body["workload"]["batch_size"] = 1
+        r = recommend(req(**body), CATALOG).recommendations[0]
+        assert r.mfu is not None
+        return r.mfu
+
+    a100 = [mfu(m, "a100-sxm4-80gb") for m in ("gpt2", "llama-2-7b", "llama-2-70b")]
+    assert a100 == sorted(a100)
+    assert mfu("llama-2-7b", "h100-sxm5-80gb") < mfu("llama-2-7b", "a100-sxm4-80gb")
+    assert 0.2 < a100[0] < a100[-1] < 0.75
+
+
+def test_a_requested_mfu_is_the_mfu_of_a_plan_with_nothing_else_to_wait_for() -> None:
+    body = train("llama-2-7b", global_batch=32)
     body["objective"] = "cheapest"
-    body["constraints"] = {"include": ["h100-sxm5-80gb"], "power_fraction_of_tdp": 1.0}
+    body["efficiency"] = {"mfu": 0.4}
+    body["constraints"] = {"include": ["h200-sxm-141gb"], "power_fraction_of_tdp": 1.0}
     r = recommend(req(**body), CATALOG).recommendations[0]
     assert r.count == 1
+    # The optimizer step, once per 32 sequences, is all that is added to the compute.
+    assert r.mfu == pytest.approx(0.40, rel=0.02)
     gpu = CATALOG.get("h100-sxm5-80gb")
     assert r.flops_per_watt is not None
-    delivered = r.flops_per_watt * gpu.tdp_watts
-    assert delivered / gpu.peak_flops["bf16"] == pytest.approx(0.40, rel=1e-9)
+    assert r.flops_per_watt * gpu.tdp_watts / gpu.peak_flops["bf16"] == pytest.approx(
+        r.mfu, rel=1e-3
+    )
+
+
+def test_the_global_batch_stays_the_job_on_every_count() -> None:
+    body = train("llama-2-7b", global_batch=512, gradient_checkpointing="full")
+    body["objective"] = "fastest"
+    body["all_counts"] = True
+    body["constraints"] = {"include": ["h100-sxm5-80gb"], "max_gpus_per_job": 64}
+    plans = [r for r in recommend(req(**body), CATALOG).recommendations if r.fits]
+    assert len(plans) >= 3
+    for r in plans:
+        lay = layout(r)
+        assert lay.global_batch_size == 512
+        assert lay.micro_batch_size is not None
+        assert lay.gradient_accumulation_steps is not None
+        assert lay.micro_batch_size * lay.gradient_accumulation_steps * lay.data == 512
+
+
+def test_any_gpu_count_can_be_planned() -> None:
+    body = train("llama-2-70b", global_batch=768, gradient_checkpointing="full")
+    for count in (48, 96, 192, 768):
+        body["constraints"] = {
+            "include": ["h100-sxm5-80gb"],
+            "gpu_counts": [count],
+            "max_gpus_per_job": 8192,
+        }
+        r = recommend(req(**body), CATALOG).recommendations[0]
+        assert r.fits, (count, r.reasons)
+        assert r.count == count
+    # Without an explicit list, whole-node counts between powers of two are reachable.
+    from gpuplan.core.recommend.schema import Constraints
+    from gpuplan.core.recommend.training import counts
+
+    every = counts(Constraints(max_gpus_per_job=8192))
+    assert {1, 3, 7, 8, 24, 48, 96, 192, 768, 8192} <= set(every)
+    assert 9 not in every  # above a node, whole nodes only
+
+
+def test_layout_given_times_exactly_the_request_and_answers_when_it_does_not_fit() -> None:
+    body = train("llama-2-70b", global_batch=64, gradient_checkpointing="full")
+    body["workload"].update(
+        batch_size=1,
+        gradient_accumulation_steps=4,
+        parallelism={"tensor": 4, "pipeline": 2, "data": 16, "zero_stage": 1},
+    )
+    body["layout"] = "given"
+    body["constraints"] = {"include": ["h100-sxm5-80gb", "a10-24gb"], "max_gpus_per_job": 128}
+    plans = by_gpu(recommend(req(**body), CATALOG))
+    h100, a10 = plans["h100-sxm5-80gb"], plans["a10-24gb"]
+    for r in (h100, a10):
+        assert r.count == 128
+        lay = layout(r)
+        assert (lay.tensor, lay.pipeline, lay.data, lay.gradient_accumulation_steps) == (
+            4,
+            2,
+            16,
+            4,
+        )
+        assert r.step is not None
+        assert r.step.bubble_s > 0  # two stages idle at a step's ends
+    assert h100.fits
+    assert not a10.fits
+    assert "does not fit" in a10.reasons[0]
+    assert a10.time_hours is not None  # timed even so
 
 
 # ---------------------------------------------------------------- properties
@@ -252,14 +354,17 @@ def test_a_job_that_fits_one_gpu_is_never_given_more_under_cheapest(body: dict[s
 
 
 def test_more_gpus_never_lower_the_gpu_hours() -> None:
-    body = train("llama-2-7b", gradient_checkpointing="full")
+    body = train("llama-2-7b", global_batch=512, gradient_checkpointing="full")
     body["objective"] = "fastest"
     body["all_counts"] = True
-    body["constraints"] = {"include": ["h100-sxm5-80gb"]}
+    body["constraints"] = {"include": ["h100-sxm5-80gb"], "gpu_counts": [1, 2, 4, 8, 16, 32]}
     plans = sorted(recommend(req(**body), CATALOG).recommendations, key=lambda r: r.count)
     assert len(plans) >= 3
     hours = [time_hours(r) * r.count for r in plans]
-    assert hours == sorted(hours)
+    # Compute per GPU falls exactly as the count rises and communication only adds; a
+    # sharded optimizer step (ZeRO) is the one thing that gets cheaper, by under 1%.
+    assert all(later >= 0.99 * earlier for earlier, later in itertools.pairwise(hours))
+    assert hours[-1] > hours[0]
     assert time_hours(plans[-1]) < time_hours(plans[0])
 
 
@@ -301,49 +406,103 @@ def test_links_come_from_the_catalog() -> None:
     assert link("h100-sxm5-80gb", 16).kind == "network"
 
 
-def test_tensor_parallel_over_pcie_is_penalized() -> None:
-    arch_flops = token_flops(None, None, 7_000_000_000)
-    shape = TrainingShape(
+def _rates(gpu: str) -> Rates:
+    spec = CATALOG.get(gpu)
+    data = efficiency_data()
+    return Rates(
+        peak_flops=spec.peak_flops["bf16"],
+        attention_peak_flops=spec.peak_flops["bf16"],
+        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
+        generation=generation(spec),
+        kernels=data.kernels,
+    )
+
+
+def _shape(**changes: Any) -> StepShape:
+    shape = StepShape(
         batch_size=1, seq=4096, accumulation=1, checkpointing="none", causal_skip=True,
-        frozen_base=False, hidden_size=4096, num_layers=32, activation_bytes=2,
+        frozen_base=False, hidden_size=4096, mlp_width=11008, kv_width=4096, num_layers=32,
+        num_heads=32, moe_layers=0, experts_per_token=0, activation_bytes=2,
         trainable_parameters=7_000_000_000, parameters=7_000_000_000, gradient_bytes=2,
-        weight_bytes=2,
+        weight_bytes=2, gather_bytes=2, compile=False,
     )  # fmt: skip
+    return msgspec.structs.replace(shape, **changes)
+
+
+def _links(link: Link) -> StepLinks:
+    return StepLinks(tensor=link, context=link, expert=link, pipeline=link, data=link, host=link)
+
+
+NVLINK = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
+
+
+def test_tensor_parallel_over_pcie_is_penalized() -> None:
+    t = token_flops(None, None, 7_000_000_000)
 
     def step(link: Link) -> float:
-        links = LayoutLinks(tensor=link, pipeline=link, data=link, host=link)
         return training_step(
-            arch_flops, shape, tp=8, pp=1, dp=1, zero_stage=0, offload_optimizer=False,
-            rate=1e14, links=links, overlap=0.8,
+            t, _shape(), StepLayout(tensor=8), rates=_rates("h100-sxm5-80gb"),
+            links=_links(link), framework=framework("ddp"),
         ).seconds  # fmt: skip
 
-    nvlink = step(Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6))
     pcie = step(Link(kind="pcie", bytes_per_s=31.5e9, latency_s=25e-6))
-    assert pcie > 1.3 * nvlink
+    assert pcie > 1.3 * step(NVLINK)
 
 
-def test_recompute_adds_about_one_forward() -> None:
+def test_recompute_is_timed_apart_and_not_counted_in_the_mfu() -> None:
     from gpuplan.core.memory.model import resolve_model
     from gpuplan.core.memory.parameters import count_parameters
 
     arch = resolve_model(ModelSpec(name="llama-2-7b")).arch
     assert arch is not None
     t = token_flops(arch, count_parameters(arch), 0)
-    plain = training_flops_per_token(
-        t, 4096, causal_skip=True, checkpointing="none", frozen_base=False
-    )
-    full = training_flops_per_token(
-        t, 4096, causal_skip=True, checkpointing="full", frozen_base=False
-    )
-    sel = training_flops_per_token(
-        t, 4096, causal_skip=True, checkpointing="selective", frozen_base=False
-    )
-    assert plain[0] == full[0] == sel[0]  # model FLOPs do not count recompute
-    assert full[1] / plain[1] == pytest.approx(4 / 3, rel=1e-9)
-    assert 1.0 < sel[1] / plain[1] < 1.05
+
+    def step(checkpointing: str) -> Any:
+        return training_step(
+            t, _shape(checkpointing=checkpointing), StepLayout(), rates=_rates("a100-sxm4-80gb"),
+            links=_links(NVLINK), framework=framework("fsdp2"),
+        )  # fmt: skip
+
+    plain, full, sel = step("none"), step("full"), step("selective")
+    assert plain.recompute_s == 0
+    assert full.recompute_s == pytest.approx(full.compute_s / 3)  # one more forward
+    assert 0 < sel.recompute_s < 0.05 * sel.compute_s  # the attention core only
+    assert plain.model_flops_per_token == full.model_flops_per_token == sel.model_flops_per_token
+    assert full.mfu < plain.mfu  # recompute is time, not model FLOPs
     # 6N + PaLM's 12·L·H·Q·T, halved for a causal kernel
     n = t.matmul_parameters
-    assert plain[0] == pytest.approx(6 * n + 6 * 32 * 4096 * 4096)
+    assert plain.model_flops_per_token == pytest.approx(6 * n + 6 * 32 * 4096 * 4096)
+
+
+def test_an_interleaved_schedule_shrinks_the_bubble() -> None:
+    t = token_flops(None, None, 7_000_000_000)
+
+    def bubble(virtual: int) -> float:
+        return training_step(
+            t, _shape(accumulation=8), StepLayout(pipeline=4, virtual_stages=virtual),
+            rates=_rates("h100-sxm5-80gb"), links=_links(NVLINK), framework=framework("megatron"),
+        ).bubble_s  # fmt: skip
+
+    assert bubble(4) == pytest.approx(bubble(1) / 4, rel=0.05)
+
+
+def test_fp8_is_faster_but_far_from_twice() -> None:
+    """End to end, fp8 training runs 1.2-1.5x bf16 (PyTorch float8 + FSDP2 blog,
+    Table 1), not the 2x of the GEMM peak: attention and memory-bound kernels stay."""
+    t = token_flops(None, None, 8_000_000_000)
+    gpu = CATALOG.get("h100-sxm5-80gb")
+
+    def seconds(fp8: bool) -> float:
+        rates = msgspec.structs.replace(
+            _rates("h100-sxm5-80gb"), fp8=fp8,
+            peak_flops=gpu.peak_flops["fp8" if fp8 else "bf16"],
+        )  # fmt: skip
+        return training_step(
+            t, _shape(), StepLayout(), rates=rates, links=_links(NVLINK),
+            framework=framework("fsdp2"),
+        ).seconds  # fmt: skip
+
+    assert 1.1 < seconds(False) / seconds(True) < 1.8
 
 
 def test_moe_counts_active_parameters() -> None:
@@ -368,9 +527,9 @@ def test_measured_flops_replace_the_datasheet_peak() -> None:
     h100 = measured["h100-sxm5-80gb"]
     assert h100.source == "measured"
     assert measured["a100-sxm4-80gb"].source == "catalog"
-    assert h100.time_hours == pytest.approx(
-        2 * time_hours(catalog_only["h100-sxm5-80gb"]), rel=1e-6
-    )
+    # Matmuls and attention run at half the rate; memory-bound kernels do not.
+    ratio = time_hours(h100) / time_hours(catalog_only["h100-sxm5-80gb"])
+    assert 1.5 < ratio < 2.0
 
 
 # ---------------------------------------------------------------- scenario, advice, hybrid
@@ -401,7 +560,8 @@ def test_advice_makes_a_job_fit_the_preferred_gpu_with_computed_effects() -> Non
     assert "gradient_checkpointing=full" in advice
     assert advice["gradient_checkpointing=full"].time_factor == pytest.approx(4 / 3, rel=0.02)
     assert advice["amp_bf16"].time_factor is not None
-    assert advice["amp_bf16"].time_factor <= 0.5  # tensor cores instead of fp32 FMA
+    # Tensor cores at twice the fp32 rate; memory-bound kernels move half the bytes.
+    assert advice["amp_bf16"].time_factor <= 0.55
     combos = [a for a in advice.values() if "+" in a.change]
     assert len(combos) == 1  # no single change fits 7B full training in 24 GB
     assert combos[0].fits_after
@@ -440,7 +600,11 @@ def test_zero_3_advice_names_the_fewest_gpus() -> None:
     assert required is not None
     assert required > gpu.usable_memory_bytes
     assert advice["mode=finetune_lora"].fits_after
-    assert advice["precision=fp8"].time_factor == pytest.approx(0.5, rel=0.05)  # Ada's FP8 path
+    # Ada's FP8 path doubles the GEMM peak; end to end far less (attention and
+    # memory-bound kernels stay 16-bit).
+    fp8 = advice["precision=fp8"].time_factor
+    assert fp8 is not None
+    assert 0.55 < fp8 < 0.85
 
 
 def test_a_single_change_that_fits_needs_no_combination() -> None:

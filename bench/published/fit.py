@@ -25,7 +25,7 @@ from scipy.optimize import least_squares
 
 from bench.published.runs import load
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.efficiency import efficiency_data, framework
 from gpuplan.core.recommend import RecommendRequest
 from gpuplan.core.recommend.context import gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle
@@ -82,16 +82,27 @@ def parameters() -> list[Parameter]:
     k = data.kernels
     params += [
         _attr(k, "gemm_half_width", 16.0, 4096.0, "kernels.gemm_half_width", log=True),
-        _attr(k, "elementwise_bytes_per_hidden", 4.0, 400.0, "kernels.elementwise_bytes_per_hidden", log=True),
+        _attr(
+            k,
+            "elementwise_bytes_per_hidden",
+            4.0,
+            400.0,
+            "kernels.elementwise_bytes_per_hidden",
+            log=True,
+        ),
         _attr(k, "compile_elementwise_factor", 0.3, 1.0, "kernels.compile_elementwise_factor"),
         _attr(k, "layer_overhead_seconds", 1e-6, 2e-3, "kernels.layer_overhead_seconds", log=True),
     ]
-    params.append(_attr(framework("megatron"), "tensor_exposed", 0.0, 1.0, "megatron.tensor_exposed"))
+    params.append(
+        _attr(framework("megatron"), "tensor_exposed", 0.0, 1.0, "megatron.tensor_exposed")
+    )
     params.append(
         _attr(framework("megatron"), "elementwise_factor", 0.1, 1.0, "megatron.elementwise_factor")
     )
     params.append(
-        _attr(framework("deepspeed"), "gather_hidden_share", 0.0, 1.0, "deepspeed.gather_hidden_share")
+        _attr(
+            framework("deepspeed"), "gather_hidden_share", 0.0, 1.0, "deepspeed.gather_hidden_share"
+        )
     )
     for p in params:
         p.prior = p.get()

@@ -17,7 +17,7 @@ cannot hide behind compute stays on the critical path. A pipeline idles
 ``m`` micro-batches per step).
 """
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
@@ -134,15 +134,113 @@ class Step(Record, kw_only=True):
 
 
 def _gemm_efficiency(r: Rates, width: float) -> float:
+    """The share of the peak a GEMM of ``width`` reaches (a model of unknown width,
+    a bare parameter count or a vision preset, is taken at the plateau)."""
     gen = r.generation
-    plateau = gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency
-    return plateau * r.vision_factor * width / (width + r.kernels.gemm_half_width)
+    plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
+    if width <= 0:
+        return plateau
+    return plateau * width / (width + r.kernels.gemm_half_width)
+
+
+class MicroBatch(NamedTuple):
+    """One micro-batch on one GPU: its model FLOPs and where its time goes."""
+
+    model_flops: float
+    gemm_s: float
+    attention_s: float
+    elementwise_s: float
+    launch_s: float
+
+    @property
+    def compute_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.launch_s
+
+    def recompute_s(self, checkpointing: str) -> float:
+        """Full repeats the forward (a third of everything but the backward's share);
+        selective repeats the attention core's forward."""
+        if checkpointing == "full":
+            return self.compute_s / 3
+        if checkpointing == "selective":
+            return self.attention_s / 3
+        return 0.0
+
+
+def micro_batch(
+    t: TokenFlops, shape: StepShape, lay: StepLayout, rates: Rates, framework: Framework
+) -> MicroBatch:
+    """The compute of one micro-batch on one GPU, by kind of kernel."""
+    # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
+    # parallelism the width, pipeline parallelism the layers.
+    local_tokens = shape.batch_size * shape.seq / lay.context
+    shard = lay.tensor * lay.pipeline
+    layers = -(-shape.num_layers // lay.pipeline)
+    weights = (4 if shape.frozen_base else 6) * t.matmul_parameters * local_tokens / shard
+    full = forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
+    attention = 3 * (full - 2 * t.matmul_parameters) * local_tokens / shard
+    if rates.mfu is not None:
+        rate = rates.peak_flops * rates.mfu
+        return MicroBatch(weights + attention, weights / rate, attention / rate, 0.0, 0.0)
+    gen, k = rates.generation, rates.kernels
+    gemm = weights / (rates.peak_flops * _gemm_efficiency(rates, shape.hidden_size / lay.tensor))
+    attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
+    traffic = 0.0
+    if not shape.vision:
+        width = (shape.hidden_size + shape.mlp_width) / lay.tensor
+        traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
+        traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
+        if shape.compile:
+            traffic *= k.compile_elementwise_factor
+        if not shape.causal_skip:
+            # Eager attention writes and reads every score: heads x keys per token.
+            scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
+            traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
+    launch = layers * k.layer_overhead_seconds
+    if shape.compile:
+        launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
+    elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
+    return MicroBatch(weights + attention, gemm, attention_s, elementwise, launch)
+
+
+def _micro_comm(
+    shape: StepShape, lay: StepLayout, links: StepLinks, attention_s: float
+) -> tuple[float, float, float, float]:
+    """(tensor, context exposed, expert, pipeline) seconds of one micro-batch's traffic."""
+    local_tokens = shape.batch_size * shape.seq / lay.context
+    layers = -(-shape.num_layers // lay.pipeline)
+    # Tensor parallelism: two collectives of the layer's activations forward and two
+    # backward (all-reduces, or with sequence parallelism an all-gather and a
+    # reduce-scatter each: the same bytes); a full recompute repeats the forward two.
+    message = local_tokens * shape.hidden_size * shape.activation_bytes
+    collectives = 4 + (2 if shape.checkpointing == "full" else 0)
+    tensor = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
+    # Context parallelism: each layer gathers every rank's keys and values forward and
+    # reduce-scatters their gradients backward, behind the attention compute.
+    kv = local_tokens * shape.kv_width * 2 * shape.activation_bytes * lay.context
+    context = max(
+        0.0, layers * 2 * all_gather_seconds(kv, lay.context, links.context) - attention_s
+    )
+    # Expert parallelism: dispatch and combine all-to-alls forward and backward per MoE layer.
+    moe_layers = -(-shape.moe_layers // lay.pipeline)
+    routed = local_tokens * shape.experts_per_token * shape.hidden_size * shape.activation_bytes
+    expert = (
+        moe_layers * 4 * all_gather_seconds(routed / lay.tensor, lay.expert, links.expert)
+        if lay.expert > 1
+        else 0.0
+    )
+    pipeline = (
+        2 * lay.virtual_stages * transfer_seconds(message, links.pipeline)
+        if lay.pipeline > 1
+        else 0.0
+    )
+    return tensor, context, expert, pipeline
 
 
 def training_step(
     t: TokenFlops,
     shape: StepShape,
     layout: StepLayout,
+    *,
     rates: Rates,
     links: StepLinks,
     framework: Framework,
@@ -155,111 +253,37 @@ def training_step(
     """
     lay = layout
     m = shape.accumulation
-    per_micro_tokens = shape.batch_size * shape.seq
-    # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
-    # parallelism the width, pipeline parallelism the layers.
-    local_tokens = per_micro_tokens / lay.context
-    shard = lay.tensor * lay.pipeline
-    layers = -(-shape.num_layers // lay.pipeline)
-    weights_flops = (4 if shape.frozen_base else 6) * t.matmul_parameters * local_tokens / shard
-    forward_attention = (
-        (
-            forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
-            - 2 * t.matmul_parameters
-        )
-        * local_tokens
-        / shard
-    )
-    attention_flops = 3 * forward_attention
-    model_flops_micro = weights_flops + attention_flops
-    if rates.mfu is not None:
-        rate = rates.peak_flops * rates.mfu
-        gemm_s = weights_flops / rate
-        attention_s = attention_flops / rate
-        elementwise_s = launch_s = 0.0
-    else:
-        gemm_s = weights_flops / (
-            rates.peak_flops * _gemm_efficiency(rates, shape.hidden_size / lay.tensor)
-        )
-        attention_s = attention_flops / (
-            rates.attention_peak_flops * rates.generation.attention_efficiency
-        )
-        traffic = 0.0
-        if not shape.vision:
-            k = rates.kernels
-            width = (shape.hidden_size + shape.mlp_width) / lay.tensor
-            traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
-            traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
-            if shape.compile:
-                traffic *= k.compile_elementwise_factor
-            if not shape.causal_skip:
-                # Eager attention writes and reads every score: heads x keys per token.
-                scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
-                traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
-        elementwise_s = traffic / (
-            rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
-        )
-        launch_s = layers * rates.kernels.layer_overhead_seconds
-        if shape.compile:
-            # Fused kernels are fewer launches too.
-            launch_s *= rates.kernels.compile_elementwise_factor
-    forward_share = 1 / 3
-    if shape.checkpointing == "full":
-        recompute = forward_share * (gemm_s + elementwise_s) + attention_s / 3 + launch_s / 3
-    elif shape.checkpointing == "selective":
-        recompute = attention_s / 3
-    else:
-        recompute = 0.0
-    compute_micro = gemm_s + attention_s + elementwise_s + launch_s
-    # Tensor parallelism: two collectives of the layer's activations forward and two
-    # backward (all-reduces, or with sequence parallelism an all-gather and a
-    # reduce-scatter each: the same bytes); a full recompute repeats the forward two.
-    message = local_tokens * shape.hidden_size * shape.activation_bytes
-    collectives = 4 + (2 if shape.checkpointing == "full" else 0)
-    tensor_s = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
-    # Context parallelism: each layer gathers every rank's keys and values forward and
-    # reduce-scatters their gradients backward, behind the attention compute.
-    kv = local_tokens * shape.kv_width * 2 * shape.activation_bytes * lay.context
-    context_s = layers * 2 * all_gather_seconds(kv, lay.context, links.context)
-    context_exposed = max(0.0, context_s - attention_s)
-    # Expert parallelism: dispatch and combine all-to-alls forward and backward per MoE layer.
-    moe_layers = -(-shape.moe_layers // lay.pipeline)
-    routed = local_tokens * shape.experts_per_token * shape.hidden_size * shape.activation_bytes
-    expert_s = (
-        moe_layers * 4 * all_gather_seconds(routed / lay.tensor, lay.expert, links.expert)
-        if lay.expert > 1
-        else 0.0
-    )
-    pipeline_s = (
-        2 * lay.virtual_stages * transfer_seconds(message, links.pipeline)
-        if lay.pipeline > 1
-        else 0.0
-    )
+    micro = micro_batch(t, shape, lay, rates, framework)
+    recompute = micro.recompute_s(shape.checkpointing)
+    tensor, context, expert, pipeline = _micro_comm(shape, lay, links, micro.attention_s)
     micro_exposed = (
-        framework.tensor_exposed * tensor_s
-        + context_exposed
-        + framework.expert_exposed * expert_s
-        + framework.pipeline_exposed * pipeline_s
+        framework.tensor_exposed * tensor
+        + context
+        + framework.expert_exposed * expert
+        + framework.pipeline_exposed * pipeline
     )
-    busy_micro = compute_micro + recompute + micro_exposed
-    compute = m * compute_micro
-    recompute_total = m * recompute
+    busy_micro = micro.compute_s + recompute + micro_exposed
     # (p - 1) / v micro-batch slots idle on every stage, whatever m is (1F1B and GPipe
     # alike; interleaving divides them by the v virtual stages).
     bubble = busy_micro * (lay.pipeline - 1) / lay.virtual_stages
     data_exposed = _data_exposed(
-        shape, lay, links, framework, m, compute_micro + recompute, layers, comm_overlap
+        shape,
+        lay,
+        links=links,
+        framework=framework,
+        busy_micro=micro.compute_s + recompute,
+        comm_overlap=comm_overlap,
     )
     optimizer = _optimizer_seconds(shape, lay, rates, links)
     seconds = m * busy_micro + bubble + data_exposed + optimizer
-    gpus = shard * lay.data * lay.context
-    tokens = per_micro_tokens * m * lay.data
-    model_flops = model_flops_micro * shard * lay.context * m * lay.data
+    gpus = lay.tensor * lay.pipeline * lay.data * lay.context
+    tokens = shape.batch_size * shape.seq * m * lay.data
+    model_flops = micro.model_flops * gpus * m
     return Step(
         seconds=seconds,
         tokens=tokens,
-        compute_s=compute,
-        recompute_s=recompute_total,
+        compute_s=m * micro.compute_s,
+        recompute_s=m * recompute,
         exposed_comm_s=m * micro_exposed + data_exposed,
         bubble_s=bubble,
         optimizer_s=optimizer,
@@ -271,16 +295,17 @@ def training_step(
 def _data_exposed(
     shape: StepShape,
     lay: StepLayout,
+    *,
     links: StepLinks,
     framework: Framework,
-    m: int,
     busy_micro: float,
-    layers: int,
     comm_overlap: float | None,
 ) -> float:
     """Data-parallel traffic left on the critical path after the framework's overlap."""
     if lay.data <= 1:
         return 0.0
+    m = shape.accumulation
+    layers = -(-shape.num_layers // lay.pipeline)
     shard = lay.tensor * lay.pipeline
     trainable = shape.trainable_parameters / shard
     held = max(shape.parameters, shape.trainable_parameters) / shard

@@ -192,7 +192,7 @@ def _score(plans: list[Option], objective: Objective) -> list[tuple[Option, floa
 def _recommendation(p: Option, score: float) -> Candidate:
     usable = p.gpu.usable_memory_bytes
     reasons = list(p.reasons)
-    if not p.fits:
+    if not p.fits and not (reasons and reasons[0].startswith("does not fit")):
         if p.layout is not None:
             reasons.insert(
                 0,

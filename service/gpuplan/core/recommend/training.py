@@ -312,9 +312,9 @@ def time_training(
         job.flops,
         step_shape(job, laid, trainable),
         step_layout(layout, laid),
-        ctx.rates,
-        _links(ctx.gpu, layout, c, oracle),
-        framework(default_framework(layout)),
+        rates=ctx.rates,
+        links=_links(ctx.gpu, layout, c, oracle),
+        framework=framework(default_framework(layout)),
         comm_overlap=job.overlap,
     )
     tokens_per_s = step.tokens / step.seconds
@@ -369,18 +369,23 @@ def training_options(
     def at(count: int) -> Option | None:
         nonlocal miss
         if count not in tried:
-            option, smallest = _option_at(job, ctx, oracle, c, count, bounds, trainable)
+            option, smallest = _option_at(
+                job, ctx, oracle, c, count=count, bounds=bounds, trainable=trainable
+            )
             tried[count] = option
-            if option is None and smallest is not None:
-                if miss.layout is None or smallest.required < miss.required:
-                    miss = Option(
-                        gpu=gpu,
-                        count=count,
-                        layout=smallest.layout,
-                        required=smallest.required,
-                        fits=False,
-                        admissible=False,
-                    )
+            if (
+                option is None
+                and smallest is not None
+                and (miss.layout is None or smallest.required < miss.required)
+            ):
+                miss = Option(
+                    gpu=gpu,
+                    count=count,
+                    layout=smallest.layout,
+                    required=smallest.required,
+                    fits=False,
+                    admissible=False,
+                )
         return tried[count]
 
     coarse = all_counts if c.gpu_counts else _coarse(all_counts, c.gpus_per_node)
@@ -426,6 +431,7 @@ def _option_at(
     ctx: GpuContext,
     oracle: MemoryOracle,
     c: Constraints,
+    *,
     count: int,
     bounds: ReplicaBounds,
     trainable: int,
@@ -442,18 +448,27 @@ def _option_at(
     )
     if chosen is None:
         return None, smallest
-    return _option(job, ctx, c, count, chosen.layout, chosen.required, chosen.timing), None
+    option = _option(
+        job,
+        ctx,
+        c,
+        count=count,
+        layout=chosen.layout,
+        required=chosen.required,
+        timing=chosen.timing,
+    )
+    return option, None
 
 
 def _option(
     job: Job,
     ctx: GpuContext,
     c: Constraints,
+    *,
     count: int,
     layout: ParallelLayout,
     required: int,
     timing: Timing,
-    *,
     fits: bool = True,
 ) -> Option:
     step = timing.step
@@ -512,7 +527,9 @@ def given_option(
     required = oracle.required(laid, ctx.gpu, key) or 0
     fits = 0 < required <= ctx.gpu.usable_memory_bytes
     timing = time_training(job, ctx, layout, trainable, c, oracle=oracle)
-    option = _option(job, ctx, c, count, layout, required, timing, fits=fits)
+    option = _option(
+        job, ctx, c, count=count, layout=layout, required=required, timing=timing, fits=fits
+    )
     if not fits:
         why = (
             f"does not fit: needs {required / 2**30:.1f} GiB per GPU, "
