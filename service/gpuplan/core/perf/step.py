@@ -133,11 +133,11 @@ class Step(Record, kw_only=True):
     """Model FLOPs of the step / (seconds x GPUs x matmul peak)."""
 
 
-def _gemm_efficiency(r: Rates, width: float) -> float:
+def gemm_efficiency(r: Rates, width: float) -> float:
     """The share of the peak a GEMM of ``width`` reaches (a model of unknown width,
     a bare parameter count or a vision preset, is taken at the plateau)."""
     gen = r.generation
-    plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
+    plateau = (gen.fp8gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
     if width <= 0:
         return plateau
     return plateau * width / (width + r.kernels.gemm_half_width)
@@ -182,7 +182,7 @@ def micro_batch(
         rate = rates.peak_flops * rates.mfu
         return MicroBatch(weights + attention, weights / rate, attention / rate, 0.0, 0.0)
     gen, k = rates.generation, rates.kernels
-    gemm = weights / (rates.peak_flops * _gemm_efficiency(rates, shape.hidden_size / lay.tensor))
+    gemm = weights / (rates.peak_flops * gemm_efficiency(rates, shape.hidden_size / lay.tensor))
     attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
     traffic = 0.0
     if not shape.vision:
