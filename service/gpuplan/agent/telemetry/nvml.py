@@ -10,10 +10,9 @@ the sweep. ``nvml`` is the ``pynvml`` module, or a
 """
 
 import re
-from collections import Counter
 from typing import Any
 
-from gpuplan.agent.telemetry.base import Sweep, TelemetryError, Vendor
+from gpuplan.agent.telemetry.base import GuardedSource, Sweep, TelemetryError, Vendor
 from gpuplan.core.fleet import GpuTelemetry, MigInstance
 
 MHZ = 1_000_000
@@ -28,15 +27,16 @@ class _Lost(Exception):
     """The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)."""
 
 
-class NvmlSource:
+class NvmlSource(GuardedSource):
     """Reads every GPU and MIG instance NVML reports."""
 
     vendor: Vendor = "nvidia"
+    LIBRARY = "NVML"
+    INIT = "nvmlInit"
+    SHUTDOWN = "nvmlShutdown"
 
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
-        self.errors: Counter[str] = Counter()
-        self._unsupported: set[tuple[str, str]] = set()
         self._lost: dict[int, tuple[str, str]] = {}  # index -> (uuid, model name)
         self._identity: dict[int, tuple[str, str]] = {}
         self._skip_codes = {
@@ -44,38 +44,18 @@ class NvmlSource:
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             nvml.NVML_ERROR_NO_PERMISSION,
         }
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as err:
-            raise TelemetryError(f"NVML did not initialise: {err}") from err
+        super().__init__(nvml, nvml.NVMLError)
 
-    def close(self) -> None:
-        try:
-            self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            self.errors["shutdown"] += 1
-
-    # -- one guarded call ------------------------------------------------------
-
-    def _get(self, key: str, field: str, missing: list[str], fn: str, *args: Any) -> Any:
-        """``fn(*args)``, or None with ``field`` recorded in ``missing`` when unsupported."""
-        if (key, field) in self._unsupported:
-            missing.append(field)
-            return None
-        try:
-            return getattr(self.nvml, fn)(*args)
-        except self.nvml.NVMLError as err:
-            code = err.value
-            if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
-                self.errors["gpu_lost"] += 1
-                raise _Lost from err
-            if code in self._skip_codes:
-                self._unsupported.add((key, field))
-                self.errors["not_supported"] += 1
-                missing.append(field)
-            else:
-                self.errors[_error_kind(err)] += 1
-            return None
+    def _is_unsupported(self, err: Exception) -> bool:
+        """Not supported, no such function, no permission; a lost GPU stops its sweep."""
+        code = getattr(err, "value", None)
+        if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
+            self.errors["gpu_lost"] += 1
+            raise _Lost from err
+        if code in self._skip_codes:
+            return True
+        self.errors[_error_kind(err)] += 1
+        return False
 
     # -- the sweep -------------------------------------------------------------
 
