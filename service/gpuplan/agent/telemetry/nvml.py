@@ -150,19 +150,19 @@ class NvmlSource(GuardedSource):
             memory_total_bytes=None if memory is None else int(memory.total),
             memory_used_bytes=None if memory is None else int(memory.used),
             memory_free_bytes=None if memory is None else int(memory.free),
-            power_watts=None if power is None else power / 1000,
-            power_limit_watts=None if limit is None else limit / 1000,
-            energy_joules=None if energy is None else energy / 1000,
+            power_watts=_milli(power),
+            power_limit_watts=_milli(limit),
+            energy_joules=_milli(energy),
             temperature_celsius=temperature,
-            sm_clock_hertz=None if sm is None else float(sm * MHZ),
-            memory_clock_hertz=None if mem_clock is None else float(mem_clock * MHZ),
-            sm_clock_max_hertz=None if sm_max is None else float(sm_max * MHZ),
+            sm_clock_hertz=_scaled(sm, MHZ),
+            memory_clock_hertz=_scaled(mem_clock, MHZ),
+            sm_clock_max_hertz=_scaled(sm_max, MHZ),
             pcie_generation=gen,
             pcie_width=width,
             pcie_max_generation=max_gen,
             pcie_max_width=max_width,
-            pcie_tx_bytes_per_second=None if tx is None else float(tx * KIB),
-            pcie_rx_bytes_per_second=None if rx is None else float(rx * KIB),
+            pcie_tx_bytes_per_second=_scaled(tx, KIB),
+            pcie_rx_bytes_per_second=_scaled(rx, KIB),
             nvlink_links_active=links,
             nvlink_version=version,
             nvlink_tx_bytes=nvlink_tx,
@@ -330,6 +330,16 @@ class NvmlSource(GuardedSource):
                 if status == nvml.NVML_P2P_STATUS_OK:
                     pairs.add((i, j))
         return frozenset(pairs)
+
+
+def _milli(value: Any) -> float | None:
+    """NVML's milliwatts and millijoules in watts and joules."""
+    return None if value is None else value / 1000
+
+
+def _scaled(value: Any, unit: int) -> float | None:
+    """A whole count of ``unit`` (MHz, KiB/s), as NVML answers it, in base units."""
+    return None if value is None else float(value * unit)
 
 
 def _profile(name: str) -> str | None:
