@@ -73,3 +73,16 @@ LLAMA_TRAINING: dict[str, Any] = {
     "training": {"training_tokens": 100_000_000},
 }
 """A Llama-2-7B full fine-tune of 10^8 tokens: the CI plan tests' job."""
+
+
+TINY_LLAMA: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+}
+"""A two-layer Llama ``config.json``: a valid model small enough to trace in a test."""
