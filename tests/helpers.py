@@ -14,6 +14,7 @@ from gpuplan.config.settings import Settings
 from gpuplan.core.fleet import NodeSnapshot
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
+from tests.conftest import RedisServer
 
 PROBLEM = "application/problem+json"
 
@@ -54,6 +55,24 @@ def publish_snapshots(
             await client.aclose()
 
     asyncio.run(go())
+
+
+def fleet_unavailable(response: httpx.Response) -> None:
+    """A fleet route's 503 without a Redis configured: the problem names the setting."""
+    body = problem(response, 503)
+    assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
+    assert "GPUPLAN_REDIS_URL" in body["detail"]
+
+
+def redis_outage(own_redis: RedisServer, client: TestClient[Litestar], path: str) -> None:
+    """Stop ``own_redis``: ``GET path`` answers 503, Redis does not answer, retry in 10 s.
+    Then start it again, empty (no persistence): up, but holding no node yet."""
+    own_redis.stop()
+    response = client.get(path)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "10"
+    assert "does not answer" in response.json()["detail"]
+    own_redis.start()
 
 
 def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient[Litestar]:
