@@ -93,6 +93,15 @@ LLAMA_TRAINING: dict[str, Any] = {
 }
 """A Llama-2-7B full fine-tune of 10^8 tokens: the CI plan tests' job."""
 
+EVERY_TARGET: dict[str, Any] = {
+    "fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 4},
+    "max_cost_usd": 1000,
+    "max_time_hours": 48,
+    "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
+    "min_memory_headroom": 0.2,
+}
+"""One of each CI target: for ``LLAMA_TRAINING``, four A100s fit and a MIG instance does not."""
+
 
 TINY_LLAMA: dict[str, Any] = {
     "model_type": "llama",

@@ -17,7 +17,7 @@ from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.mig import builtin_tables
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.recommend import RecommendRequest, recommend
-from tests.helpers import LLAMA_TRAINING
+from tests.helpers import EVERY_TARGET, LLAMA_TRAINING
 
 LLAMA_INFERENCE: dict[str, Any] = {
     "model": {"name": "llama-2-7b"},
@@ -258,16 +258,7 @@ def test_plan_id_hashes_the_normalized_input(catalog: Catalog) -> None:
 
 
 def test_same_input_gives_byte_identical_json(catalog: Catalog) -> None:
-    doc = {
-        **LLAMA_TRAINING,
-        "targets": {
-            "fits": {"gpu": "a100-sxm4-80gb", "count": 4},
-            "max_cost_usd": 500,
-            "max_time_hours": 48,
-            "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
-            "min_memory_headroom": 0.1,
-        },
-    }
+    doc = {**LLAMA_TRAINING, "targets": EVERY_TARGET}
     first = msgspec.json.encode(check(msgspec.convert(doc, CiPlan), catalog))
     again = msgspec.json.encode(check(msgspec.convert(doc, CiPlan), builtin_catalog()))
     assert first == again
