@@ -149,6 +149,14 @@ def _typed(value: Any, what: str, kind: type[_T], go_type: str) -> _T | None:
     raise _cannot(value, go_type, what)
 
 
+def _neither_string_nor(value: Any, list_type: str) -> SpecError:
+    """A field mig-parted decodes as a Go string, else as ``list_type``: both errors, joined."""
+    return SpecError(
+        f"(json: cannot unmarshal {_json_type(value)} into Go value of type string, "
+        f"json: cannot unmarshal {_json_type(value)} into Go value of type {list_type})"
+    )
+
+
 def _as_string(value: Any, what: str) -> str:
     """json.Unmarshal into a Go string: null leaves it empty."""
     return _typed(value, what, str, "string") or ""
@@ -419,10 +427,7 @@ def parse_config_spec(value: Any, where: str = "entry") -> MigConfigSpec:
             elif isinstance(raw, list):
                 device_filter = [_as_string(v, "device-filter") for v in raw]
             else:
-                raise SpecError(
-                    f"(json: cannot unmarshal {_json_type(raw)} into Go value of type string, "
-                    f"json: cannot unmarshal {_json_type(raw)} into Go value of type []string)"
-                )
+                raise _neither_string_nor(raw, "[]string")
         elif key == "devices":
             if raw is None or isinstance(raw, str):
                 text = _as_string(raw, "devices")
@@ -432,10 +437,7 @@ def parse_config_spec(value: Any, where: str = "entry") -> MigConfigSpec:
             elif isinstance(raw, list):
                 devices = [_as_int(v, "devices") for v in raw]
             else:
-                raise SpecError(
-                    f"(json: cannot unmarshal {_json_type(raw)} into Go value of type string, "
-                    f"json: cannot unmarshal {_json_type(raw)} into Go value of type []int)"
-                )
+                raise _neither_string_nor(raw, "[]int")
         elif key == "mig-enabled":
             enabled = _as_bool(raw, "mig-enabled")
         elif key == "mig-devices":
