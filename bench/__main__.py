@@ -123,15 +123,19 @@ def _rows_accuracy(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _span(values: list[float], digits: int) -> str:
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
 def _rows_estimate(r: dict[str, Any]) -> list[Row]:
-    calls = r["median_per_call"]
-    worst = max(calls.values(), key=lambda v: v["cpu_us"])
-    best = min(calls.values(), key=lambda v: v["cpu_us"])
+    calls = r["median_per_call"].values()
+    cpu = [v["cpu_us"] for v in calls]
+    wall = [v["wall_us"] for v in calls]
     return [
         (
-            f"estimate, {len(calls)} requests: CPU µs per call (min-max)",
-            f"{best['cpu_us']:.0f}-{worst['cpu_us']:.0f} µs (wall {min(v['wall_us'] for v in calls.values()):.0f}-{max(v['wall_us'] for v in calls.values()):.0f})",
-            f"< 100 µs: {_verdict(worst['cpu_us'] < 100)}",
+            f"estimate, {len(cpu)} requests: CPU µs per call (min-max)",
+            f"{_span(cpu, 0)} µs (wall {_span(wall, 0)})",
+            f"< 100 µs: {_verdict(max(cpu) < 100)}",
         )
     ]
 
@@ -143,7 +147,7 @@ def _rows_recommend(r: dict[str, Any]) -> list[Row]:
     return [
         (
             f"recommendation over the catalog, {len(rows)} cases: median CPU ms (min-max)",
-            f"{min(cpu):.1f}-{max(cpu):.1f} ms (wall {min(wall):.1f}-{max(wall):.1f})",
+            f"{_span(cpu, 1)} ms (wall {_span(wall, 1)})",
             f"< 20 ms: CPU {_verdict(max(cpu) < 20)}, wall {sum(w < 20 for w in wall)}/{len(wall)}",
         )
     ]

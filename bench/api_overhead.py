@@ -32,6 +32,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import wrk as bench_wrk
+
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -144,37 +146,16 @@ def _lua(request: dict[str, Any], folder: str) -> str | None:
     return str(path)
 
 
-_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
-
-
-def _seconds(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
-    return float(number) * _UNIT[unit]
-
-
 def wrk(
     port: int, path: str, script: str | None, seconds: float, connections: int
 ) -> dict[str, float]:
-    """One wrk run (one thread): requests/s, p50 and p99 latency, non-2xx count."""
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency"]
-    if script:
-        command += ["-s", script]
-    out = subprocess.run(
-        [*command, f"http://127.0.0.1:{port}{path}"],
-        capture_output=True, text=True, check=True, timeout=seconds + 30,
-    ).stdout  # fmt: skip
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _seconds(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _seconds(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    """One wrk run (one thread): requests/s, p50 and p99 latency, non-2xx and socket errors."""
+    report = bench_wrk.run(port, path, seconds, connections, script)
     sockets = re.search(
-        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", report
     )
     return {
-        "rps": rps,
-        "p50_s": p50,
-        "p99_s": p99,
-        "non_2xx": float(errors.group(1)) if errors else 0.0,
+        **bench_wrk.figures(report),
         "socket_errors": float(sum(int(n) for n in sockets.groups())) if sockets else 0.0,
     }
 

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import shutil
 import socket
 import statistics
@@ -23,6 +22,8 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from bench import wrk
 
 RESULTS = Path(__file__).parent / "results"
 APP = "gpuplan.api.asgi:app"
@@ -58,30 +59,8 @@ def _wait_ready(port: int, timeout: float = 20.0) -> None:
     raise RuntimeError(f"server on port {port} did not come up")
 
 
-_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
-
-
-def _seconds(text: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
-    return float(number) * _UNIT[unit]
-
-
 def _wrk(port: int, path: str, seconds: int, connections: int) -> dict[str, float]:
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency",
-         f"http://127.0.0.1:{port}{path}"],
-        capture_output=True, text=True, check=True, timeout=seconds + 30,
-    ).stdout  # fmt: skip
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = _seconds(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = _seconds(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))  # type: ignore[union-attr]
-    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {
-        "rps": rps,
-        "p50_s": p50,
-        "p99_s": p99,
-        "non_2xx": float(errors.group(1)) if errors else 0.0,
-    }
+    return wrk.figures(wrk.run(port, path, seconds, connections))
 
 
 def main() -> None:

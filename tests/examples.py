@@ -19,21 +19,11 @@ from litestar.testing import TestClient
 from gpuplan.api.app import create_app
 from gpuplan.api.example_files import Example, ExampleRequest, ExampleResponse, shorten
 from gpuplan.config.settings import Settings
+from tests.helpers import TINY_LLAMA, publish_snapshots
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "service" / "gpuplan" / "api" / "examples"
 DOC = ROOT / "docs" / "api-examples.md"
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 512,
-}
 
 REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     "healthz": ("Liveness", ExampleRequest(method="GET", path="/healthz")),
@@ -227,7 +217,6 @@ def render_doc(examples: dict[str, Example]) -> str:
 
 def record() -> dict[str, Example]:
     from tests.agent_fixtures import snapshot
-    from tests.helpers import publish_snapshots
 
     prefix = f"gpuplan-examples:{uuid.uuid4().hex}:"
     redis_url = "redis://127.0.0.1:6379/0"

@@ -14,6 +14,7 @@ from gpuplan.config.settings import Settings
 from gpuplan.core.fleet import NodeSnapshot
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
+from tests.conftest import RedisServer
 
 PROBLEM = "application/problem+json"
 
@@ -56,6 +57,24 @@ def publish_snapshots(
     asyncio.run(go())
 
 
+def fleet_unavailable(response: httpx.Response) -> None:
+    """A fleet route's 503 without a Redis configured: the problem names the setting."""
+    body = problem(response, 503)
+    assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
+    assert "GPUPLAN_REDIS_URL" in body["detail"]
+
+
+def redis_outage(own_redis: RedisServer, client: TestClient[Litestar], path: str) -> None:
+    """Stop ``own_redis``: ``GET path`` answers 503, Redis does not answer, retry in 10 s.
+    Then start it again, empty (no persistence): up, but holding no node yet."""
+    own_redis.stop()
+    response = client.get(path)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "10"
+    assert "does not answer" in response.json()["detail"]
+    own_redis.start()
+
+
 def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClient[Litestar]:
     """An app that reads the fleet from ``redis_url`` under ``prefix`` (None: no Redis)."""
     settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, redis_timeout_seconds=0.3)
@@ -73,3 +92,25 @@ LLAMA_TRAINING: dict[str, Any] = {
     "training": {"training_tokens": 100_000_000},
 }
 """A Llama-2-7B full fine-tune of 10^8 tokens: the CI plan tests' job."""
+
+EVERY_TARGET: dict[str, Any] = {
+    "fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 4},
+    "max_cost_usd": 1000,
+    "max_time_hours": 48,
+    "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
+    "min_memory_headroom": 0.2,
+}
+"""One of each CI target: for ``LLAMA_TRAINING``, four A100s fit and a MIG instance does not."""
+
+
+TINY_LLAMA: dict[str, Any] = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+}
+"""A two-layer Llama ``config.json``: a valid model small enough to trace in a test."""

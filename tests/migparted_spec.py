@@ -28,7 +28,7 @@ ignores a filter it cannot parse, which then matches no GPU).
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -37,6 +37,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 # encoding/json renders a float64 below 1e21 without an exponent; an integral one then
 # decodes into a Go int.
 _FLOAT_AS_INT = 1e21
+_T = TypeVar("_T")
 
 
 class SpecError(ValueError):
@@ -134,34 +135,42 @@ def _json_type(value: Any) -> str:
     return "object"
 
 
+def _cannot(value: Any, go_type: str, what: str) -> SpecError:
+    return SpecError(
+        f"json: cannot unmarshal {_json_type(value)} into Go value of type {go_type} ({what})"
+    )
+
+
+def _typed(value: Any, what: str, kind: type[_T], go_type: str) -> _T | None:
+    """json.Unmarshal of one value into a Go ``go_type``: null is returned as None (the
+    caller gives Go's zero value or nil), a value of another JSON type is refused."""
+    if value is None or isinstance(value, kind):
+        return value
+    raise _cannot(value, go_type, what)
+
+
+def _neither_string_nor(value: Any, list_type: str) -> SpecError:
+    """A field mig-parted decodes as a Go string, else as ``list_type``: both errors, joined."""
+    return SpecError(
+        f"(json: cannot unmarshal {_json_type(value)} into Go value of type string, "
+        f"json: cannot unmarshal {_json_type(value)} into Go value of type {list_type})"
+    )
+
+
 def _as_string(value: Any, what: str) -> str:
     """json.Unmarshal into a Go string: null leaves it empty."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    raise SpecError(
-        f"json: cannot unmarshal {_json_type(value)} into Go value of type string ({what})"
-    )
+    return _typed(value, what, str, "string") or ""
 
 
 def _as_bool(value: Any, what: str) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return value
-    raise SpecError(
-        f"json: cannot unmarshal {_json_type(value)} into Go value of type bool ({what})"
-    )
+    return _typed(value, what, bool, "bool") or False
 
 
 def _as_int(value: object, what: str) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SpecError(
-            f"json: cannot unmarshal {_json_type(value)} into Go value of type int ({what})"
-        )
+        raise _cannot(value, "int", what)
     if isinstance(value, float):
         if not (value.is_integer() and abs(value) < _FLOAT_AS_INT):
             raise SpecError(
@@ -175,23 +184,11 @@ def _as_int(value: object, what: str) -> int:
 
 def _as_object(value: Any, what: str) -> dict[str, Any] | None:
     """json.Unmarshal into a Go map: null gives a nil map."""
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return value
-    raise SpecError(
-        f"json: cannot unmarshal {_json_type(value)} into Go value of type map ({what})"
-    )
+    return _typed(value, what, dict, "map")
 
 
 def _as_array(value: Any, what: str) -> list[Any] | None:
-    if value is None:
-        return None
-    if isinstance(value, list):
-        return value
-    raise SpecError(
-        f"json: cannot unmarshal {_json_type(value)} into Go value of type slice ({what})"
-    )
+    return _typed(value, what, list, "slice")
 
 
 # -- profiles (go-nvlib) --------------------------------------------------------------------------
@@ -415,9 +412,7 @@ def parse_config_spec(value: Any, where: str = "entry") -> MigConfigSpec:
         if value is None:
             value = {}
         else:
-            raise SpecError(
-                f"json: cannot unmarshal {_json_type(value)} into Go value of type map ({where})"
-            )
+            raise _cannot(value, "map", where)
     for required in ("devices", "mig-enabled"):
         if required not in value:
             raise SpecError(f"missing required field: {required}")
@@ -432,10 +427,7 @@ def parse_config_spec(value: Any, where: str = "entry") -> MigConfigSpec:
             elif isinstance(raw, list):
                 device_filter = [_as_string(v, "device-filter") for v in raw]
             else:
-                raise SpecError(
-                    f"(json: cannot unmarshal {_json_type(raw)} into Go value of type string, "
-                    f"json: cannot unmarshal {_json_type(raw)} into Go value of type []string)"
-                )
+                raise _neither_string_nor(raw, "[]string")
         elif key == "devices":
             if raw is None or isinstance(raw, str):
                 text = _as_string(raw, "devices")
@@ -445,10 +437,7 @@ def parse_config_spec(value: Any, where: str = "entry") -> MigConfigSpec:
             elif isinstance(raw, list):
                 devices = [_as_int(v, "devices") for v in raw]
             else:
-                raise SpecError(
-                    f"(json: cannot unmarshal {_json_type(raw)} into Go value of type string, "
-                    f"json: cannot unmarshal {_json_type(raw)} into Go value of type []int)"
-                )
+                raise _neither_string_nor(raw, "[]int")
         elif key == "mig-enabled":
             enabled = _as_bool(raw, "mig-enabled")
         elif key == "mig-devices":

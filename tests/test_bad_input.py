@@ -24,22 +24,11 @@ from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
-from tests.helpers import problem
+from tests.helpers import TINY_LLAMA, problem
 
 SPEC = yaml.safe_load((Path(__file__).parent.parent / "api" / "openapi.yaml").read_text())
 LIMIT = 1024 * 1024
 SLOW_SECONDS = 5.0  # no bad input may take longer than this to refuse
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 512,
-}
 
 VALID_BODIES: dict[str, dict[str, Any]] = {
     "estimate_memory": {

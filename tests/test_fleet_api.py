@@ -2,7 +2,13 @@
 
 from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, free_port
-from tests.helpers import fleet_client, publish_snapshots
+from tests.helpers import (
+    fleet_client,
+    fleet_unavailable,
+    problem,
+    publish_snapshots,
+    redis_outage,
+)
 
 
 def test_nodes_list_and_one_node(redis_url: str, key_prefix: str) -> None:
@@ -36,22 +42,15 @@ def test_measured_flops_over_the_fleet(redis_url: str, key_prefix: str) -> None:
 def test_unknown_or_stale_node_is_404(redis_url: str, key_prefix: str) -> None:
     with fleet_client(redis_url, key_prefix) as client:
         assert client.get("/v1/fleet/nodes").json() == {"count": 0, "nodes": []}
-        response = client.get("/v1/fleet/nodes/no-such-node")
-        assert response.status_code == 404
-        assert response.headers["content-type"].startswith("application/problem+json")
-        assert response.json()["type"] == "urn:gpuplan:problem:unknown-node"
+        body = problem(client.get("/v1/fleet/nodes/no-such-node"), 404)
+        assert body["type"] == "urn:gpuplan:problem:unknown-node"
         assert client.get("/v1/fleet/nodes/bad%7Bname%7D").status_code == 404
 
 
 def test_without_redis_the_fleet_is_503() -> None:
     with fleet_client(None) as client:
         for path in ("/v1/fleet/nodes", "/v1/fleet/nodes/x", "/v1/fleet/flops"):
-            response = client.get(path)
-            assert response.status_code == 503, path
-            assert response.headers["content-type"].startswith("application/problem+json")
-            body = response.json()
-            assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
-            assert "GPUPLAN_REDIS_URL" in body["detail"]
+            fleet_unavailable(client.get(path))
         assert client.get("/v1/gpus/h200").status_code == 200  # planning still works
 
 
@@ -59,12 +58,7 @@ def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
     publish_snapshots(own_redis.url, "gpuplan:v1:", snapshot("node-a"))
     with fleet_client(own_redis.url) as client:
         assert client.get("/v1/fleet/nodes").json()["count"] == 1
-        own_redis.stop()
-        response = client.get("/v1/fleet/nodes")
-        assert response.status_code == 503
-        assert response.headers["retry-after"] == "10"
-        assert "does not answer" in response.json()["detail"]
-        own_redis.start()  # an empty Redis (no persistence): up, but no nodes yet
+        redis_outage(own_redis, client, "/v1/fleet/nodes")
         assert client.get("/v1/fleet/nodes").json() == {"count": 0, "nodes": []}
 
 

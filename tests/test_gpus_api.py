@@ -12,6 +12,7 @@ from gpuplan.api.app import create_app
 from gpuplan.config.catalog import load_catalog
 from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import CatalogError
+from tests.helpers import problem
 
 GiB = 2**30
 
@@ -101,13 +102,10 @@ def test_get_by_any_name(client: TestClient[Litestar], name: str) -> None:
 
 
 def test_unknown_gpu_is_404_with_suggestions(client: TestClient[Litestar]) -> None:
-    response = client.get("/v1/gpus/h100")
-    assert response.status_code == 404
-    assert response.headers["content-type"].startswith("application/problem+json")
-    problem = response.json()
-    assert problem["type"] == "urn:gpuplan:problem:unknown-gpu"
-    assert "h100-sxm5-80gb" in problem["suggestions"]
-    assert "h100-sxm5-80gb" in problem["detail"]
+    body = problem(client.get("/v1/gpus/h100"), 404)
+    assert body["type"] == "urn:gpuplan:problem:unknown-gpu"
+    assert "h100-sxm5-80gb" in body["suggestions"]
+    assert "h100-sxm5-80gb" in body["detail"]
 
 
 OVERRIDE = """

@@ -3,11 +3,18 @@
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
 PROBLEM = "application/problem+json"
+
+
+def _validate(client: TestClient[Litestar], gpu: str, *profiles: str) -> httpx.Response:
+    """POST /v1/mig/validate: one instance of each of ``profiles`` on one ``gpu``."""
+    instances = [{"profile": p} for p in profiles]
+    return client.post("/v1/mig/validate", json={"gpu": gpu, "instances": instances})
 
 
 @pytest.mark.parametrize(
@@ -79,13 +86,7 @@ def test_gpu_without_mig_is_422_problem(client: TestClient[Litestar]) -> None:
 
 
 def test_unknown_profile_is_422_with_path_and_suggestions(client: TestClient[Litestar]) -> None:
-    response = client.post(
-        "/v1/mig/validate",
-        json={
-            "gpu": "h100-sxm5-80gb",
-            "instances": [{"profile": "3g.40gb"}, {"profile": "3g.4gb"}],
-        },
-    )
+    response = _validate(client, "h100-sxm5-80gb", "3g.40gb", "3g.4gb")
     assert response.status_code == 422
     assert response.headers["content-type"].startswith(PROBLEM)
     body = response.json()
@@ -151,30 +152,15 @@ def test_profiles_query_errors(client: TestClient[Litestar], query: str) -> None
 
 
 def test_validate_instance_list_is_bounded(client: TestClient[Litestar]) -> None:
-    response = client.post(
-        "/v1/mig/validate",
-        json={"gpu": "a100-sxm4-80gb", "instances": [{"profile": "1g.10gb"}] * 17},
-    )
+    response = _validate(client, "a100-sxm4-80gb", *["1g.10gb"] * 17)
     assert response.status_code == 422
 
 
 def test_validate_over_http(client: TestClient[Litestar]) -> None:
-    body = client.post(
-        "/v1/mig/validate",
-        json={
-            "gpu": "a100-sxm4-80gb",
-            "instances": [{"profile": "4g.40gb"}, {"profile": "4g.40gb"}],
-        },
-    ).json()
+    body = _validate(client, "a100-sxm4-80gb", "4g.40gb", "4g.40gb").json()
     assert body["valid"] is False
     assert body["reasons"][0]["kind"] == "too-many-of-profile"
-    body = client.post(
-        "/v1/mig/validate",
-        json={
-            "gpu": "a100-sxm4-80gb",
-            "instances": [{"profile": "3g.40gb"}, {"profile": "3g.40gb"}],
-        },
-    ).json()
+    body = _validate(client, "a100-sxm4-80gb", "3g.40gb", "3g.40gb").json()
     assert body["valid"] is True
     assert body["stranded_compute_slices"] == 1
 

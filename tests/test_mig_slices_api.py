@@ -9,7 +9,13 @@ import pytest
 from gpuplan.core.fleet import MigInstance, NodeSnapshot
 from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, free_port
-from tests.helpers import fleet_client, publish_snapshots
+from tests.helpers import (
+    fleet_client,
+    fleet_unavailable,
+    problem,
+    publish_snapshots,
+    redis_outage,
+)
 
 GiB = 2**30
 
@@ -118,23 +124,14 @@ def test_unknown_gpu_is_422_with_suggestions(redis_url: str, key_prefix: str) ->
 def test_without_redis_it_is_503() -> None:
     with fleet_client(None) as client:
         response = client.get("/v1/mig/slices?memory_gib=10")
-    assert response.status_code == 503
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body = response.json()
-    assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
-    assert "GPUPLAN_REDIS_URL" in body["detail"]
+    fleet_unavailable(response)
 
 
 def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:
     publish_snapshots(own_redis.url, "gpuplan:v1:", snapshot("node-a"), new_benchmark=False)
     with fleet_client(own_redis.url) as client:
         assert client.get("/v1/mig/slices").json()["matched"] == 2
-        own_redis.stop()
-        response = client.get("/v1/mig/slices")
-        assert response.status_code == 503
-        assert response.headers["retry-after"] == "10"
-        assert "does not answer" in response.json()["detail"]
-        own_redis.start()
+        redis_outage(own_redis, client, "/v1/mig/slices")
         assert client.get("/v1/mig/slices").json()["slices"] == []
 
 
@@ -168,9 +165,7 @@ def test_bad_query_values_are_422(query: str, path: str) -> None:
     # No Redis: a bad query is refused before the fleet is read.
     with fleet_client(None) as client:
         response = client.get(f"/v1/mig/slices?{query}")
-    assert response.status_code == 422, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    errors = response.json()["errors"]
+    errors = problem(response, 422)["errors"]
     assert errors[0]["path"] == path
     assert errors[0]["location"] == "query"
 

@@ -13,19 +13,10 @@ from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.ci import CiPlan, CiReport, check
 from tests.agent_fixtures import snapshot
 from tests.conftest import free_port
-from tests.helpers import LLAMA_TRAINING, problem_at, publish_snapshots
+from tests.helpers import EVERY_TARGET, LLAMA_TRAINING, problem_at, publish_snapshots
 
 PATH = "/v1/plan"
-BODY: dict[str, Any] = {
-    **LLAMA_TRAINING,
-    "targets": {
-        "fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 4},
-        "max_cost_usd": 1000,
-        "max_time_hours": 48,
-        "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
-        "min_memory_headroom": 0.2,
-    },
-}
+BODY: dict[str, Any] = {**LLAMA_TRAINING, "targets": EVERY_TARGET}
 
 
 def test_plan_answers_the_cores_report_byte_for_byte(client: TestClient[Litestar]) -> None:

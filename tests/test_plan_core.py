@@ -17,7 +17,7 @@ from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.mig import builtin_tables
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.recommend import RecommendRequest, recommend
-from tests.helpers import LLAMA_TRAINING
+from tests.helpers import EVERY_TARGET, LLAMA_TRAINING
 
 LLAMA_INFERENCE: dict[str, Any] = {
     "model": {"name": "llama-2-7b"},
@@ -217,9 +217,10 @@ def test_mig_fit_is_the_smallest_plain_profile_by_usable_memory(catalog: Catalog
 
 def test_mig_fit_uses_usable_memory_not_the_name(catalog: Catalog) -> None:
     # Llama-2-13B at 4k needs ~31 GiB: a 3g.40gb slice of an A100 80GB (39.25 GiB usable).
+    llama_13b = {**LLAMA_INFERENCE, "model": {"name": "llama-2-13b"}}
     report = _plan(
         catalog,
-        {**LLAMA_INFERENCE, "model": {"name": "llama-2-13b"}},
+        llama_13b,
         mig_profile_at_most={"gpu": "NVIDIA A100-SXM4-80GB", "profile": "nvidia.com/mig-3g.40gb"},
     )
     v = _verdict(report, "mig_profile_at_most")
@@ -228,9 +229,7 @@ def test_mig_fit_uses_usable_memory_not_the_name(catalog: Catalog) -> None:
     a100 = next(m for m in report.mig if m.gpu == "a100-sxm4-80gb")
     assert a100.resource == "nvidia.com/mig-3g.40gb"
     small = _plan(
-        catalog,
-        {**LLAMA_INFERENCE, "model": {"name": "llama-2-13b"}},
-        mig_profile_at_most={"gpu": "a100-sxm4-80gb", "profile": "2g.20gb"},
+        catalog, llama_13b, mig_profile_at_most={"gpu": "a100-sxm4-80gb", "profile": "2g.20gb"}
     )
     s = _verdict(small, "mig_profile_at_most")
     assert s.status == "fail"
@@ -259,16 +258,7 @@ def test_plan_id_hashes_the_normalized_input(catalog: Catalog) -> None:
 
 
 def test_same_input_gives_byte_identical_json(catalog: Catalog) -> None:
-    doc = {
-        **LLAMA_TRAINING,
-        "targets": {
-            "fits": {"gpu": "a100-sxm4-80gb", "count": 4},
-            "max_cost_usd": 500,
-            "max_time_hours": 48,
-            "mig_profile_at_most": {"gpu": "a100-sxm4-80gb", "profile": "7g.80gb"},
-            "min_memory_headroom": 0.1,
-        },
-    }
+    doc = {**LLAMA_TRAINING, "targets": EVERY_TARGET}
     first = msgspec.json.encode(check(msgspec.convert(doc, CiPlan), catalog))
     again = msgspec.json.encode(check(msgspec.convert(doc, CiPlan), builtin_catalog()))
     assert first == again

@@ -6,47 +6,26 @@ with the same guarded-field rule. amd-smi's units have moved between releases
 Its values are unverified on hardware in this project: see docs/agent.md.
 """
 
-from collections import Counter
 from typing import Any
 
-from gpuplan.agent.telemetry.base import Sweep, TelemetryError, Vendor
+from gpuplan.agent.telemetry.base import GuardedSource, Sweep, TelemetryError, Vendor
 from gpuplan.core.fleet import GpuTelemetry
 
 MB = 1024 * 1024  # amd-smi's "MB" for VRAM is MiB (it divides bytes by 1024²)
 MHZ = 1_000_000
 
 
-class AmdSource:
+class AmdSource(GuardedSource):
     """Reads every AMD GPU amd-smi reports."""
 
     vendor: Vendor = "amd"
+    LIBRARY = "amd-smi"
+    INIT = "amdsmi_init"
+    SHUTDOWN = "amdsmi_shut_down"
 
     def __init__(self, amdsmi: Any) -> None:
         self.amdsmi = amdsmi
-        self.errors: Counter[str] = Counter()
-        self._unsupported: set[tuple[str, str]] = set()
-        try:
-            amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
-        except amdsmi.AmdSmiException as err:
-            raise TelemetryError(f"amd-smi did not initialise: {err}") from err
-
-    def close(self) -> None:
-        try:
-            self.amdsmi.amdsmi_shut_down()
-        except self.amdsmi.AmdSmiException:
-            self.errors["shutdown"] += 1
-
-    def _get(self, key: str, field: str, missing: list[str], fn: str, *args: Any) -> Any:
-        if (key, field) in self._unsupported:
-            missing.append(field)
-            return None
-        try:
-            return getattr(self.amdsmi, fn)(*args)
-        except self.amdsmi.AmdSmiException:
-            self._unsupported.add((key, field))
-            self.errors["not_supported"] += 1
-            missing.append(field)
-            return None
+        super().__init__(amdsmi, amdsmi.AmdSmiException, amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
 
     def collect(self, node: str) -> Sweep:
         smi = self.amdsmi

@@ -10,10 +10,9 @@ the sweep. ``nvml`` is the ``pynvml`` module, or a
 """
 
 import re
-from collections import Counter
 from typing import Any
 
-from gpuplan.agent.telemetry.base import Sweep, TelemetryError, Vendor
+from gpuplan.agent.telemetry.base import GuardedSource, Sweep, TelemetryError, Vendor
 from gpuplan.core.fleet import GpuTelemetry, MigInstance
 
 MHZ = 1_000_000
@@ -28,15 +27,16 @@ class _Lost(Exception):
     """The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)."""
 
 
-class NvmlSource:
+class NvmlSource(GuardedSource):
     """Reads every GPU and MIG instance NVML reports."""
 
     vendor: Vendor = "nvidia"
+    LIBRARY = "NVML"
+    INIT = "nvmlInit"
+    SHUTDOWN = "nvmlShutdown"
 
     def __init__(self, nvml: Any) -> None:
         self.nvml = nvml
-        self.errors: Counter[str] = Counter()
-        self._unsupported: set[tuple[str, str]] = set()
         self._lost: dict[int, tuple[str, str]] = {}  # index -> (uuid, model name)
         self._identity: dict[int, tuple[str, str]] = {}
         self._skip_codes = {
@@ -44,38 +44,18 @@ class NvmlSource:
             nvml.NVML_ERROR_FUNCTION_NOT_FOUND,
             nvml.NVML_ERROR_NO_PERMISSION,
         }
-        try:
-            nvml.nvmlInit()
-        except nvml.NVMLError as err:
-            raise TelemetryError(f"NVML did not initialise: {err}") from err
+        super().__init__(nvml, nvml.NVMLError)
 
-    def close(self) -> None:
-        try:
-            self.nvml.nvmlShutdown()
-        except self.nvml.NVMLError:
-            self.errors["shutdown"] += 1
-
-    # -- one guarded call ------------------------------------------------------
-
-    def _get(self, key: str, field: str, missing: list[str], fn: str, *args: Any) -> Any:
-        """``fn(*args)``, or None with ``field`` recorded in ``missing`` when unsupported."""
-        if (key, field) in self._unsupported:
-            missing.append(field)
-            return None
-        try:
-            return getattr(self.nvml, fn)(*args)
-        except self.nvml.NVMLError as err:
-            code = err.value
-            if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
-                self.errors["gpu_lost"] += 1
-                raise _Lost from err
-            if code in self._skip_codes:
-                self._unsupported.add((key, field))
-                self.errors["not_supported"] += 1
-                missing.append(field)
-            else:
-                self.errors[_error_kind(err)] += 1
-            return None
+    def _is_unsupported(self, err: Exception) -> bool:
+        """Not supported, no such function, no permission; a lost GPU stops its sweep."""
+        code = getattr(err, "value", None)
+        if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
+            self.errors["gpu_lost"] += 1
+            raise _Lost from err
+        if code in self._skip_codes:
+            return True
+        self.errors[_error_kind(err)] += 1
+        return False
 
     # -- the sweep -------------------------------------------------------------
 
@@ -170,19 +150,19 @@ class NvmlSource:
             memory_total_bytes=None if memory is None else int(memory.total),
             memory_used_bytes=None if memory is None else int(memory.used),
             memory_free_bytes=None if memory is None else int(memory.free),
-            power_watts=None if power is None else power / 1000,
-            power_limit_watts=None if limit is None else limit / 1000,
-            energy_joules=None if energy is None else energy / 1000,
+            power_watts=_milli(power),
+            power_limit_watts=_milli(limit),
+            energy_joules=_milli(energy),
             temperature_celsius=temperature,
-            sm_clock_hertz=None if sm is None else float(sm * MHZ),
-            memory_clock_hertz=None if mem_clock is None else float(mem_clock * MHZ),
-            sm_clock_max_hertz=None if sm_max is None else float(sm_max * MHZ),
+            sm_clock_hertz=_scaled(sm, MHZ),
+            memory_clock_hertz=_scaled(mem_clock, MHZ),
+            sm_clock_max_hertz=_scaled(sm_max, MHZ),
             pcie_generation=gen,
             pcie_width=width,
             pcie_max_generation=max_gen,
             pcie_max_width=max_width,
-            pcie_tx_bytes_per_second=None if tx is None else float(tx * KIB),
-            pcie_rx_bytes_per_second=None if rx is None else float(rx * KIB),
+            pcie_tx_bytes_per_second=_scaled(tx, KIB),
+            pcie_rx_bytes_per_second=_scaled(rx, KIB),
             nvlink_links_active=links,
             nvlink_version=version,
             nvlink_tx_bytes=nvlink_tx,
@@ -350,6 +330,16 @@ class NvmlSource:
                 if status == nvml.NVML_P2P_STATUS_OK:
                     pairs.add((i, j))
         return frozenset(pairs)
+
+
+def _milli(value: Any) -> float | None:
+    """NVML's milliwatts and millijoules in watts and joules."""
+    return None if value is None else value / 1000
+
+
+def _scaled(value: Any, unit: int) -> float | None:
+    """A whole count of ``unit`` (MHz, KiB/s), as NVML answers it, in base units."""
+    return None if value is None else float(value * unit)
 
 
 def _profile(name: str) -> str | None:

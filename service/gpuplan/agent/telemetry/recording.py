@@ -19,6 +19,7 @@ import ctypes
 import json
 import sys
 from collections.abc import Callable, Mapping
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -85,33 +86,43 @@ def _to_object(value: Any) -> Any:
     return value
 
 
-class ReplayNvml:
-    """Answers NVML calls from a recording; constants and errors come from ``pynvml``."""
+class _NvmlProxy:
+    """``pynvml`` as the collector sees it, each ``nvml*`` function routed through
+    :meth:`_call`; constants, error classes and the rest pass through untouched."""
 
-    def __init__(self, recording: Mapping[str, Any], pynvml: Any) -> None:
-        self._calls: Mapping[str, Any] = recording["calls"]
+    def __init__(self, pynvml: Any) -> None:
         self._pynvml = pynvml
-        self.missed: list[str] = []
-        """Calls the recording did not hold, for tests to inspect."""
 
     def __getattr__(self, name: str) -> Any:
         target = getattr(self._pynvml, name)
         if not name.startswith("nvml") or not callable(target):
             return target
+        return partial(self._call, name, target)
 
-        def answer(*args: Any) -> Any:
-            key = call_key(name, args)
-            if key not in self._calls:
-                self.missed.append(key)
-                raise self._pynvml.NVMLError(self._pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-            value = self._calls[key]
-            if isinstance(value, dict) and "$error" in value:
-                raise self._pynvml.NVMLError(getattr(self._pynvml, value["$error"]))
-            if isinstance(value, dict) and "$handle" in value:
-                return Handle(value["$handle"])
-            return _to_object(value)
+    def _call(self, name: str, target: Callable[..., Any], *args: Any) -> Any:
+        raise NotImplementedError
 
-        return answer
+
+class ReplayNvml(_NvmlProxy):
+    """Answers NVML calls from a recording; constants and errors come from ``pynvml``."""
+
+    def __init__(self, recording: Mapping[str, Any], pynvml: Any) -> None:
+        super().__init__(pynvml)
+        self._calls: Mapping[str, Any] = recording["calls"]
+        self.missed: list[str] = []
+        """Calls the recording did not hold, for tests to inspect."""
+
+    def _call(self, name: str, target: Callable[..., Any], *args: Any) -> Any:
+        key = call_key(name, args)
+        if key not in self._calls:
+            self.missed.append(key)
+            raise self._pynvml.NVMLError(self._pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        value = self._calls[key]
+        if isinstance(value, dict) and "$error" in value:
+            raise self._pynvml.NVMLError(getattr(self._pynvml, value["$error"]))
+        if isinstance(value, dict) and "$handle" in value:
+            return Handle(value["$handle"])
+        return _to_object(value)
 
 
 def _error_name(err: Exception) -> str:
@@ -124,34 +135,27 @@ def _error_name(err: Exception) -> str:
     return "NVML_ERROR_UNKNOWN"
 
 
-class RecordingNvml:
+class RecordingNvml(_NvmlProxy):
     """Passes calls to ``pynvml`` and records each answer under its call key."""
 
     def __init__(self, pynvml: Any) -> None:
-        self._pynvml = pynvml
+        super().__init__(pynvml)
         self.calls: dict[str, Any] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._pynvml, name)
-        if not name.startswith("nvml") or not callable(target):
-            return target
-
-        def call(*args: Any) -> Any:
-            key = call_key(name, args)
-            real_args = [a.real if isinstance(a, Handle) else a for a in args]
-            try:
-                result = target(*real_args)
-            except self._pynvml.NVMLError as err:
-                self.calls[key] = {"$error": _error_name(err)}
-                raise
-            if name in _HANDLE_FUNCTIONS:
-                handle = Handle(_HANDLE_FUNCTIONS[name]([_arg_text(a) for a in args]), result)
-                self.calls[key] = {"$handle": handle.name}
-                return handle
-            self.calls[key] = to_json(result)
-            return result
-
-        return call
+    def _call(self, name: str, target: Callable[..., Any], *args: Any) -> Any:
+        key = call_key(name, args)
+        real_args = [a.real if isinstance(a, Handle) else a for a in args]
+        try:
+            result = target(*real_args)
+        except self._pynvml.NVMLError as err:
+            self.calls[key] = {"$error": _error_name(err)}
+            raise
+        if name in _HANDLE_FUNCTIONS:
+            handle = Handle(_HANDLE_FUNCTIONS[name]([_arg_text(a) for a in args]), result)
+            self.calls[key] = {"$handle": handle.name}
+            return handle
+        self.calls[key] = to_json(result)
+        return result
 
     def recording(self, comment: str) -> dict[str, Any]:
         return {"_comment": comment, "calls": dict(sorted(self.calls.items()))}
