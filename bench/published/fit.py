@@ -3,8 +3,9 @@
     python -m bench.published.fit          # print the fitted values and the errors
     python -m bench.published.fit --write  # also write them into data/efficiency.toml
 
-Least squares on the log of predicted / measured tokens per second per GPU, over the
-runs marked ``calibration`` (the ``check`` runs are never fitted), with bounds that keep
+Least squares on the log of predicted / measured (tokens per second per GPU for a
+training run, the run's own measure for a serving run), over the runs marked
+``calibration`` (the ``check`` runs are never fitted), with bounds that keep
 each value physical and a weak pull towards its prior (a value no run informs stays
 put). Each run is timed through the same functions ``recommend`` uses, with the job,
 GPU and layout resolved once; the fit changes the loaded efficiency data in place, in
@@ -23,7 +24,7 @@ import msgspec
 import numpy as np
 from scipy.optimize import least_squares
 
-from bench.published.runs import load
+from bench.published.runs import load, predict_serving
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.perf.efficiency import efficiency_data, framework
 from gpuplan.core.recommend import RecommendRequest
@@ -78,6 +79,16 @@ def parameters() -> list[Parameter]:
     for name in ("hopper", "blackwell"):
         params.append(
             _attr(gens[name], "fp8_gemm_efficiency", 0.3, 0.9, f"{name}.fp8_gemm_efficiency")
+        )
+    for name in ("ampere-volta-datacenter", "hopper"):
+        params.append(
+            _attr(
+                gens[name],
+                "decode_bandwidth_efficiency",
+                0.3,
+                0.95,
+                f"{name}.decode_bandwidth_efficiency",
+            )
         )
     k = data.kernels
     params += [
@@ -137,6 +148,20 @@ class Case:
         return option.throughput.value / option.count
 
 
+class ServingCase:
+    """A serving run: its measure (time to first token, time per output token,
+    tokens or requests per second) through the public entry point."""
+
+    def __init__(self, run: dict[str, Any]) -> None:
+        self.run = run
+        self.measured = float(run["value"])
+
+    def predicted(self) -> float:
+        value = predict_serving(self.run)
+        assert value is not None, self.run["id"]
+        return value
+
+
 def _vector(params: list[Parameter]) -> np.ndarray:
     return np.array([math.log(p.get()) if p.log else p.get() for p in params])
 
@@ -146,7 +171,7 @@ def _put(params: list[Parameter], x: np.ndarray) -> None:
         p.put(math.exp(v) if p.log else float(v))
 
 
-def fit(cases: list[Case], params: list[Parameter]) -> None:
+def fit(cases: list[Case | ServingCase], params: list[Parameter]) -> None:
     x0 = _vector(params)
     low = np.array([math.log(p.low) if p.log else p.low for p in params])
     high = np.array([math.log(p.high) if p.log else p.high for p in params])
@@ -186,8 +211,11 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write the fitted values")
     args = parser.parse_args()
     runs = load()
-    calibration = [Case(r) for r in runs if r["split"] == "calibration"]
-    check = [Case(r) for r in runs if r["split"] == "check"]
+    serving = load("inference")
+    calibration: list[Case | ServingCase] = [Case(r) for r in runs if r["split"] == "calibration"]
+    calibration += [ServingCase(r) for r in serving if r["split"] == "calibration"]
+    check: list[Case | ServingCase] = [Case(r) for r in runs if r["split"] == "check"]
+    check += [ServingCase(r) for r in serving if r["split"] == "check"]
     params = parameters()
     fit(calibration, params)
     for p in params:

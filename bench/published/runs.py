@@ -39,6 +39,24 @@ def predict(run: dict[str, Any], layout: str = "given") -> float | None:
     return top.throughput.value / top.count
 
 
+SERVING_MEASURES = {
+    "ttft_s": lambda c: c.latency.time_to_first_token_s,
+    "tpot_s": lambda c: c.latency.time_per_output_token_s,
+    "output_tokens_per_s": lambda c: c.latency.output_tokens_per_s,
+    "requests_per_s": lambda c: c.latency.requests_per_s,
+}
+"""How each serving measure is read off a plan (one replica's figures)."""
+
+
+def predict_serving(run: dict[str, Any]) -> float | None:
+    """The run's measure as the plan of its layout predicts it (None: no plan)."""
+    response = recommend(msgspec.convert(run["request"], RecommendRequest), builtin_catalog())
+    top = response.recommendations[0] if response.recommendations else None
+    if top is None or top.latency is None:
+        return None
+    return float(SERVING_MEASURES[run["measure"]](top))
+
+
 def error(predicted: float | None, measured: float) -> float | None:
     """Signed relative error of a prediction (+0.10: 10% faster than measured)."""
     return None if predicted is None else predicted / measured - 1
@@ -81,6 +99,25 @@ def evaluate() -> dict[str, Any]:
             "given": summary([r["given_error"] for r in chosen]),
             "search": summary([r["search_error"] for r in chosen]),
         }
+    serving = []
+    for run in load("inference"):
+        predicted = predict_serving(run)
+        serving.append(
+            {
+                "id": run["id"],
+                "split": run["split"],
+                "gpu": run["gpu"],
+                "gpus": run["gpus"],
+                "measure": run["measure"],
+                "measured": run["value"],
+                "predicted": predicted,
+                "error": error(predicted, run["value"]),
+            }
+        )
+    result["serving"] = serving
+    for split in ("calibration", "check", "all"):
+        chosen = [r for r in serving if split in ("all", r["split"])]
+        result[f"serving_{split}"] = summary([r["error"] for r in chosen])
     return result
 
 
@@ -104,6 +141,19 @@ def report(result: dict[str, Any]) -> str:
             f"{split}: given median {s['given']['median_abs_error']:.1%} worst "
             f"{s['given']['worst_abs_error']:.1%}; search median "
             f"{s['search']['median_abs_error']:.1%} worst {s['search']['worst_abs_error']:.1%}"
+        )
+    lines.append("")
+    lines.append(f"{'serving run':<52} {'split':<11} {'measure':<20} {'measured':>9} {'predicted':>9} {'err':>7}")
+    for r in result["serving"]:
+        predicted = "-" if r["predicted"] is None else f"{r['predicted']:,.4g}"
+        lines.append(
+            f"{r['id']:<52} {r['split']:<11} {r['measure']:<20} {r['measured']:>9,.4g} "
+            f"{predicted:>9} {pct(r['error']):>7}"
+        )
+    for split in ("calibration", "check", "all"):
+        s = result[f"serving_{split}"]
+        lines.append(
+            f"serving {split}: median {s['median_abs_error']:.1%} worst {s['worst_abs_error']:.1%}"
         )
     return "\n".join(lines)
 

@@ -16,19 +16,30 @@ def advice_line(a: Advice, times: str = "x") -> str:
 
 
 def table(response: RecommendResponse) -> str:
+    serving = response.workload_kind == "inference"
+    middle = f"{'in flight':>9} {'TTFT ms':>8} {'TPOT ms':>8}" if serving else f"{'hours':>9}"
     lines = [
         f"objective: {response.objective}   scenario: {response.scenario.class_} "
         f"({response.scenario.band})",
         f"{'#':>3} {'gpu':<18} {'n':>4} {'layout':<14} {'GiB/GPU':>8} {'mem%':>5} "
-        f"{'tokens/s':>10} {'hours':>9} {'USD':>11} {'kWh':>9} {'score':>6}",
+        f"{'tokens/s':>10} {middle} {'USD':>11} {'kWh':>9} {'score':>6}",
     ]
     for i, r in enumerate(response.recommendations, 1):
         tput = r.throughput.value if r.throughput else None
         fit = "" if r.fits else " (no fit)"
+        if serving:
+            lat = r.latency
+            middle = (
+                f"{num(lat.concurrency if lat else None, 'd'):>9} "
+                f"{num(lat.time_to_first_token_s * 1000 if lat else None, ',.0f'):>8} "
+                f"{num(lat.time_per_output_token_s * 1000 if lat else None, ',.1f'):>8}"
+            )
+        else:
+            middle = f"{num(r.time_hours, ',.2f'):>9}"
         lines.append(
             f"{i:>3} {r.gpu:<18} {r.count:>4} {layout(r.layout):<14} "
             f"{r.required_bytes_per_gpu / GiB:>8.1f} {r.memory_utilization:>5.0%} "
-            f"{num(tput, ',.0f'):>10} {num(r.time_hours, ',.2f'):>9} "
+            f"{num(tput, ',.0f'):>10} {middle} "
             f"{num(r.cost_usd, ',.2f'):>11} {num(r.energy_kwh, ',.1f'):>9} {r.score:>6.3f}{fit}"
         )
     lines += [advice_line(a) for a in response.advice]

@@ -11,9 +11,11 @@ Links come from the catalog: NVLink / Infinity Fabric per direction inside its
 domain (``max_gpus``; a bridge joins 2), PCIe per direction otherwise, and the
 inter-node network for a group that spans nodes. Tensor parallelism over PCIe is
 therefore slow by the numbers, not by a fudge factor: its per-layer all-reduces see
-a link 10-30x slower than NVLink.
+a link 10-30x slower than NVLink. Small all-reduces take the tree's ``2·log2 k``
+start-ups instead of the ring's ``2(k−1)`` (NCCL chooses between them by size).
 """
 
+import math
 from typing import Literal
 
 from gpuplan.core.catalog import GpuSpec
@@ -60,10 +62,18 @@ def group_link(gpu: GpuSpec, size: int, *, gpus_per_node: int, network_bytes_per
 
 
 def all_reduce_seconds(nbytes: float, size: int, link: Link) -> float:
-    """Ring all-reduce of ``nbytes`` (the message each GPU holds) over ``size`` GPUs."""
+    """All-reduce of ``nbytes`` (the message each GPU holds) over ``size`` GPUs: the
+    faster of a ring and a tree, as NCCL picks per message size.
+
+    The ring moves the fewest bytes but pays ``2(k−1)`` start-ups; a (double binary)
+    tree sends the whole message up and down in ``2·log2 k`` steps, so it wins on the
+    small messages of decode steps and of narrow models.
+    """
     if size <= 1 or nbytes <= 0:
         return 0.0
-    return 2 * (size - 1) / size * nbytes / link.bytes_per_s + 2 * (size - 1) * link.latency_s
+    ring = 2 * (size - 1) / size * nbytes / link.bytes_per_s + 2 * (size - 1) * link.latency_s
+    tree = 2 * nbytes / link.bytes_per_s + 2 * math.ceil(math.log2(size)) * link.latency_s
+    return min(ring, tree)
 
 
 def all_gather_seconds(nbytes: float, size: int, link: Link) -> float:

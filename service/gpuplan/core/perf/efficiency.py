@@ -138,12 +138,43 @@ class Vision(Record, kw_only=True):
     source: str
 
 
+class Serving(Record, kw_only=True):
+    """A continuous-batching server's limits (vLLM's defaults)."""
+
+    max_sequences: Annotated[int, msgspec.Meta(ge=1)]
+    """Sequences one replica keeps in flight at most (``max_num_seqs``)."""
+
+    large_gpu_max_sequences: Annotated[int, msgspec.Meta(ge=1)]
+    """The cap on GPUs of at least ``large_gpu_min_memory_bytes``."""
+
+    large_gpu_min_memory_bytes: Annotated[int, msgspec.Meta(ge=0)]
+    large_gpu_excludes: list[str]
+    """Words of a GPU id that keep the smaller cap although the memory is large."""
+
+    kv_block_tokens: Annotated[int, msgspec.Meta(ge=1)]
+    """Tokens per KV-cache block: a sequence holds whole blocks."""
+
+    memory_fraction: Fraction
+    """Share of the GPU's memory the server takes (weights, activations, and a KV cache
+    that fills the rest): it replaces the estimator's planning headroom for serving."""
+
+    verified: bool
+    source: str
+
+    def max_concurrency(self, gpu: GpuSpec) -> int:
+        large = gpu.usable_memory_bytes >= self.large_gpu_min_memory_bytes and not any(
+            word in gpu.id for word in self.large_gpu_excludes
+        )
+        return self.large_gpu_max_sequences if large else self.max_sequences
+
+
 class EfficiencyData(Record, kw_only=True):
     generations: list[Generation] = msgspec.field(name="generation")
     kernels: Kernels
     frameworks: list[Framework] = msgspec.field(name="framework")
     latency: Latency
     vision: Vision
+    serving: Serving
 
 
 @cache

@@ -46,32 +46,3 @@ def forward_flops_per_token(t: TokenFlops, context: float, *, causal_skip: bool)
     """One forward pass: ``2N`` plus attention over ``context`` keys (halved when causal)."""
     attention = t.attention_per_context_token * context * (0.5 if causal_skip else 1.0)
     return 2 * t.matmul_parameters + attention
-
-
-def training_flops_per_token(
-    t: TokenFlops,
-    seq: int,
-    *,
-    causal_skip: bool,
-    checkpointing: str,
-    frozen_base: bool,
-) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs) per trained token.
-
-    Model FLOPs are the 6N + attention of a plain step (what MFU is defined over).
-    Hardware FLOPs add recomputation: full checkpointing repeats the forward (about
-    +33% of a 6N step); selective checkpointing repeats only the attention core
-    (Korthikanti et al. 2022). A frozen base (LoRA, QLoRA) skips weight gradients:
-    forward 2N and input gradients 2N, so about 4N.
-    """
-    forward = forward_flops_per_token(t, seq, causal_skip=causal_skip)
-    attention = forward - 2 * t.matmul_parameters
-    backward = (2 if frozen_base else 4) * t.matmul_parameters + 2 * attention
-    model = forward + backward
-    if checkpointing == "full":
-        extra = forward
-    elif checkpointing == "selective":
-        extra = attention
-    else:
-        extra = 0.0
-    return model, model + extra

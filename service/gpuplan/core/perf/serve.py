@@ -46,6 +46,17 @@ class ServeShape(Record, kw_only=True):
     """KV cache one GPU holds per token of one sequence."""
 
 
+class Replica(NamedTuple):
+    """The GPUs of one replica: how many (tensor parallel), what they deliver, how linked."""
+
+    tp: int
+    rates: Rates
+    mbu: float
+    """Share of the bandwidth a decode step's reads reach."""
+
+    link: Link
+
+
 class Served(NamedTuple):
     """One replica at concurrency ``batch``."""
 
@@ -60,11 +71,16 @@ class Served(NamedTuple):
     model_flops_per_s: float
 
 
-def prefill_seconds(t: TokenFlops, shape: ServeShape, tp: int, rates: Rates, link: Link) -> float:
+def prefill_seconds(t: TokenFlops, shape: ServeShape, r: Replica) -> float:
     """One request's prompt through the replica: a training forward's kernels."""
+    tp, rates, link = r.tp, r.rates, r.link
     s = shape.prompt_tokens
     gemm_flops = 2 * t.matmul_parameters * s / tp
-    attention_flops = (forward_flops_per_token(t, s, causal_skip=shape.causal_skip) - 2 * t.matmul_parameters) * s / tp
+    attention_flops = (
+        (forward_flops_per_token(t, s, causal_skip=shape.causal_skip) - 2 * t.matmul_parameters)
+        * s
+        / tp
+    )
     if rates.mfu is not None:
         compute = (gemm_flops + attention_flops) / (rates.peak_flops * rates.mfu)
     else:
@@ -78,20 +94,23 @@ def prefill_seconds(t: TokenFlops, shape: ServeShape, tp: int, rates: Rates, lin
         elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
         launch = shape.num_layers * k.layer_overhead_seconds / 3 * k.compile_elementwise_factor
         compute = gemm + attention + elementwise + launch
-    reads = shape.weights_bytes / (rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency)
+    reads = shape.weights_bytes / (
+        rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
+    )
     message = s * shape.hidden_size * shape.activation_bytes
     return max(compute, reads) + shape.num_layers * 2 * all_reduce_seconds(message, tp, link)
 
 
-def decode_seconds(
-    t: TokenFlops, shape: ServeShape, tp: int, batch: int, rates: Rates, mbu: float, link: Link
-) -> tuple[float, Bound]:
+def decode_seconds(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> tuple[float, Bound]:
     """One engine step: a token for each of ``batch`` sequences at the mean context."""
+    tp, rates, mbu, link = r
     context = shape.prompt_tokens + shape.output_tokens / 2
     read = shape.weights_bytes + batch * shape.kv_bytes_per_token * context
     memory = read / (rates.bandwidth_bytes_per_s * mbu)
     flops = batch * forward_flops_per_token(t, context, causal_skip=False) / tp
-    efficiency = rates.mfu if rates.mfu is not None else gemm_efficiency(rates, shape.hidden_size / tp)
+    efficiency = (
+        rates.mfu if rates.mfu is not None else gemm_efficiency(rates, shape.hidden_size / tp)
+    )
     compute = flops / (rates.peak_flops * efficiency)
     message = batch * shape.hidden_size * shape.activation_bytes
     extra = shape.num_layers * (
@@ -100,20 +119,17 @@ def decode_seconds(
     return max(memory, compute) + extra, "memory" if memory >= compute else "compute"
 
 
-def serve(
-    t: TokenFlops, shape: ServeShape, tp: int, batch: int, rates: Rates, mbu: float, link: Link
-) -> Served:
+def serve(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> Served:
     """One replica serving ``batch`` sequences at once, in steady state."""
     o = max(shape.output_tokens, 1)
-    prefill = prefill_seconds(t, shape, tp, rates, link)
-    step, bound = decode_seconds(t, shape, tp, batch, rates, mbu, link)
+    prefill = prefill_seconds(t, shape, r)
+    step, bound = decode_seconds(t, shape, r, batch)
     tpot = step + prefill * batch / o
     tokens_per_s = batch / tpot
     s = shape.prompt_tokens
-    flops_per_request = (
-        s * forward_flops_per_token(t, s, causal_skip=shape.causal_skip)
-        + o * forward_flops_per_token(t, s + o / 2, causal_skip=False)
-    )
+    flops_per_request = s * forward_flops_per_token(
+        t, s, causal_skip=shape.causal_skip
+    ) + o * forward_flops_per_token(t, s + o / 2, causal_skip=False)
     requests = tokens_per_s / o
     return Served(
         batch=batch,

@@ -137,7 +137,7 @@ def gemm_efficiency(r: Rates, width: float) -> float:
     """The share of the peak a GEMM of ``width`` reaches (a model of unknown width,
     a bare parameter count or a vision preset, is taken at the plateau)."""
     gen = r.generation
-    plateau = (gen.fp8gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
+    plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
     if width <= 0:
         return plateau
     return plateau * width / (width + r.kernels.gemm_half_width)

@@ -19,7 +19,7 @@ from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.schema import Advice, ParallelLayout, RecommendRequest
-from gpuplan.core.recommend.serving import serve_option, serving_options
+from gpuplan.core.recommend.serving import ReplicaMemory, serve_option, serving_options
 from gpuplan.core.recommend.training import time_training, training_options
 
 ONE = ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)
@@ -101,20 +101,27 @@ class _Advisor:
         if ctx.rate is None:
             return None
         if job.kind == "inference":
-            base = self.oracle.response(with_layout(w, layout))
-            if base is None:
+            laid = with_layout(w, layout)
+            base = self.oracle.response(laid)
+            total = self.oracle.total(laid, self.gpu)
+            if base is None or total is None:
                 return None
             plan = serve_option(
                 job,
                 ctx,
                 w,
                 tp=layout.tensor,
-                required=0,
-                weights=base.breakdown.weights_bytes,
-                kv=base.breakdown.kv_cache_bytes,
+                memory=ReplicaMemory.of(
+                    job,
+                    laid,
+                    self.gpu,
+                    total=total,
+                    weights=base.breakdown.weights_bytes,
+                    kv=base.breakdown.kv_cache_bytes,
+                ),
                 c=self.request.constraints,
             )
-            return plan.speed_s if plan else None
+            return plan.speed_s
         response = self.oracle.response(with_layout(w, layout))
         trainable = response.trainable_parameters if response else self.trainable
         return time_training(job, ctx, layout, trainable, self.request.constraints).seconds

@@ -37,7 +37,7 @@ class MemoryOracle:
         self._model = model
         self._catalog = catalog
         self._responses: dict[bytes, EstimateResponse | None] = {}
-        self._required: dict[tuple[bytes, str, str], int] = {}
+        self._total: dict[tuple[bytes, str, str], int] = {}
         self._laid: dict[tuple[int, bytes], tuple[Workload, Workload, bytes]] = {}
         self.calls = 0
         self.exhausted = False
@@ -82,13 +82,14 @@ class MemoryOracle:
         self._responses[key] = result
         return result
 
-    def required(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
-        """``required_bytes`` on ``gpu`` (its runtime: ROCm for AMD, CUDA otherwise)."""
+    def total(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
+        """``total_bytes`` on ``gpu``: the peak plus the framework overhead of its runtime
+        (ROCm for AMD, CUDA otherwise), before the planning headroom."""
         key = key if key is not None else msgspec.json.encode(workload)
         runtime = runtime_of(gpu)
         memo = (key, gpu.architecture, runtime)
-        if memo in self._required:
-            return self._required[memo]
+        if memo in self._total:
+            return self._total[memo]
         base = self.response(workload, key)
         if base is None:
             return None
@@ -98,10 +99,14 @@ class MemoryOracle:
         overhead = framework_overhead(
             runtime, gpu.architecture, [p.data, p.tensor, p.pipeline, p.expert], dynamic
         )
-        total = base.peak_bytes + max(math.ceil(overhead.total), 0)
-        value = max(math.ceil(total * (1 + HEADROOM)), 0)
-        self._required[memo] = value
+        value = base.peak_bytes + max(math.ceil(overhead.total), 0)
+        self._total[memo] = value
         return value
+
+    def required(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
+        """``required_bytes`` on ``gpu``: the total with the planning headroom."""
+        total = self.total(workload, gpu, key)
+        return None if total is None else max(math.ceil(total * (1 + HEADROOM)), 0)
 
 
 def runtime_of(gpu: GpuSpec) -> str:

@@ -54,6 +54,9 @@ class Job(Record, kw_only=True):
     prompt_tokens: int
     output_tokens: int
     requests_per_second: float | None
+    inference: InferenceVolume
+    """The serving work as requested (defaults when absent)."""
+
     duration_hours: float
     energy: EnergyInputs
     owned: OnPremInputs
@@ -168,6 +171,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         prompt_tokens=prompt,
         output_tokens=output,
         requests_per_second=iv.requests_per_second,
+        inference=iv,
         duration_hours=iv.duration_hours,
         energy=EnergyInputs(
             electricity_usd_per_kwh=c.electricity_usd_per_kwh,

@@ -137,10 +137,7 @@ def _plans(
         )
         return [], miss
     if job.kind == "inference":
-        options, miss = serving_options(job, ctx, oracle, c)
-        if given:
-            options = [o for o in options if o.layout and o.layout.tensor == job.given.tensor]
-        return options, miss
+        return serving_options(job, ctx, oracle, c, given=given)
     if given:
         option = given_option(job, ctx, oracle, c, trainable)
         return [option], option
@@ -253,7 +250,14 @@ def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
         )
     else:
         notes.append(
-            f"inference: prompt {job.prompt_tokens} and output {job.output_tokens} tokens per request, "
-            f"batch {job.workload.batch_size} per replica; cost and energy over {job.duration_hours:g} h"
+            f"inference: prompt {job.prompt_tokens} and output {job.output_tokens} tokens per request; "
+            + (
+                f"{job.workload.batch_size} sequences in flight per replica (workload.batch_size)"
+                if job.workload.batch_size > 1
+                else "each replica batches continuously: as many sequences in flight as its paged KV "
+                "cache holds after the weights, up to the server's cap (vLLM's max_num_seqs default) "
+                "and the latency targets"
+            )
+            + f"; cost and energy over {job.duration_hours:g} h"
         )
     return notes

@@ -112,6 +112,19 @@ class InferenceVolume(Record, kw_only=True):
     duration_hours: Annotated[float, msgspec.Meta(gt=0, le=87_600)] = 730.0
     """Period the cost and energy are for (default: one month, 730 h)."""
 
+    max_time_to_first_token_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
+    """Latency target: a replica serves no more sequences at once than keeps the time
+    to first token (prefill plus one engine step, queueing aside) within it."""
+
+    max_time_per_output_token_s: Annotated[float, msgspec.Meta(gt=0, le=60)] | None = None
+    """Latency target: the time between output tokens each sequence sees (one decode
+    step plus the share of other requests' prefills interleaved with it)."""
+
+    max_concurrency: Annotated[int, msgspec.Meta(ge=1, le=65_536)] | None = None
+    """Most sequences one replica keeps in flight (your server's ``--max-num-seqs``).
+    Default: vLLM's default for the GPU (1024 on GPUs of 70 GiB and more except A100,
+    else 256). A ``workload.batch_size`` above 1 fixes the concurrency instead."""
+
 
 class Efficiency(Record, kw_only=True):
     """Overrides of the speed model's defaults (docs/recommendation.md)."""
@@ -227,11 +240,39 @@ class StepTime(Record, kw_only=True):
     optimizer_s: float
 
 
+ConcurrencyLimit = Literal[
+    "kv_cache",
+    "max_concurrency",
+    "batch_size",
+    "max_time_to_first_token_s",
+    "max_time_per_output_token_s",
+]
+
+
 class Latency(Record, kw_only=True):
-    """Serving latency of one replica at the planned batch."""
+    """One serving replica in steady state at the planned concurrency."""
+
+    concurrency: int
+    """Sequences the replica keeps in flight (continuous batching)."""
+
+    limited_by: ConcurrencyLimit
+    """What stops the concurrency growing: the KV cache left after the weights, the
+    server's sequence cap, an explicit ``batch_size``, or a latency target."""
+
+    kv_cache_sequences: int
+    """Sequences the paged KV cache holds at their mean length (prompt + half the output)."""
 
     time_to_first_token_s: float
     time_per_output_token_s: float
+    request_latency_s: float
+    """Time to first token plus the output tokens at the time per output token."""
+
+    output_tokens_per_s: float
+    """Output tokens per second of one replica."""
+
+    requests_per_s: float
+    """Requests per second one replica completes."""
+
     decode_bound: str
 
 

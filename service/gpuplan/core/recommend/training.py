@@ -205,6 +205,11 @@ def training_ladder(job: Job, count: int, c: Constraints) -> list[ParallelLayout
                             tensor=t, pipeline=1, data=dp, context=cp, zero_stage=1 if dp > 1 else 0
                         )
                     )
+    p = job.given
+    if p.tensor * p.pipeline * p.data * p.context == count and count > 1:
+        # The request's own layout competes at its count: the search never answers
+        # slower than what the user already runs.
+        rungs.append(given_layout(job))
     out = []
     for rung in rungs:
         split = _split(job, rung, default_framework(rung))
@@ -500,13 +505,9 @@ def _option(
     return priced(option, ctx, job, c, timing.delivered_flops_per_s)
 
 
-def given_option(
-    job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints, trainable: int
-) -> Option:
-    """The job on exactly the request's parallelism, fitting or not (``layout: given``)."""
-    p = job.given
-    w = msgspec.structs.replace(job.workload, parallelism=p)
-    job = msgspec.structs.replace(job, workload=w)
+def given_layout(job: Job) -> ParallelLayout:
+    """The request's own parallelism as a layout, its micro-batch and accumulation as given."""
+    p, w = job.given, job.workload
     layout = ParallelLayout(
         tensor=p.tensor,
         pipeline=p.pipeline,
@@ -521,7 +522,17 @@ def given_option(
         gradient_accumulation_steps=w.gradient_accumulation_steps,
         global_batch_size=w.batch_size * w.gradient_accumulation_steps * p.data,
     )
-    layout = msgspec.structs.replace(layout, framework=default_framework(layout))
+    return msgspec.structs.replace(layout, framework=default_framework(layout))
+
+
+def given_option(
+    job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints, trainable: int
+) -> Option:
+    """The job on exactly the request's parallelism, fitting or not (``layout: given``)."""
+    p = job.given
+    w = msgspec.structs.replace(job.workload, parallelism=p)
+    job = msgspec.structs.replace(job, workload=w)
+    layout = given_layout(job)
     count = p.tensor * p.pipeline * p.data * p.context
     laid, key = oracle.laid_out(w, layout)
     required = oracle.required(laid, ctx.gpu, key) or 0
