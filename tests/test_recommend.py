@@ -466,7 +466,7 @@ def test_recompute_is_timed_apart_and_not_counted_in_the_mfu() -> None:
     plain, full, sel = step("none"), step("full"), step("selective")
     assert plain.recompute_s == 0
     assert full.recompute_s == pytest.approx(full.compute_s / 3)  # one more forward
-    assert 0 < sel.recompute_s < 0.05 * sel.compute_s  # the attention core only
+    assert 0 < sel.recompute_s < 0.25 * full.recompute_s  # the attention core only
     assert plain.model_flops_per_token == full.model_flops_per_token == sel.model_flops_per_token
     assert full.mfu < plain.mfu  # recompute is time, not model FLOPs
     # 6N + PaLM's 12·L·H·Q·T, halved for a causal kernel

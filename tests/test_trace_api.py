@@ -71,6 +71,26 @@ def test_trace_runs_in_a_worker_and_is_cached(
     redis.Redis.from_url(redis_url).delete(*keys)
 
 
+def test_a_cache_entry_another_build_wrote_is_a_miss(redis_url: str, key_prefix: str) -> None:
+    """Two builds under one version (a rolling upgrade) share the cache: an entry that does
+    not decode is recomputed and overwritten, not answered with a 500."""
+    pytest.importorskip("transformers")
+    from gpuplan.core.trace.schema import TraceRequest
+
+    settings = Settings(redis_url=redis_url, trace_cache_prefix=key_prefix)
+    key = trace_route.cache_key(
+        msgspec.convert(BODY, TraceRequest), key_prefix, settings.trace_probe_budget_bytes
+    )
+    store = redis.Redis.from_url(redis_url)
+    store.set(key, b'{"parameters": 1, "a_field_of_another_build": 2}')
+    with TestClient(app=create_app(settings)) as client:
+        response = client.post("/v1/memory/trace", json=BODY)
+    assert response.status_code == 200, response.text
+    assert response.json()["parameters"] > 1
+    assert msgspec.json.decode(store.get(key) or b"{}")["parameters"] > 1
+    store.delete(key)
+
+
 def test_unknown_model_type_is_422_naming_the_config() -> None:
     pytest.importorskip("transformers")
     body = {"model": {"hf_config": {**LLAMA, "model_type": "no-such-model"}}}

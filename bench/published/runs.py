@@ -143,7 +143,9 @@ def report(result: dict[str, Any]) -> str:
             f"{s['search']['median_abs_error']:.1%} worst {s['search']['worst_abs_error']:.1%}"
         )
     lines.append("")
-    lines.append(f"{'serving run':<52} {'split':<11} {'measure':<20} {'measured':>9} {'predicted':>9} {'err':>7}")
+    lines.append(
+        f"{'serving run':<52} {'split':<11} {'measure':<20} {'measured':>9} {'predicted':>9} {'err':>7}"
+    )
     for r in result["serving"]:
         predicted = "-" if r["predicted"] is None else f"{r['predicted']:,.4g}"
         lines.append(

@@ -172,7 +172,12 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             log.warning("trace cache read failed: %s", exc)
             cached = None
         if cached is not None:
-            return msgspec.json.decode(cached, type=TraceResult)
+            try:
+                return msgspec.json.decode(cached, type=TraceResult)
+            except msgspec.ValidationError as exc:
+                # Another build under the same version wrote it (a rolling upgrade, a
+                # development tree): a miss, recomputed and overwritten, never a 500.
+                log.warning("trace cache entry %s does not decode, recomputing: %s", key, exc)
     gate = trace_gate(request)
     if gate.locked():
         raise ApiProblem(

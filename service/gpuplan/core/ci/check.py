@@ -18,7 +18,7 @@ from gpuplan.core.ci.errors import InvalidCiPlan
 from gpuplan.core.ci.identity import plan_id
 from gpuplan.core.ci.mig_fit import mig_capable, mig_fit, smallest_holding
 from gpuplan.core.ci.schema import CiPlan, CiReport, Targets, Verdict
-from gpuplan.core.ci.sizing import Sized, size_at
+from gpuplan.core.ci.sizing import Sized, layouts_at, size_at
 from gpuplan.core.ci.verdicts import (
     cost_verdict,
     fits_verdict,
@@ -172,6 +172,12 @@ def _verdicts(
     if t.fits is not None and fits_gpu is not None:
         sized = size_at(job, oracle, fits_gpu, t.fits.count, request.constraints)
         why = "the estimator refuses every layout at this count"
+        if job.kind == "training" and not layouts_at(job, t.fits.count, request.constraints):
+            why = (
+                f"no layout of {t.fits.count} GPUs keeps the job's global batch of "
+                f"{job.global_batch} sequence(s): data-parallel ranks must divide it, tensor and "
+                "pipeline degrees the model's heads and layers"
+            )
         if (
             t.fits.count > 1
             and request.constraints.required_interconnect == "nvlink"

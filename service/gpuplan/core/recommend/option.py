@@ -13,6 +13,7 @@ from gpuplan.core.perf.cost import energy_kwh
 from gpuplan.core.recommend.context import GpuContext
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.schema import (
+    Breach,
     Constraints,
     Latency,
     Objective,
@@ -47,11 +48,73 @@ class Option(Record, kw_only=True):
     step: StepTime | None = None
     source: str = "catalog"
     reasons: list[str] = []
+    breaches: list[Breach] = []
     unverified: list[str] = []
 
     @property
     def gpu_hours(self) -> float:
         return (self.time_hours or 0.0) * self.count
+
+    @property
+    def severity(self) -> float:
+        """How far the plan is from meeting every constraint: 0 when it meets them, else
+        the log of the product of its breaches' factors (a GPU on which no layout could
+        be sized at all ranks after every plan that was)."""
+        if not self.breaches:
+            return 0.0 if self.admissible else UNSIZED_SEVERITY
+        return sum(math.log(b.factor) for b in self.breaches)
+
+
+UNSIZED_SEVERITY = math.log(1e6)
+UNKNOWN_FACTOR = 10.0
+"""The factor of a breach whose size cannot be measured (no price, a zero limit)."""
+
+
+def breach(
+    constraint: str, actual: float, limit: float, unit: str, detail: str, *, at_least: bool = False
+) -> Breach:
+    """``actual`` over ``limit`` (or, ``at_least``, under it)."""
+    if at_least:
+        factor = limit / actual if actual > 0 else UNKNOWN_FACTOR
+    else:
+        factor = actual / limit if limit > 0 else UNKNOWN_FACTOR
+    return Breach(
+        constraint=constraint,
+        actual=actual,
+        limit=limit,
+        unit=unit,
+        factor=max(factor, 1.0),
+        detail=detail,
+    )
+
+
+def memory_breach(required: int, usable: int) -> Breach:
+    """A plan that does not fit; ``required`` 0: the estimator refused its layout."""
+    if required <= 0:
+        return Breach(
+            constraint="memory",
+            actual=None,
+            limit=usable,
+            unit="bytes",
+            factor=UNKNOWN_FACTOR,
+            detail="the estimator refused this layout",
+        )
+    return breach(
+        "memory",
+        required,
+        usable,
+        "bytes",
+        f"needs {required / 2**30:.1f} GiB per GPU, {usable / 2**30:.1f} GiB usable",
+    )
+
+
+def miss_key(option: Option, objective: Objective) -> tuple[float, ...]:
+    """Sort key of plans that miss a constraint: a plan that fits before one that does not
+    (memory is not a knob the user can turn), then the nearest to meeting the constraints;
+    under ``cheapest`` a plan without a price never before one with a price."""
+    unpriced = 1.0 if objective == "cheapest" and option.cost_usd is None else 0.0
+    unfit = 0.0 if option.fits else 1.0
+    return (unpriced, unfit, _sig(option.severity), *objective_key(option, objective))
 
 
 def objective_key(option: Option, objective: Objective) -> tuple[float, ...]:
@@ -84,17 +147,41 @@ def priced(
     cost = usd_h * hours if usd_h is not None else None
     kwh = energy_kwh(gpu, hours * option.count, job.energy)
     watts = option.count * gpu.tdp_watts * job.energy.power_fraction_of_tdp
-    admissible = True
-    reasons = list(option.reasons)
+    breaches = list(option.breaches)
     if c.max_usd_per_hour is not None and usd_h is not None and usd_h > c.max_usd_per_hour:
-        admissible = False
-        reasons.append(f"${usd_h:.2f}/h is over max_usd_per_hour ${c.max_usd_per_hour:.2f}")
+        breaches.append(
+            breach(
+                "constraints.max_usd_per_hour",
+                usd_h,
+                c.max_usd_per_hour,
+                "USD/h",
+                f"${usd_h:.2f}/h is over max_usd_per_hour ${c.max_usd_per_hour:.2f}",
+            )
+        )
     if c.max_total_usd is not None and cost is not None and cost > c.max_total_usd:
-        admissible = False
-        reasons.append(f"${cost:,.2f} is over max_total_usd ${c.max_total_usd:,.2f}")
+        breaches.append(
+            breach(
+                "constraints.max_total_usd",
+                cost,
+                c.max_total_usd,
+                "USD",
+                f"${cost:,.2f} is over max_total_usd ${c.max_total_usd:,.2f}",
+            )
+        )
     if (c.max_usd_per_hour is not None or c.max_total_usd is not None) and usd_h is None:
-        admissible = False
-        reasons.append("no price to check the budget against")
+        budget = "max_usd_per_hour" if c.max_usd_per_hour is not None else "max_total_usd"
+        breaches.append(
+            Breach(
+                constraint=f"constraints.{budget}",
+                actual=None,
+                limit=float(getattr(c, budget)),
+                unit="USD/h" if budget == "max_usd_per_hour" else "USD",
+                factor=UNKNOWN_FACTOR,
+                detail="no price to check the budget against",
+            )
+        )
+    reasons = list(option.reasons) + [b.detail for b in breaches[len(option.breaches) :]]
+    admissible = option.admissible and not breaches
     return msgspec.structs.replace(
         option,
         usd_per_hour=usd_h,
@@ -104,4 +191,5 @@ def priced(
         flops_per_watt=delivered_flops / watts if watts else None,
         admissible=admissible,
         reasons=reasons,
+        breaches=breaches,
     )

@@ -14,7 +14,7 @@ from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
 from gpuplan.core.recommend.job import Job, resolve_job
-from gpuplan.core.recommend.option import Option, objective_key
+from gpuplan.core.recommend.option import Option, miss_key, objective_key
 from gpuplan.core.recommend.scenario import classify
 from gpuplan.core.recommend.schema import (
     Candidate,
@@ -65,16 +65,13 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
             best.append(ranked[0])
             if request.all_counts:
                 extra.extend(ranked[1:])
-        elif plans:
-            misses.append(sorted(plans, key=lambda p: p.count)[0])
         else:
-            misses.append(miss)
+            misses.append(min([*plans, miss], key=lambda p: miss_key(p, request.objective)))
     scored = _score([*best, *extra], request.objective)
     scored.sort(key=lambda r: (-r[1], objective_key(r[0], request.objective), r[0].gpu.id))
     out = [_recommendation(p, s) for p, s in scored]
-    out.extend(
-        _recommendation(p, 0.0) for p in sorted(misses, key=lambda p: (not p.fits, p.gpu.id))
-    )
+    misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
+    out.extend(_recommendation(p, 0.0) for p in misses)
     advice = advise(
         request,
         job,
@@ -92,9 +89,7 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     unverified = sorted({u for p in best for u in p.unverified})
     warnings = list(base.warnings)
     if not best:
-        warnings.append(
-            "no GPU in the candidate set fits the job within the constraints; see advice"
-        )
+        warnings.append(_closest(misses[0]) if misses else "no GPU in the candidate set")
     if oracle.exhausted:
         warnings.append(
             "the search reached its bound of memory estimates; larger counts or some advice may be missing"
@@ -186,6 +181,20 @@ def _score(plans: list[Option], objective: Objective) -> list[tuple[Option, floa
     return out
 
 
+def _closest(p: Option) -> str:
+    """The warning when no plan meets the constraints: what the nearest one misses."""
+    where = f"{p.count} x {p.gpu.id}"
+    if not p.breaches:
+        return (
+            f"no plan meets the constraints; no layout could be sized on any GPU (nearest: {where})"
+        )
+    misses = "; ".join(
+        f"{b.constraint}: {b.detail}" + (f" ({b.factor:.3g}x)" if b.actual is not None else "")
+        for b in p.breaches
+    )
+    return f"no plan meets the constraints; the nearest, {where}, misses {misses}; see advice"
+
+
 def _recommendation(p: Option, score: float) -> Candidate:
     usable = p.gpu.usable_memory_bytes
     reasons = list(p.reasons)
@@ -220,6 +229,7 @@ def _recommendation(p: Option, score: float) -> Candidate:
         source=p.source,  # type: ignore[arg-type]
         score=score if p.fits and p.admissible else 0.0,
         reasons=reasons,
+        breaches=p.breaches,
         unverified=p.unverified,
     )
 

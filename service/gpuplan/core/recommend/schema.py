@@ -276,6 +276,25 @@ class Latency(Record, kw_only=True):
     decode_bound: str
 
 
+class Breach(Record, kw_only=True):
+    """A constraint a plan misses, and by how much."""
+
+    constraint: str
+    """The request field it misses (``constraints.max_gpus_per_job``,
+    ``inference.max_time_per_output_token_s``, …), or ``memory`` for a plan that does not fit."""
+
+    actual: float | None
+    """The plan's value; None when it is unknown (no price to check a budget against)."""
+
+    limit: float
+    unit: str
+    factor: float
+    """How many times off the plan is (at least 1; an unknown value counts as 10): plans
+    that miss are ranked by the product of their factors."""
+
+    detail: str
+
+
 class Candidate(Record, kw_only=True):
     """One GPU model at one count."""
 
@@ -318,6 +337,9 @@ class Candidate(Record, kw_only=True):
     """Objective score in [0, 1]: 1 for the best plan; 0 when it does not fit or is excluded."""
 
     reasons: list[str]
+    breaches: list[Breach] = []
+    """The constraints this plan misses (empty for a plan that meets them all)."""
+
     unverified: list[str] = []
     """Inputs of this plan that are not confirmed by a primary source."""
 

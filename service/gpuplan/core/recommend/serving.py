@@ -11,8 +11,6 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
-import msgspec
-
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Workload
@@ -22,7 +20,7 @@ from gpuplan.core.perf.serve import Replica, Served, ServeShape, serve
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, priced
+from gpuplan.core.recommend.option import Option, breach, memory_breach, priced
 from gpuplan.core.recommend.schema import (
     ConcurrencyLimit,
     Constraints,
@@ -242,7 +240,8 @@ def serve_option(
         if job.requests_per_second
         else 1
     )
-    replicas = replicas or needed
+    # A replica that does not fit is shown alone: how many it would take says nothing.
+    replicas = replicas or (needed if fits else 1)
     count = replicas * tp
     layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
@@ -265,24 +264,46 @@ def serve_option(
         f"TPOT {s.time_per_output_token_s * 1000:.1f} ms; decode is {s.decode_bound}-bound"
         + (f" (tensor parallel over {link.kind})" if tp > 1 else "")
     )
-    admissible = fits and count <= c.max_gpus_per_job
+    breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     if count > c.max_gpus_per_job:
-        reasons.append(
-            f"needs {count} GPUs for {job.requests_per_second:g} requests/s, over max_gpus_per_job {c.max_gpus_per_job}"
+        breaches.append(
+            breach(
+                "constraints.max_gpus_per_job",
+                count,
+                c.max_gpus_per_job,
+                "GPUs",
+                f"needs {count} GPUs for {job.requests_per_second:g} requests/s, over "
+                f"max_gpus_per_job {c.max_gpus_per_job}",
+            )
         )
-    if replicas < needed:
-        admissible = False
-        reasons.append(
-            f"{replicas} replica(s) serve {replicas * s.requests_per_s:.3g} requests/s, under the "
-            f"{job.requests_per_second:g} requested: {needed} needed"
+    if replicas < needed and job.requests_per_second and fits:
+        served = replicas * s.requests_per_s
+        breaches.append(
+            breach(
+                "inference.requests_per_second",
+                served,
+                job.requests_per_second,
+                "requests/s",
+                f"{replicas} replica(s) serve {served:.3g} requests/s, under the "
+                f"{job.requests_per_second:g} requested: {needed} needed",
+                at_least=True,
+            )
         )
-    missed = _breach(s, iv)
-    if missed is not None:
-        admissible = False
-        value = s.time_to_first_token_s if missed == _TARGETS[0] else s.time_per_output_token_s
-        reasons.append(
-            f"{value:.3g} s at {s.batch} sequence(s) in flight, over {missed} {getattr(iv, missed):g} s"
-        )
+    for name, value in zip(
+        _TARGETS, (s.time_to_first_token_s, s.time_per_output_token_s), strict=True
+    ):
+        target = getattr(iv, name)
+        if target is not None and value > target:
+            breaches.append(
+                breach(
+                    f"inference.{name}",
+                    value,
+                    target,
+                    "s",
+                    f"{value:.3g} s at {s.batch} sequence(s) in flight, over {name} {target:g} s",
+                )
+            )
+    reasons += [b.detail for b in breaches if b.constraint != "memory"]
     request_latency = s.time_to_first_token_s + job.output_tokens * s.time_per_output_token_s
     option = Option(
         gpu=gpu,
@@ -290,7 +311,7 @@ def serve_option(
         layout=layout,
         required=required,
         fits=fits,
-        admissible=admissible,
+        admissible=not breaches,
         time_hours=job.duration_hours,
         speed_s=request_latency,
         throughput=Throughput(value=s.output_tokens_per_s * replicas, unit="tokens/s"),
@@ -307,9 +328,7 @@ def serve_option(
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
         reasons=reasons,
+        breaches=breaches,
         unverified=ctx.unverified,
     )
-    finished = priced(option, ctx, job, c, s.model_flops_per_s * replicas)
-    if not admissible:
-        finished = msgspec.structs.replace(finished, admissible=False)
-    return finished
+    return priced(option, ctx, job, c, s.model_flops_per_s * replicas)

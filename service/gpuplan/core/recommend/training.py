@@ -38,7 +38,7 @@ from gpuplan.core.perf.step import Step, StepLayout, StepLinks, StepShape, train
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, priced
+from gpuplan.core.recommend.option import Option, memory_breach, priced
 from gpuplan.core.recommend.schema import (
     Constraints,
     Objective,
@@ -390,6 +390,7 @@ def training_options(
                     required=smallest.required,
                     fits=False,
                     admissible=False,
+                    breaches=[memory_breach(smallest.required, gpu.usable_memory_bytes)],
                 )
         return tried[count]
 
@@ -484,6 +485,7 @@ def _option(
         required=required,
         fits=fits,
         admissible=fits,
+        breaches=[] if fits else [memory_breach(required, ctx.gpu.usable_memory_bytes)],
         time_hours=timing.seconds / 3600,
         speed_s=timing.seconds,
         throughput=Throughput(
