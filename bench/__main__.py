@@ -64,6 +64,12 @@ BENCHMARKS: dict[str, Bench] = {
         {"repeat": 10},
         timeout_s=180,
     ),
+    "published": Bench(
+        "bench.published.runs:run",
+        "speed model vs published training and serving runs (bench/published/runs.toml)",
+        timeout_s=120,
+        writes="published.json",
+    ),
     "mig_packing": Bench(
         "bench.mig_packing:run",
         "MIG planner vs exact MILP (HiGHS), 60 random instances + 10k-workload run",
@@ -237,10 +243,37 @@ def _rows_trace(r: dict[str, Any]) -> list[Row]:
     ]
 
 
+def _rows_published(r: dict[str, Any]) -> list[Row]:
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    rows: list[Row] = []
+    for split in ("calibration", "check"):
+        for how, goal in (("given", "median ≤ 10%, worst ≤ 25%"), ("search", "median ≤ 15%")):
+            s = r[split][how]
+            rows.append(
+                (
+                    f"training tokens/s per GPU, {split} runs, {how} layout ({s['predicted']} of {s['runs']})",
+                    f"median {pct(s['median_abs_error'])}, worst {pct(s['worst_abs_error'])}",
+                    goal,
+                )
+            )
+        s = r[f"serving_{split}"]
+        rows.append(
+            (
+                f"serving TTFT/TPOT/throughput, {split} runs ({s['predicted']} of {s['runs']})",
+                f"median {pct(s['median_abs_error'])}, worst {pct(s['worst_abs_error'])}",
+                "median ≤ 10%, worst ≤ 25%",
+            )
+        )
+    return rows
+
+
 TABLES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "accuracy": _rows_accuracy,
     "estimate_speed": _rows_estimate,
     "recommend_speed": _rows_recommend,
+    "published": _rows_published,
     "mig_packing": _rows_mig,
     "api_overhead": _rows_api,
     "peers": _rows_peers,

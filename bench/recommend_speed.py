@@ -48,6 +48,22 @@ CASES: dict[str, dict[str, Any]] = {
         "workload": {"mode": "inference", "sequence_length": 8192, "batch_size": 16},
         "objective": "fastest",
     },
+    "llama-3.1-70b serving 2k+512, 5 req/s, cheapest": {
+        "model": {"name": "llama-3.1-70b"},
+        "workload": {"mode": "inference", "sequence_length": 2048},
+        "inference": {"output_tokens": 512, "requests_per_second": 5},
+        "objective": "cheapest",
+    },
+    "llama-3.1-70b serving, TPOT target 50 ms": {
+        "model": {"name": "llama-3.1-70b"},
+        "workload": {"mode": "inference", "sequence_length": 2048},
+        "inference": {
+            "output_tokens": 512,
+            "requests_per_second": 5,
+            "max_time_per_output_token_s": 0.05,
+        },
+        "objective": "cheapest",
+    },
     "llama-2-7b LoRA, balanced": _train("llama-2-7b", "balanced", mode="finetune_lora"),
     "llama-2-7b full training, cheapest": _train("llama-2-7b", "cheapest"),
     "llama-2-7b full training, fastest": _train("llama-2-7b", "fastest"),
@@ -57,6 +73,18 @@ CASES: dict[str, dict[str, Any]] = {
     "llama-2-70b training full recompute, fastest": _train(
         "llama-2-70b", "fastest", gradient_checkpointing="full"
     ),
+    "llama-2-70b, your layout (t4p2d8), every GPU": {
+        **_train("llama-2-70b", "balanced", gradient_checkpointing="full", batch_size=1),
+        "layout": "given",
+        "workload": {
+            "mode": "training",
+            "sequence_length": 4096,
+            "batch_size": 1,
+            "gradient_accumulation_steps": 8,
+            "gradient_checkpointing": "full",
+            "parallelism": {"tensor": 4, "pipeline": 2, "data": 8, "zero_stage": 1},
+        },
+    },
     "mixtral-8x7b training, balanced, hybrid": {
         **_train("mixtral-8x7b", "balanced", gradient_checkpointing="full"),
         "constraints": {"deployment": "hybrid"},

@@ -6,7 +6,9 @@ take" gets. The search's answer at the same GPU count (``layout: search`` with
 ``constraints.gpu_counts`` = the run's count) is reported beside it.
 """
 
+import json
 import statistics
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -160,10 +162,14 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    import json
-    import sys
+def run() -> dict[str, Any]:
+    """Every run predicted, the table printed (to stderr under the suite)."""
+    result = evaluate()
+    print(report(result), file=sys.stderr)
+    return result
 
+
+def main() -> None:
     result = evaluate()
     print(report(result))
     out = Path(__file__).resolve().parents[1] / "results" / "published.json"

@@ -43,6 +43,8 @@ class MemoryOracle:
         self.exhausted = False
         self.links: dict[tuple[str, bytes], StepLinks] = {}
         """Links of a (GPU, layout), for the speed model; kept here as a per-request memo."""
+        self.ladders: dict[int, list[ParallelLayout]] = {}
+        """The search's layouts at a GPU count (they do not depend on the GPU)."""
 
     def laid_out(self, workload: Workload, layout: ParallelLayout) -> tuple[Workload, bytes]:
         """``with_layout(workload, layout)`` and its memo key, built once per request."""

@@ -443,7 +443,9 @@ def _option_at(
     trainable: int,
 ) -> tuple[Option | None, Sized | None]:
     usable = ctx.gpu.usable_memory_bytes
-    ladder = training_ladder(job, count, c)
+    ladder = oracle.ladders.get(count)
+    if ladder is None:
+        ladder = oracle.ladders[count] = training_ladder(job, count, c)
     if not ladder:
         return None, None
     if bounds.ddp > usable:
