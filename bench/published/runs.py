@@ -162,6 +162,42 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The tables docs/benchmarks.md quotes: every run with its source and error."""
+    runs = {r["id"]: r for r in [*load(), *load("inference")]}
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:+.1%}"
+
+    def cite(run_id: str) -> str:
+        source = str(runs[run_id]["source"])
+        return source.split(",", maxsplit=1)[0].split("(", maxsplit=1)[0].strip()
+
+    lines = [
+        "| run | split | GPUs | measured tokens/s/GPU | given | error | search | error | source |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in result["runs"]:
+        given = "-" if r["given"] is None else f"{r['given']:,.0f}"
+        search = "-" if r["search"] is None else f"{r['search']:,.0f}"
+        lines.append(
+            f"| {r['id']} | {r['split']} | {r['gpus']} x {r['gpu']} | {r['measured']:,.0f} | "
+            f"{given} | {pct(r['given_error'])} | {search} | {pct(r['search_error'])} | {cite(r['id'])} |"
+        )
+    lines += [
+        "",
+        "| serving run | split | GPUs | measure | measured | predicted | error | source |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in result["serving"]:
+        predicted = "-" if r["predicted"] is None else f"{r['predicted']:,.4g}"
+        lines.append(
+            f"| {r['id']} | {r['split']} | {r['gpus']} x {r['gpu']} | {r['measure']} | "
+            f"{r['measured']:,.4g} | {predicted} | {pct(r['error'])} | {cite(r['id'])} |"
+        )
+    return "\n".join(lines)
+
+
 def run() -> dict[str, Any]:
     """Every run predicted, the table printed (to stderr under the suite)."""
     result = evaluate()
@@ -171,7 +207,7 @@ def run() -> dict[str, Any]:
 
 def main() -> None:
     result = evaluate()
-    print(report(result))
+    print(markdown(result) if "--markdown" in sys.argv else report(result))
     out = Path(__file__).resolve().parents[1] / "results" / "published.json"
     out.write_text(json.dumps(msgspec.to_builtins(result), indent=1) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {out}\n")
