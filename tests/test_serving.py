@@ -220,6 +220,33 @@ def test_unpriced_plans_never_outrank_priced_ones_under_cheapest() -> None:
         ),
         ({"workload": {"compile": "yes"}}, "$.workload.compile"),
         ({"training": {"global_batch_size": 0}}, "$.training.global_batch_size"),
+        # Degrees that contradict each other or the model.
+        (
+            {"workload": {"parallelism": {"virtual_stages": 2}}},
+            "$.workload.parallelism.virtual_stages",
+        ),
+        (
+            {"workload": {"parallelism": {"pipeline": 2, "pipeline_schedule": "interleaved_1f1b"}}},
+            "$.workload.parallelism.virtual_stages",
+        ),
+        (
+            {
+                "workload": {
+                    "parallelism": {
+                        "pipeline": 2,
+                        "virtual_stages": 2,
+                        "pipeline_schedule": "gpipe",
+                    }
+                }
+            },
+            "$.workload.parallelism.pipeline_schedule",
+        ),
+        (
+            {"workload": {"parallelism": {"pipeline": 40, "virtual_stages": 4}}},
+            "$.workload.parallelism.virtual_stages",
+        ),
+        ({"workload": {"parallelism": {"context": 3}}}, "$.workload.parallelism.context"),
+        ({"workload": {"parallelism": {"expert": 2, "data": 3}}}, "$.workload.parallelism.expert"),
     ],
 )
 def test_bad_values_of_the_new_fields_are_422_naming_them(

@@ -6,7 +6,7 @@ refusal lists every problem of the request at once.
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.errors import InvalidModel
-from gpuplan.core.memory.schema import Workload
+from gpuplan.core.memory.schema import Parallelism, Workload
 
 
 def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> None:
@@ -78,4 +78,51 @@ def _check_shape(arch: Architecture | None, w: Workload) -> list[tuple[str, str]
                     "expert parallelism needs an MoE model whose experts it divides",
                 )
             )
+        if p.virtual_stages > 1 and p.pipeline * p.virtual_stages > arch.num_layers:
+            errors.append(
+                (
+                    "$.workload.parallelism.virtual_stages",
+                    f"{p.pipeline} stages x {p.virtual_stages} chunks is more than "
+                    f"{arch.num_layers} layers",
+                )
+            )
+        if w.sequence_length is not None and p.context > 1 and w.sequence_length % p.context:
+            errors.append(
+                (
+                    "$.workload.parallelism.context",
+                    f"{p.context} ranks do not divide the {w.sequence_length}-token sequence",
+                )
+            )
+    return errors + _check_schedule(p)
+
+
+def _check_schedule(p: Parallelism) -> list[tuple[str, str]]:
+    """Degrees that contradict each other whatever the model."""
+    errors = []
+    if p.expert > 1 and p.data % p.expert:
+        errors.append(
+            (
+                "$.workload.parallelism.expert",
+                f"expert-parallel ranks come from the data-parallel ones: {p.expert} does not "
+                f"divide data {p.data}",
+            )
+        )
+    if p.virtual_stages > 1 and p.pipeline == 1:
+        errors.append(
+            ("$.workload.parallelism.virtual_stages", "model chunks per rank need pipeline > 1")
+        )
+    if p.virtual_stages > 1 and p.pipeline_schedule == "gpipe":
+        errors.append(
+            (
+                "$.workload.parallelism.pipeline_schedule",
+                "virtual stages interleave a 1F1B schedule: use interleaved_1f1b",
+            )
+        )
+    if p.pipeline_schedule == "interleaved_1f1b" and p.virtual_stages == 1:
+        errors.append(
+            (
+                "$.workload.parallelism.virtual_stages",
+                "interleaved_1f1b needs the chunks per pipeline rank (2 or more)",
+            )
+        )
     return errors

@@ -8,6 +8,8 @@ import msgspec
 from gpuplan.core.catalog import Catalog, UnknownGpu
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.checks import check_workload
+from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.model import ResolvedModel, resolve_model
 from gpuplan.core.memory.parameters import ParameterCount, count_parameters, is_moe_layer
 from gpuplan.core.memory.schema import Parallelism, Workload
@@ -98,45 +100,19 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
     counts = count_parameters(arch) if arch is not None else None
     total = bare if bare is not None else (counts.total if counts is not None else 0)
     inference = w.mode == "inference"
-    tokens = 0.0
-    seq = w.sequence_length or 1
-    if not inference:
-        tv = request.training
-        if tv is None:
-            errors.append(
-                (
-                    "$.training",
-                    "training work is required: training_tokens, samples, or epochs with dataset_samples",
-                )
-            )
-        else:
-            forms = [
-                tv.training_tokens is not None,
-                tv.samples is not None,
-                tv.epochs is not None or tv.dataset_samples is not None,
-            ]
-            if sum(forms) != 1:
-                errors.append(
-                    (
-                        "$.training",
-                        "give exactly one of training_tokens, samples, or epochs with dataset_samples",
-                    )
-                )
-            elif tv.training_tokens is not None:
-                tokens = float(tv.training_tokens)
-            elif tv.samples is not None:
-                tokens = float(tv.samples) * seq
-            elif tv.epochs is None or tv.dataset_samples is None:
-                errors.append(("$.training", "epochs and dataset_samples go together"))
-            else:
-                tokens = tv.epochs * tv.dataset_samples * seq
-        if request.inference is not None:
-            errors.append(("$.inference", "inference work applies to workload.mode inference"))
-    elif request.training is not None:
+    tokens = 0.0 if inference else _training_tokens(request, errors)
+    if inference and request.training is not None:
         errors.append(("$.training", "training work applies to training and fine-tuning modes"))
+    if not inference and request.inference is not None:
+        errors.append(("$.inference", "inference work applies to workload.mode inference"))
     iv = request.inference or InferenceVolume()
     prompt = iv.prompt_tokens or w.sequence_length or 1
     output = iv.output_tokens or w.max_new_tokens or DEFAULT_OUTPUT_TOKENS
+    try:
+        # The request's own layout is checked whatever the mode: the search times it too.
+        check_workload(arch, w, vision=model.vision is not None)
+    except InvalidModel as exc:
+        errors.extend(exc.errors)
     measured = _by_id(request.measured_flops, catalog, "$.measured_flops", errors)
     prices = _by_id(request.constraints.prices, catalog, "$.constraints.prices", errors)
     if errors:
@@ -185,6 +161,41 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         measured=measured,
         prices=prices,
     )
+
+
+def _training_tokens(request: RecommendRequest, errors: list[tuple[str, str]]) -> float:
+    """Tokens the training work comes to (0 with an error when it is missing or mixed)."""
+    tv = request.training
+    seq = request.workload.sequence_length or 1
+    if tv is None:
+        errors.append(
+            (
+                "$.training",
+                "training work is required: training_tokens, samples, or epochs with dataset_samples",
+            )
+        )
+        return 0.0
+    forms = [
+        tv.training_tokens is not None,
+        tv.samples is not None,
+        tv.epochs is not None or tv.dataset_samples is not None,
+    ]
+    if sum(forms) != 1:
+        errors.append(
+            (
+                "$.training",
+                "give exactly one of training_tokens, samples, or epochs with dataset_samples",
+            )
+        )
+        return 0.0
+    if tv.training_tokens is not None:
+        return float(tv.training_tokens)
+    if tv.samples is not None:
+        return float(tv.samples) * seq
+    if tv.epochs is None or tv.dataset_samples is None:
+        errors.append(("$.training", "epochs and dataset_samples go together"))
+        return 0.0
+    return tv.epochs * tv.dataset_samples * seq
 
 
 def _by_id(
