@@ -196,7 +196,8 @@
     const state = { view: page.state.view };
     for (const name of [...Object.keys(page.fields), ...JOB_KEYS]) {
       const input = $(name);
-      if (input && input.value !== "" && !input.closest("[hidden]")) state[name] = input.value.trim();
+      // Both forms make the state; only volume fields of the other mode are left out.
+      if (input && input.value !== "" && !input.closest("[data-when][hidden]")) state[name] = input.value.trim();
     }
     if (state.config) delete state.model;
     state.mig_gpu = $("mig_gpu").value;
@@ -261,7 +262,7 @@
     const total = parts.reduce((s, p) => s + p.bytes, 0);
     const max = Math.max(total, usable || 0) * 1.06;
     const W = 760, L = 12, R = 12, plot = W - L - R, x = (b) => L + (b / max) * plot;
-    const svg = sv("svg", { viewBox: `0 0 ${W} 120`, role: "img", "aria-labelledby": "memory-caption", class: "memory" });
+    const svg = sv("svg", { viewBox: `0 0 ${W} 118`, role: "img", "aria-labelledby": "memory-caption", class: "memory" });
     let at = 0;
     parts.forEach((p, i) => {
       const rect = sv("rect", { x: x(at), y: 28, width: Math.max(x(at + p.bytes) - x(at), 0.5), height: 44, class: `part c${i % 10}`, "data-field": p.key, "data-bytes": p.bytes },
@@ -271,14 +272,15 @@
     });
     const step = niceStep(max / GIB, 8);
     for (let g = 0; g * GIB <= max; g += step) {
-      svg.append(sv("line", { x1: x(g * GIB), x2: x(g * GIB), y1: 74, y2: 80, class: "tick" }), sv("text", { x: x(g * GIB), y: 94, class: "axis", "text-anchor": "middle" }, `${g}`));
+      svg.append(sv("line", { x1: x(g * GIB), x2: x(g * GIB), y1: 74, y2: 80, class: "tick" }),
+        sv("text", { x: x(g * GIB), y: 92, class: "axis", "text-anchor": "middle" }, (g + step) * GIB > max ? `${g} GiB` : `${g}`));
     }
-    svg.append(sv("text", { x: W - R, y: 112, class: "axis", "text-anchor": "end" }, "GiB"));
+    // "needs" above the bar, "usable" below the axis: the two never overlap.
+    svg.append(sv("text", { x: x(total), y: 21, class: "total-label", "text-anchor": x(total) > W - 140 ? "end" : "start" }, `needs ${gib(total)}`));
     if (usable) {
-      svg.append(sv("line", { x1: x(usable), x2: x(usable), y1: 14, y2: 80, class: answer.fit.fits ? "limit ok" : "limit over", "data-bytes": usable }),
-        sv("text", { x: x(usable), y: 11, class: "limit-label", "text-anchor": x(usable) > W - 120 ? "end" : "middle" }, `usable ${gib(usable)}`));
+      svg.append(sv("line", { x1: x(usable), x2: x(usable), y1: 24, y2: 100, class: answer.fit.fits ? "limit ok" : "limit over", "data-bytes": usable }),
+        sv("text", { x: x(usable), y: 113, class: "limit-label", "text-anchor": x(usable) > W - 120 ? "end" : "middle" }, `usable ${gib(usable)}`));
     }
-    svg.append(sv("text", { x: x(total), y: 22, class: "total-label", "text-anchor": x(total) > W - 140 ? "end" : "start" }, `needs ${gib(total)}`));
     const legend = el("ul", { class: "legend" }, parts.map((p, i) => el("li", { "data-field": p.key, "data-bytes": p.bytes },
       svgSwatch(i), `${p.label} `, el("span", { class: "num" }, gib(p.bytes)))));
     put("memory-svg", svg, legend);
@@ -418,7 +420,7 @@
       return el("th", { scope: "col", "aria-sort": sorting.key === c.key ? (sorting.dir > 0 ? "ascending" : "descending") : null }, button);
     })));
     put(table.tBodies[0], rows.map((c) => el("tr", { "data-gpu": c.gpu, "data-count": c.count, class: c.fits ? null : "nofit" },
-      COLUMNS.map((col) => el(col.key === "gpu" ? "th" : "td", { scope: col.key === "gpu" ? "row" : null, "data-key": col.key, "data-value": col.value(c), class: col.key === "gpu" ? null : "num", title: col.key === "gpu" ? [c.name, ...c.reasons].join("; ") : null }, col.text(c))))));
+      COLUMNS.map((col) => el(col.key === "gpu" ? "th" : "td", { scope: col.key === "gpu" ? "row" : null, "data-key": col.key, "data-value": col.value(c), class: ["gpu", "fits", "layout"].includes(col.key) ? null : "num", title: col.key === "gpu" ? [c.name, ...c.reasons].join("; ") : null }, col.text(c))))));
   }
   function renderGpus(answer) {
     const fitting = answer.recommendations.filter((c) => c.fits).length;
