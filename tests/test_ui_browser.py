@@ -14,7 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
@@ -272,7 +272,7 @@ def test_a_shared_plan_draws_the_apis_figures(watched: Watched, server: str) -> 
 def test_the_forms_make_a_new_plan_and_its_link(watched: Watched, server: str) -> None:
     page = watched.page
     watched.open(PLAN)
-    page.get_by_label("batch size").fill("8")
+    page.get_by_label("batch size", exact=True).fill("8")
     page.get_by_label("GPU for the fit").select_option("h100-sxm5-80gb")
     page.get_by_role("button", name="Plan", exact=True).click()
     page.wait_for_url("**batch_size=8**")
@@ -304,6 +304,63 @@ def test_the_forms_make_a_new_plan_and_its_link(watched: Watched, server: str) -
     again.wait_for_selector("body[data-ready=true]", timeout=30_000)
     assert again.locator("#mig-yaml").text_content() == page.locator("#mig-yaml").text_content()
     again.close()
+
+
+TINY_LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "intermediate_size": 688,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 1000,
+    "max_position_embeddings": 512,
+}
+
+
+@pytest.mark.torch
+def test_a_pasted_config_draws_its_traced_step(watched: Watched, server: str) -> None:
+    page = watched.page
+    query = urlencode(
+        {
+            "view": "memory",
+            "config": json.dumps(TINY_LLAMA),
+            "mode": "training",
+            "batch_size": 2,
+            "sequence_length": 128,
+            "gpu": "l4-24gb",
+            "training_tokens": 1_000_000,
+            "trace": 1,
+            "t.batch_size": 2,
+            "t.sequence_length": 128,
+        }
+    )
+    page.goto(f"{server}/ui?{query}")
+    page.wait_for_selector("body[data-ready=true]", timeout=120_000)
+    assert json.loads(page.locator("#config").input_value()) == TINY_LLAMA
+    assert page.locator("#trace").is_checked()
+    traced = _post(
+        server,
+        "/v1/memory/trace",
+        {"model": {"hf_config": TINY_LLAMA}, "workload": {"batch_size": 2, "sequence_length": 128}},
+    )
+    drawn = {
+        label.get_attribute("data-phase"): int(label.get_attribute("data-bytes") or -1)
+        for label in page.get_by_test_id("memory-chart").locator("#timeline .phase-bytes").all()
+    }
+    assert drawn == {k: v for k, v in traced["phases"].items() if v > 0}
+    assert _gib(traced["peak_bytes"]) in page.locator("#timeline h3").inner_text()
+    estimate = _post(
+        server,
+        "/v1/memory/estimate",
+        {
+            "model": {"hf_config": TINY_LLAMA},
+            "workload": {"mode": "training", "batch_size": 2, "sequence_length": 128},
+            "gpu": "l4-24gb",
+        },
+    )
+    _check_memory(page, estimate)
+    watched.shot("memory-traced")
 
 
 def test_without_a_plan_the_page_shows_the_worked_example(watched: Watched) -> None:

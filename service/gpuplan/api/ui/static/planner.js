@@ -7,6 +7,7 @@
   const GIB = 1024 ** 3;
   const TOKEN_KEY = "gpuplan-token";
   const PRIMARY = ["mode", "batch_size", "sequence_length", "precision", "gradient_checkpointing", "optimizer"];
+  const TRACE = "t.";  // state keys and ids of the traced step's fields
   const JOB_KEYS = ["model", "config", "gpu", "objective", "training_tokens", "requests_per_second", "prompt_tokens", "output_tokens"];
   // Opened without a plan, the page shows this one: a Llama 3.1 8B LoRA fine-tune and
   // an A100 80GB shared by two 35 GiB services, three notebooks and an embedder.
@@ -44,6 +45,7 @@
   const pct = (x) => (x * 100).toFixed(1) + "%";
   const words = (field) => field.replace(/_bytes$/, "").replace(/_/g, " ");
   const fixed = (x, digits) => (x === null || x === undefined ? "—" : Number(x).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+  const count = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : n >= 1e6 ? (n / 1e6).toFixed(1) + " M" : String(n));
   const tickText = (t) => Number(t.toPrecision(3)).toLocaleString("en-US", { maximumFractionDigits: 6 });
   function put(target, ...children) {
     const node = typeof target === "string" ? $(target) : target;
@@ -121,12 +123,12 @@
     }
     return null;
   }
-  function fieldInput(name, spec, required) {
+  function fieldInput(field, spec, required, group = "") {
     const scalar = scalarOf(spec);
     if (!scalar) return null;
-    const id = name;
+    const name = group + field, id = name;
     const nullable = Boolean(spec.anyOf && spec.anyOf.some((o) => o.type === "null"));
-    page.fields[name] = { kind: scalar.kind, default: spec.default === null ? undefined : spec.default, nullable };
+    page.fields[name] = { kind: scalar.kind, default: spec.default === null ? undefined : spec.default, nullable, group, field };
     let input;
     if (scalar.kind === "enum") {
       input = el("select", { id, name });
@@ -142,7 +144,8 @@
     const help = spec.description ? el("p", { class: "help", id: id + "-help" }, spec.description.split(/(?<=\.)\s/)[0].replace(/``/g, "")) : null;
     if (help) input.setAttribute("aria-describedby", help.id);
     if (required) input.required = true;
-    return el("div", { class: "field" }, el("label", { for: id }, words(name)), input, help);
+    const prefix = group === TRACE ? el("span", { class: "sr" }, "trace ") : null;
+    return el("div", { class: "field" }, el("label", { for: id }, prefix, words(field)), input, help);
   }
   function buildForm(openapi, models, gpus) {
     const schemas = openapi.components.schemas;
@@ -154,6 +157,9 @@
     }
     put("workload-fields", primary.sort((a, b) => a[0] - b[0]).map((p) => p[1]));
     put("workload-more", more.map((p) => p[1]));
+    const traced = schemas.TraceWorkload;
+    put("trace-more", Object.entries(traced.properties).map(([name, spec]) => fieldInput(name, spec, false, TRACE)).filter(Boolean));
+    $("config").addEventListener("input", showTraceFields);
     const objective = scalarOf(schemas.RecommendRequest.properties.objective);
     put("objective", objective.choices.map((c) => el("option", { value: c }, c)));
     $("objective").value = schemas.RecommendRequest.properties.objective.default || objective.choices[0];
@@ -169,6 +175,9 @@
       node.hidden = (node.dataset.when === "inference") !== inference;
     }
   }
+  function showTraceFields() {
+    $("trace-fields").hidden = !$("config").value.trim();
+  }
   function fillForm(state) {
     for (const name of [...Object.keys(page.fields), ...JOB_KEYS, "mig_gpu"]) {
       const input = $(name);
@@ -176,7 +185,9 @@
       if (state[name] !== undefined) input.value = state[name];
     }
     $("config-box").open = Boolean(state.config);
+    $("trace").checked = state.trace === "1";
     showVolumeFields();
+    showTraceFields();
     put("mig-rows", (state.mw || []).map(migRow));
   }
   function migRow(text) {
@@ -200,6 +211,7 @@
       if (input && input.value !== "" && !input.closest("[data-when][hidden]")) state[name] = input.value.trim();
     }
     if (state.config) delete state.model;
+    if (state.config && $("trace").checked) state.trace = "1";
     state.mig_gpu = $("mig_gpu").value;
     state.mw = [...document.querySelectorAll("#mig-rows tr")].map((tr) => [...tr.querySelectorAll("input")].map((i) => i.value.trim().replace(/:/g, "")).join(":"));
     return state;
@@ -219,9 +231,17 @@
     if (state.config) {
       try { model = { hf_config: JSON.parse(state.config) }; } catch (e) { throw new ApiError(400, { detail: "config.json is not valid JSON: " + e.message }, "config.json"); }
     } else model = { name: state.model };
-    const workload = {};
-    for (const name of Object.keys(page.fields)) if (state[name] !== undefined && state[name] !== "") workload[name] = typed(name, state[name]);
-    return { model, workload };
+    return { model, workload: fieldsOf(state, "") };
+  }
+  function fieldsOf(state, group) {
+    const values = {};
+    for (const [name, f] of Object.entries(page.fields)) {
+      if (f.group === group && state[name] !== undefined && state[name] !== "") values[f.field] = typed(name, state[name]);
+    }
+    return values;
+  }
+  function traceRequest(state) {
+    return { model: jobRequest(state).model, workload: fieldsOf(state, TRACE) };
   }
   function recommendRequest(state) {
     const body = { ...jobRequest(state), objective: state.objective };
@@ -292,7 +312,7 @@
     const biggest = parts.slice().sort((a, b) => b.bytes - a.bytes)[0];
     $("memory-caption").textContent = `Memory at the peak (${answer.peak_phase || "peak"}): ${gib(total)} needed` +
       (usable ? ` of ${gib(usable)} usable on ${answer.fit.gpu}` : "") + (biggest ? `; the largest part is ${biggest.label} (${gib(biggest.bytes)}).` : ".");
-    drawTimeline(answer, usable);
+    drawTimeline(answer, usable, "Through the step");
   }
   function svgSwatch(i) {
     return sv("svg", { class: "swatch", viewBox: "0 0 10 10", "aria-hidden": "true" }, sv("rect", { width: 10, height: 10, class: `c${i % 10}` }));
@@ -300,31 +320,34 @@
   // Live bytes through the step, where the answer gives phases (the tracer does; an
   // estimate that gains them is drawn the same way).
   function phasesOf(answer) {
-    if (Array.isArray(answer.timeline)) return answer.timeline.map((p) => ({ label: p.phase || p.name, bytes: p.bytes ?? p.live_bytes }));
+    if (Array.isArray(answer.timeline)) return answer.timeline.map((p) => ({ key: p.phase || p.name, label: p.phase || p.name, bytes: p.bytes ?? p.live_bytes }));
     if (answer.phases && typeof answer.phases === "object") {
-      return Object.entries(answer.phases).filter(([, v]) => typeof v === "number" && v > 0).map(([k, v]) => ({ label: words(k), bytes: v }));
+      return Object.entries(answer.phases).filter(([, v]) => typeof v === "number" && v > 0).map(([k, v]) => ({ key: k, label: words(k), bytes: v }));
     }
     return [];
   }
-  function drawTimeline(answer, usable) {
+  function drawTimeline(answer, usable, title) {
     const phases = phasesOf(answer);
     if (!phases.length) {
-      put("timeline", el("p", { class: "help" }, `This answer names the phase of the peak (${answer.peak_phase || "unknown"}) but no per-phase figures, so no timeline is drawn.`));
+      put("timeline", el("p", { class: "help" }, `The estimate names the phase of the peak (${answer.peak_phase || "unknown"}) but gives no per-phase figures; paste a config.json and trace its step for a timeline.`));
       return;
     }
     const W = 760, H = 150, L = 60, B = 24, T = 16;
-    const max = Math.max(...phases.map((p) => p.bytes), usable || 0) * 1.08;
+    const peak = Math.max(...phases.map((p) => p.bytes));
+    if (usable && usable > 3 * peak) usable = null;  // off the scale: the caption says so
+    const max = Math.max(peak, usable || 0) * 1.15;
     const y = (b) => H - B - (b / max) * (H - B - T), band = (W - L - 10) / phases.length;
     const svg = sv("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "Live memory by phase: " + phases.map((p) => `${p.label} ${gib(p.bytes)}`).join(", "), class: "timeline" });
     let path = `M ${L} ${y(0)}`;
     phases.forEach((p, i) => {
       path += ` L ${L + i * band} ${y(p.bytes)} L ${L + (i + 1) * band} ${y(p.bytes)}`;
       svg.append(sv("text", { x: L + (i + 0.5) * band, y: H - 6, class: "axis", "text-anchor": "middle" }, p.label),
-        sv("text", { x: L + (i + 0.5) * band, y: y(p.bytes) - 4, class: "axis", "text-anchor": "middle", "data-bytes": p.bytes }, gib(p.bytes)));
+        sv("text", { x: L + (i + 0.5) * band, y: y(p.bytes) - 4, class: "axis phase-bytes", "text-anchor": "middle", "data-phase": p.key, "data-bytes": p.bytes }, gib(p.bytes)));
     });
     svg.prepend(sv("path", { d: path + ` L ${L + phases.length * band} ${y(0)} Z`, class: "area" }));
     if (usable) svg.append(sv("line", { x1: L, x2: W - 10, y1: y(usable), y2: y(usable), class: "limit ok" }));
-    put("timeline", el("h3", {}, "Through the step"), svg);
+    put("timeline", el("h3", {}, title), svg);
+    if (!usable) svg.setAttribute("aria-label", svg.getAttribute("aria-label") + " (the GPU's usable memory is far above, off this scale)");
   }
 
   function scatterAxes(fitting) {
@@ -430,14 +453,15 @@
     drawTable(answer);
   }
 
-  function renderMemory(answer, recommendation) {
+  function renderMemory(answer, recommendation, trace) {
     const fit = answer.fit;
     const verdict = fit
       ? el("p", { class: fit.fits ? "fits" : "nofits", "data-fits": fit.fits },
         el("strong", {}, fit.fits ? "Fits" : "Does not fit"), ` on ${fit.gpu}: needs ${gib(fit.required_bytes)} of ${gib(fit.usable_memory_bytes)} usable (${pct(fit.utilization)}).`)
       : el("p", {}, el("strong", {}, `Needs ${gib(answer.required_bytes)}`), " (no GPU chosen for a fit).");
-    put("verdict", verdict, el("p", { class: "help" }, `${fixed(answer.parameters / 1e9, 2)} B parameters (${fixed(answer.trainable_parameters / 1e6, 1)} M trainable); peak in ${answer.peak_phase}; ${answer.method} estimate.`));
+    put("verdict", verdict, el("p", { class: "help" }, `${count(answer.parameters)} parameters (${count(answer.trainable_parameters)} trainable); peak in ${answer.peak_phase}; ${answer.method} estimate.`));
     drawMemory(answer);
+    if (trace) drawTimeline(trace, fit ? fit.usable_memory_bytes : null, `Through the step, traced (peak ${gib(trace.peak_bytes)} in ${trace.peak_phase}; ${trace.runtime} allocator)`);
     const advice = recommendation && recommendation.advice ? recommendation.advice : [];
     put("advice", advice.length ? advice.map((a) => el("li", { "data-change": a.change },
       el("strong", {}, a.change), ` on ${a.count}× ${a.gpu}: ${gib(a.required_bytes_before)} → ${gib(a.required_bytes_after)} per GPU, ${a.fits_after ? "then fits" : "still does not fit"}` +
@@ -521,15 +545,16 @@
     const attempt = async (path, make) => {
       try { return await make(); } catch (e) { errors.push({ path, message: e.message, status: e.status, problem: e.problem }); return null; }
     };
-    const [estimate, ranking, mig, profiles] = await Promise.all([
+    const [estimate, ranking, mig, profiles, trace] = await Promise.all([
       attempt("memory", () => api("POST", "/v1/memory/estimate", { ...jobRequest(state), gpu: state.gpu || null })),
       attempt("GPUs", () => api("POST", "/v1/recommendations", recommendRequest(state))),
       attempt("MIG", () => api("POST", "/v1/mig/plan", migRequest(state))),
       attempt("MIG profiles", () => api("GET", "/v1/mig/profiles?gpu=" + encodeURIComponent(state.mig_gpu))),
+      state.trace === "1" && state.config ? attempt("trace", () => api("POST", "/v1/memory/trace", traceRequest(state))) : null,
     ]);
-    page.answers = { estimate, ranking, mig, profiles };
+    page.answers = { estimate, ranking, mig, profiles, trace };
     showProblems(errors);
-    if (estimate) renderMemory(estimate, ranking);
+    if (estimate) renderMemory(estimate, ranking, trace);
     if (ranking) renderGpus(ranking);
     if (mig && profiles) renderMig(mig, profiles);
     say(errors.length ? "Planned, with problems (see above)." : "Planned.");
