@@ -45,6 +45,7 @@
   const pct = (x) => (x * 100).toFixed(1) + "%";
   const words = (field) => field.replace(/_bytes$/, "").replace(/_/g, " ");
   const fixed = (x, digits) => (x === null || x === undefined ? "—" : Number(x).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
+  const slicesText = (i) => (i.size === 1 ? `slice ${i.start}` : `slices ${i.start}–${i.start + i.size - 1}`);
   const count = (n) => (n >= 1e9 ? (n / 1e9).toFixed(2) + " B" : n >= 1e6 ? (n / 1e6).toFixed(1) + " M" : String(n));
   const tickText = (t) => Number(t.toPrecision(3)).toLocaleString("en-US", { maximumFractionDigits: 6 });
   function put(target, ...children) {
@@ -285,7 +286,7 @@
     const svg = sv("svg", { viewBox: `0 0 ${W} 118`, role: "img", "aria-labelledby": "memory-caption", class: "memory" });
     let at = 0;
     parts.forEach((p, i) => {
-      const rect = sv("rect", { x: x(at), y: 28, width: Math.max(x(at + p.bytes) - x(at), 0.5), height: 44, class: `part c${i % 10}`, "data-field": p.key, "data-bytes": p.bytes },
+      const rect = sv("rect", { x: x(at), y: 28, width: Math.max(x(at + p.bytes) - x(at), 0.5), height: 44, class: `part ${partClass(p, i)}`, "data-field": p.key, "data-bytes": p.bytes },
         sv("title", {}, `${p.label}: ${gib(p.bytes)}`));
       svg.append(rect);
       at += p.bytes;
@@ -302,7 +303,7 @@
         sv("text", { x: x(usable), y: 113, class: "limit-label", "text-anchor": x(usable) > W - 120 ? "end" : "middle" }, `usable ${gib(usable)}`));
     }
     const legend = el("ul", { class: "legend" }, parts.map((p, i) => el("li", { "data-field": p.key, "data-bytes": p.bytes },
-      svgSwatch(i), `${p.label} `, el("span", { class: "num" }, gib(p.bytes)))));
+      svgSwatch(partClass(p, i)), `${p.label} `, el("span", { class: "num" }, gib(p.bytes)))));
     put("memory-svg", svg, legend);
     put("memory-table", el("table", { class: "figures" },
       el("thead", {}, el("tr", {}, el("th", { scope: "col" }, "part"), el("th", { scope: "col" }, "bytes"), el("th", { scope: "col" }, "GiB"))),
@@ -314,8 +315,9 @@
       (usable ? ` of ${gib(usable)} usable on ${answer.fit.gpu}` : "") + (biggest ? `; the largest part is ${biggest.label} (${gib(biggest.bytes)}).` : ".");
     drawTimeline(answer, usable, "Through the step");
   }
-  function svgSwatch(i) {
-    return sv("svg", { class: "swatch", viewBox: "0 0 10 10", "aria-hidden": "true" }, sv("rect", { width: 10, height: 10, class: `c${i % 10}` }));
+  const partClass = (p, i) => (p.key === "headroom" ? "c-headroom" : `c${i % 10}`);
+  function svgSwatch(cls) {
+    return sv("svg", { class: "swatch", viewBox: "0 0 10 10", "aria-hidden": "true" }, sv("rect", { width: 10, height: 10, class: cls }));
   }
   // Live bytes through the step, where the answer gives phases (the tracer does; an
   // estimate that gains them is drawn the same way).
@@ -488,14 +490,14 @@
           sv("text", { x: L + (inst.start + inst.size / 2) * cell, y: top + 23, class: "inst-name", "text-anchor": "middle" }, who),
           sv("text", { x: L + (inst.start + inst.size / 2) * cell, y: top + 40, class: "inst-profile", "text-anchor": "middle" }, inst.profile),
           sv("text", { x: L + (inst.start + inst.size / 2) * cell, y: top + 55, class: "inst-profile", "text-anchor": "middle" }, gib(inst.memory_bytes)),
-          sv("title", {}, `${who}: ${inst.profile}, slices ${inst.start}–${inst.start + inst.size - 1}, ${gib(inst.memory_bytes)}, ${inst.compute_slices} compute slices`));
+          sv("title", {}, `${who}: ${inst.profile}, ${slicesText(inst)}, ${gib(inst.memory_bytes)}, ${inst.compute_slices} compute slices`));
         group.append(box);
       }
       svg.append(group);
     });
     put("mig-svg", svg);
     $("mig-caption").textContent = `${profiles.name}: ${answer.gpus.length} GPU(s) of ${slices} memory slices. ` + answer.gpus.map((g) =>
-      `GPU ${g.index}: ` + (g.instances.length ? g.instances.map((i) => `${i.workload || "free"} ${i.profile} at slices ${i.start}–${i.start + i.size - 1}`).join(", ") : "empty")).join("; ") + ".";
+      `GPU ${g.index}: ` + (g.instances.length ? g.instances.map((i) => `${i.workload || "free"} ${i.profile} at ${slicesText(i)}`).join(", ") : "empty")).join("; ") + ".";
     const u = answer.utilization;
     $("mig-summary").textContent = `${answer.gpus_used} × ${answer.gpu} (table ${answer.table}); lower bound ${answer.lower_bound}, ${answer.optimal ? "optimal" : "not proven optimal"}. ` +
       `Memory slices ${u.memory_slices_used}/${u.memory_slices_total}, compute slices ${u.compute_slices_used}/${u.compute_slices_total}, stranded ${u.compute_slices_stranded}.`;
