@@ -27,9 +27,10 @@ from gpuplan.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX, Problem
 
 ASGIApp = Any
 
-OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics", "/schema")
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics", "/schema", "/ui")
 """Open even with tokens, unless ``protect_operations`` is set: probes and scrapers
-rarely carry tokens, and these paths reveal no plan."""
+rarely carry tokens, and these paths reveal no plan (the planner page asks for a token
+before it calls ``/v1``)."""
 
 JSON_CSP = b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 _PAGE = (
