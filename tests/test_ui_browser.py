@@ -381,3 +381,23 @@ def test_the_api_reference_works_offline(watched: Watched) -> None:
     page.wait_for_selector(".opblock", timeout=30_000)
     assert page.locator(".opblock").count() > 15
     watched.shot("reference")
+
+
+def test_with_api_tokens_the_page_asks_for_one(browser: Browser) -> None:
+    token = "planner-token-0123456789abcdef"
+    with serving(settings={"GPUPLAN_API_TOKENS": token}) as base:
+        w = Watched(browser, base)
+        page = w.page
+        page.goto(base + "/ui")
+        page.get_by_label("API token").wait_for(timeout=30_000)
+        assert "401" in " ".join(w.errors)  # the refused calls, shown in the console
+        page.get_by_label("API token").fill(token)
+        page.get_by_role("button", name="Use token").click()
+        w.ready()
+        assert page.locator("#problem").is_hidden()
+        assert page.get_by_test_id("memory-chart").locator("rect.part").count() > 3
+        assert token not in page.url  # kept in the tab, never in the link
+        # The calls before the token was given were refused (401s in the console); the
+        # drawn chart and the empty problem box show that the calls after it were not.
+        w.errors = [e for e in w.errors if "status of 401" not in e]
+        w.check_clean()

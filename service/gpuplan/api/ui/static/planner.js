@@ -570,6 +570,8 @@
   }
 
   async function start() {
+    // First, before any call can fail: the token goes to this tab's storage, never the URL.
+    $("token-form").addEventListener("submit", (e) => { e.preventDefault(); sessionStorage.setItem(TOKEN_KEY, $("token").value); location.reload(); });
     wireTabs();
     page.state = readState();
     show(page.state.view);
@@ -590,7 +592,6 @@
     $("mig-form").addEventListener("submit", submit);
     $("mig-add").addEventListener("click", () => { const row = migRow(""); $("mig-rows").append(row); row.querySelector("input").focus(); });
     $("copy-yaml").addEventListener("click", copyYaml);
-    $("token-form").addEventListener("submit", (e) => { e.preventDefault(); sessionStorage.setItem(TOKEN_KEY, $("token").value); location.reload(); });
     window.addEventListener("popstate", () => { page.state = readState(); show(page.state.view); fillForm(page.state); run(); });
     await run();
   }
