@@ -64,6 +64,33 @@ def test_exit_1_when_a_target_fails_with_markdown_verdicts_first(tmp_path: Path)
     assert "<details><summary>MIG" in result.output
 
 
+def test_markdown_draws_memory_bars_and_the_headroom(tmp_path: Path) -> None:
+    plan = str(_write(tmp_path, PASSING, "plan.json"))
+    report = msgspec.json.decode(_run(plan, "--format", "json").output, type=CiReport)
+    lines = _run(plan, "--format", "markdown").output.splitlines()
+    bars = [line for line in lines if line.startswith("- `")]
+    drawn = [line.split("`")[1] for line in bars]
+    assert [len(bar) for bar in drawn] == [40, 40, 40]  # one fixed width, in inline code
+    e = report.estimate
+    fits = next(v for v in report.verdicts if v.target == "fits")
+    assert fits.actual is not None
+    assert fits.limit is not None
+    widest = max(e.required_bytes, fits.actual, fits.limit)
+    # Each bar's length is its bytes at the widest's scale; the first shows its parts.
+    assert len(drawn[0].rstrip()) == round(e.required_bytes / widest * 40)
+    assert set(drawn[0].rstrip()) <= {"█", "▒", "░"}
+    assert drawn[0].count("█") == round(e.peak_bytes / widest * 40)
+    assert len(drawn[1].rstrip()) == round(fits.actual / widest * 40)
+    assert drawn[2].rstrip().endswith("┤")
+    assert len(drawn[2].rstrip()) == round(fits.limit / widest * 40)
+    assert bars[0].endswith(f"{e.required_bytes / 2**30:,.2f} GiB one GPU as written")
+    assert bars[2].endswith(f"{fits.limit / 2**30:,.2f} GiB usable on `{fits.gpu}`")
+    spare = (fits.limit - fits.actual) / 2**30
+    headroom = next(line for line in lines if line.startswith("Headroom on"))
+    assert f"**{spare:+.2f} GiB**" in headroom
+    assert f"needs {fits.actual / fits.limit:.0%} of the" in headroom
+
+
 def test_json_format_is_the_report(tmp_path: Path) -> None:
     result = _run(str(_write(tmp_path, PASSING, "plan.json")), "--format", "json")
     assert result.exit_code == 0

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gpuplan.api.answer_cache import serve_repeats
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import PROBLEMS, answer_problem
-from gpuplan.api.routes import ci, docs, fleet, gpus, health, memory, meta, mig
+from gpuplan.api.routes import ci, docs, fleet, gpus, health, memory, meta, mig, ui
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
@@ -43,8 +43,11 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     meta.metrics,
     docs.openapi_json,
     docs.openapi_yaml,
-    docs.scalar,
+    docs.reference,
     docs.swagger,
+    ui.root,
+    ui.planner,
+    ui.asset,
 )
 
 

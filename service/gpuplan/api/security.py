@@ -10,8 +10,11 @@ so the time taken says nothing about how much of a guess was right.
 
 The headers go on every answer: ``nosniff`` so a browser never runs a JSON body as
 script, ``no-store`` so no proxy keeps a plan (API answers are cheap to recompute and
-may name private models), a CSP that forbids everything for JSON (the interactive docs
-keep what their renderer needs), and no referrer.
+may name private models), a CSP that forbids everything for JSON, and no referrer. The
+two pages, the planner (``/ui``) and the API reference (``/schema``), get a CSP that
+admits scripts, styles and requests from the service's own origin and nothing else:
+their files are shipped in the package (:mod:`gpuplan.api.ui`). Those files are the one
+exception to ``no-store``: they carry an entity tag and ``no-cache`` (revalidate).
 """
 
 import hmac
@@ -24,19 +27,21 @@ from gpuplan.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX, Problem
 
 ASGIApp = Any
 
-OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics", "/schema")
+OPERATIONS_PATHS = ("/healthz", "/readyz", "/metrics", "/schema", "/ui")
 """Open even with tokens, unless ``protect_operations`` is set: probes and scrapers
-rarely carry tokens, and these paths reveal no plan."""
+rarely carry tokens, and these paths reveal no plan (the planner page asks for a token
+before it calls ``/v1``)."""
 
 JSON_CSP = b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
-# The Scalar and Swagger pages load their script and styles from a CDN (jsDelivr) and
-# inline a bootstrap script; Scalar's bundle fetches its fonts from fonts.scalar.com.
-DOCS_CSP = (
-    b"default-src 'none'; script-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net; "
-    b"style-src 'self' 'unsafe-inline' https://cdn.jsdelivr.net https://fonts.scalar.com; "
-    b"font-src 'self' data: https://fonts.scalar.com https://cdn.jsdelivr.net; "
-    b"img-src 'self' data: https:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'"
+_PAGE = (
+    b"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    b"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+UI_CSP = _PAGE + b"; img-src 'self'"
+"""The planner: its script draws SVG through the DOM, with no inline script or style."""
+DOCS_CSP = _PAGE + b"; img-src 'self' data:"
+"""Swagger UI: its style sheet draws its icons as ``data:`` SVG images."""
+ASSETS_PREFIX = "/ui/assets/"
 
 _ALWAYS = (
     (b"x-content-type-options", b"nosniff"),
@@ -46,8 +51,12 @@ _ALWAYS = (
 )
 
 
-def _is_docs_page(path: str) -> bool:
-    return path in ("/schema", "/schema/swagger")
+def _csp(path: str) -> bytes:
+    if path == "/ui":
+        return UI_CSP
+    if path == "/schema":
+        return DOCS_CSP
+    return JSON_CSP
 
 
 def _needs_token(path: str, protect_operations: bool) -> bool:
@@ -113,18 +122,20 @@ class Guard:
                 await app(scope, receive, send)
                 return
             path: str = scope.get("path", "")
-            csp = DOCS_CSP if _is_docs_page(path) else JSON_CSP
+            csp = _csp(path)
+            dropped: tuple[bytes, ...] = (b"content-security-policy",)
+            if not path.startswith(ASSETS_PREFIX):
+                dropped += (b"cache-control",)
 
             async def with_headers(message: Any) -> None:
                 if message["type"] == "http.response.start":
                     headers = [
-                        (k, v)
-                        for k, v in message.get("headers", ())
-                        if k.lower() not in (b"cache-control", b"content-security-policy")
+                        (k, v) for k, v in message.get("headers", ()) if k.lower() not in dropped
                     ]
                     headers.extend(_ALWAYS)
                     headers.append((b"content-security-policy", csp))
-                    headers.append((b"cache-control", b"no-store"))
+                    if not any(k.lower() == b"cache-control" for k, _ in headers):
+                        headers.append((b"cache-control", b"no-store"))
                     message = {**message, "headers": headers}
                 await send(message)
 

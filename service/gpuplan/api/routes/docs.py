@@ -1,22 +1,23 @@
-"""Interactive API docs and the OpenAPI document, served by Litestar's renderers.
+"""The interactive API reference and the OpenAPI document.
 
 Litestar's own schema generator is switched off (``openapi_config=None``): the
 document served here is the one :mod:`gpuplan.api.openapi` generates, the same one
-committed as ``api/openapi.yaml``. Litestar's Scalar and Swagger UI renderers draw it.
+committed as ``api/openapi.yaml``. Swagger UI draws it, from the copy shipped in this
+package (:mod:`gpuplan.api.ui`): the reference works where no CDN can be reached.
 """
 
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
-from litestar.constants import OPENAPI_JSON_HANDLER_NAME
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+from litestar.response import Redirect
 
+from gpuplan.api import ui
 from gpuplan.api.openapi import build_openapi, to_yaml
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import runtime
 
-_SCALAR = ScalarRenderPlugin()
-_SWAGGER = SwaggerRenderPlugin()
+HTML = "text/html"  # Litestar adds the charset
 
 
 def document(request: Request[Any, Any, Any]) -> dict[str, Any]:
@@ -26,11 +27,10 @@ def document(request: Request[Any, Any, Any]) -> dict[str, Any]:
     return state.openapi
 
 
-# Litestar's renderers find the JSON document by this route name.
-@operation("GET", "/schema/openapi.json", include_in_schema=False, name=OPENAPI_JSON_HANDLER_NAME)
+@operation("GET", "/schema/openapi.json", include_in_schema=False)
 async def openapi_json(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The OpenAPI document as JSON."""
-    body = _SCALAR.render_json(request, document(request))
+    body = msgspec.json.encode(document(request))
     return Response(body, media_type="application/vnd.oai.openapi+json")
 
 
@@ -40,13 +40,13 @@ async def openapi_yaml(request: Request[Any, Any, Any]) -> Response[str]:
     return Response(to_yaml(document(request)), media_type="application/vnd.oai.openapi")
 
 
-@operation("GET", "/schema", media_type="text/html", include_in_schema=False)
-async def scalar(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Interactive API reference (Scalar)."""
-    return Response(_SCALAR.render(request, document(request)), media_type="text/html")
+@operation("GET", "/schema", media_type=HTML, include_in_schema=False)
+async def reference(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Interactive API reference (Swagger UI, served from the package)."""
+    return Response(ui.page("docs"), media_type=HTML)
 
 
-@operation("GET", "/schema/swagger", media_type="text/html", include_in_schema=False)
-async def swagger(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Swagger UI."""
-    return Response(_SWAGGER.render(request, document(request)), media_type="text/html")
+@operation("GET", "/schema/swagger", media_type=HTML, include_in_schema=False)
+async def swagger(request: Request[Any, Any, Any]) -> Redirect:
+    """The reference's former Swagger UI address: ``/schema`` is Swagger UI now."""
+    return Redirect("/schema", status_code=301)

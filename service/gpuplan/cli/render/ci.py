@@ -6,12 +6,16 @@ reviewer needs first: the verdicts, then a compact table of the top plans, then 
 advice; the MIG fits and assumptions fold away under ``<details>``.
 """
 
+from collections.abc import Sequence
+
 from gpuplan.cli.render.candidates import advice_line, layout
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.ci import CiReport
 
 MARK = {"pass": "✅", "fail": "❌"}
 DASH = "–"
+BAR = 40
+"""Characters of the widest memory bar."""
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -20,6 +24,61 @@ def _num(value: float | None, fmt: str) -> str:
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _bar(parts: Sequence[tuple[str, float]], scale: float) -> str:
+    """The parts as runs of their characters, ``BAR`` wide at ``scale`` bytes, padded."""
+    out, at = "", 0.0
+    for char, nbytes in parts:
+        start = round(at / scale * BAR)
+        at += max(nbytes, 0.0)
+        out += char * (round(at / scale * BAR) - start)
+    return out.ljust(BAR)
+
+
+def memory_bars(report: CiReport) -> list[str]:
+    """Bars of the memory on one GPU and, with a ``fits`` target, on its GPU against the
+    usable memory, plus the headroom line: inline code, so GitHub draws them in a fixed
+    font and they read the same as plain text."""
+    e = report.estimate
+    fits = next((v for v in report.verdicts if v.target == "fits" and v.unit == "bytes"), None)
+    sizes: list[float] = [e.required_bytes]
+    if fits is not None:
+        sizes += [x for x in (fits.actual, fits.limit) if x is not None]
+    scale = max(sizes)
+    one = [
+        ("█", e.peak_bytes),
+        ("▒", e.total_bytes - e.peak_bytes),
+        ("░", e.required_bytes - e.total_bytes),
+    ]
+    rows: list[tuple[str, float, str]] = [
+        (_bar(one, scale), e.required_bytes, "one GPU as written")
+    ]
+    headroom = []
+    if fits is not None and fits.limit is not None:
+        if fits.actual is not None:
+            rows.append(
+                (
+                    _bar([("█", fits.actual)], scale),
+                    fits.actual,
+                    f"per GPU on {fits.count} x `{fits.gpu}`",
+                )
+            )
+            spare = fits.limit - fits.actual
+            headroom = [
+                "",
+                f"Headroom on {fits.count} x `{fits.gpu}`: **{spare / GiB:+.2f} GiB** "
+                f"(needs {fits.actual / fits.limit:.0%} of the {fits.limit / GiB:.2f} GiB usable).",
+            ]
+        usable = _bar([("─", fits.limit)], scale).rstrip()
+        rows.append((f"{usable[:-1]}┤".ljust(BAR), fits.limit, f"usable on `{fits.gpu}`"))
+    return [
+        "",
+        *(f"- `{bar}` {nbytes / GiB:,.2f} GiB {label}" for bar, nbytes, label in rows),
+        "",
+        "<sub>█ peak · ▒ framework overhead · ░ planning headroom (20%) · ─┤ usable memory</sub>",
+        *headroom,
+    ]
 
 
 def markdown(report: CiReport) -> str:
@@ -43,6 +102,7 @@ def markdown(report: CiReport) -> str:
         f"Memory on one GPU as written: peak **{e.peak_bytes / GiB:.2f} GiB**, with overhead "
         f"{e.total_bytes / GiB:.2f} GiB, required (20% headroom) **{e.required_bytes / GiB:.2f} GiB**; "
         f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
+        *memory_bars(report),
         "",
         "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |",
         "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
