@@ -56,7 +56,7 @@ PLAN = (
     "&gradient_checkpointing=full&gpu=l4-24gb&objective=fastest&training_tokens=500000000"
     "&mig_gpu=h100-sxm5-80gb&mw=llm:35:2&mw=notebook:1g.10gb:3"
 )
-JOB = {
+JOB: dict[str, Any] = {
     "model": {"name": "llama-3.1-8b"},
     "workload": {
         "mode": "finetune_qlora",
