@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 
+from tests.helpers import TINY_LLAMA
 from tests.test_serve import serving
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -304,18 +305,6 @@ def test_the_forms_make_a_new_plan_and_its_link(watched: Watched, server: str) -
     again.wait_for_selector("body[data-ready=true]", timeout=30_000)
     assert again.locator("#mig-yaml").text_content() == page.locator("#mig-yaml").text_content()
     again.close()
-
-
-TINY_LLAMA = {
-    "model_type": "llama",
-    "hidden_size": 256,
-    "intermediate_size": 688,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "vocab_size": 1000,
-    "max_position_embeddings": 512,
-}
 
 
 @pytest.mark.torch
