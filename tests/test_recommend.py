@@ -14,7 +14,7 @@ from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, 
 from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
 from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
 from gpuplan.core.perf.flops import token_flops
-from gpuplan.core.perf.step import Rates, StepLayout, StepLinks, StepShape, training_step
+from gpuplan.core.perf.step import Rates, StepLinks, StepShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
@@ -441,7 +441,7 @@ def test_tensor_parallel_over_pcie_is_penalized() -> None:
 
     def step(link: Link) -> float:
         return training_step(
-            t, _shape(), StepLayout(tensor=8), rates=_rates("h100-sxm5-80gb"),
+            t, _shape(), Parallelism(tensor=8), rates=_rates("h100-sxm5-80gb"),
             links=_links(link), framework=framework("ddp"),
         ).seconds  # fmt: skip
 
@@ -459,7 +459,7 @@ def test_recompute_is_timed_apart_and_not_counted_in_the_mfu() -> None:
 
     def step(checkpointing: str) -> Any:
         return training_step(
-            t, _shape(checkpointing=checkpointing), StepLayout(), rates=_rates("a100-sxm4-80gb"),
+            t, _shape(checkpointing=checkpointing), Parallelism(), rates=_rates("a100-sxm4-80gb"),
             links=_links(NVLINK), framework=framework("fsdp2"),
         )  # fmt: skip
 
@@ -479,7 +479,7 @@ def test_an_interleaved_schedule_shrinks_the_bubble() -> None:
 
     def bubble(virtual: int) -> float:
         return training_step(
-            t, _shape(accumulation=8), StepLayout(pipeline=4, virtual_stages=virtual),
+            t, _shape(accumulation=8), Parallelism(pipeline=4, virtual_stages=virtual),
             rates=_rates("h100-sxm5-80gb"), links=_links(NVLINK), framework=framework("megatron"),
         ).bubble_s  # fmt: skip
 
@@ -498,7 +498,7 @@ def test_fp8_is_faster_but_far_from_twice() -> None:
             peak_flops=gpu.peak_flops["fp8" if fp8 else "bf16"],
         )  # fmt: skip
         return training_step(
-            t, _shape(), StepLayout(), rates=rates, links=_links(NVLINK),
+            t, _shape(), Parallelism(), rates=rates, links=_links(NVLINK),
             framework=framework("fsdp2"),
         ).seconds  # fmt: skip
 

@@ -17,14 +17,13 @@ cannot hide behind compute stays on the critical path. A pipeline idles
 ``m`` micro-batches per step).
 """
 
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.record import Record
-
-Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 
 
 class StepShape(Record, kw_only=True):
@@ -68,18 +67,6 @@ class StepShape(Record, kw_only=True):
     compile: bool
     vision: bool = False
     """A convolutional model: matmuls only, at the vision share of the GEMM efficiency."""
-
-
-class StepLayout(Record, kw_only=True):
-    tensor: int = 1
-    pipeline: int = 1
-    data: int = 1
-    context: int = 1
-    expert: int = 1
-    virtual_stages: int = 1
-    schedule: Schedule = "1f1b"
-    zero_stage: int = 0
-    offload_optimizer: bool = False
 
 
 class StepLinks(Record, kw_only=True):
@@ -167,7 +154,7 @@ class MicroBatch(NamedTuple):
 
 
 def micro_batch(
-    t: TokenFlops, shape: StepShape, lay: StepLayout, rates: Rates, framework: Framework
+    t: TokenFlops, shape: StepShape, lay: Parallelism, rates: Rates, framework: Framework
 ) -> MicroBatch:
     """The compute of one micro-batch on one GPU, by kind of kernel."""
     # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
@@ -203,7 +190,7 @@ def micro_batch(
 
 
 def _micro_comm(
-    shape: StepShape, lay: StepLayout, links: StepLinks, attention_s: float
+    shape: StepShape, lay: Parallelism, links: StepLinks, attention_s: float
 ) -> tuple[float, float, float, float]:
     """(tensor, context exposed, expert, pipeline) seconds of one micro-batch's traffic."""
     local_tokens = shape.batch_size * shape.seq / lay.context
@@ -239,7 +226,7 @@ def _micro_comm(
 def training_step(
     t: TokenFlops,
     shape: StepShape,
-    layout: StepLayout,
+    layout: Parallelism,
     *,
     rates: Rates,
     links: StepLinks,
@@ -294,7 +281,7 @@ def training_step(
 
 def _data_exposed(
     shape: StepShape,
-    lay: StepLayout,
+    lay: Parallelism,
     *,
     links: StepLinks,
     framework: Framework,
@@ -326,12 +313,12 @@ def _data_exposed(
     return max(0.0, traffic - hidden) + traffic / max(layers, 1)
 
 
-def _optimizer_seconds(shape: StepShape, lay: StepLayout, rates: Rates, links: StepLinks) -> float:
+def _optimizer_seconds(shape: StepShape, lay: Parallelism, rates: Rates, links: StepLinks) -> float:
     """The optimizer step reads and writes its states once (memory-bound); offloaded to
     the host, the gradients go down and the updated weights come back instead."""
     shards = lay.tensor * lay.pipeline * (lay.data if lay.zero_stage >= 1 else 1)
     local = shape.trainable_parameters / shards
-    if lay.offload_optimizer:
+    if lay.cpu_offload.optimizer:
         return max(
             transfer_seconds(local * shape.gradient_bytes, links.host),
             transfer_seconds(local * shape.weight_bytes, links.host),

@@ -34,7 +34,7 @@ from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link, group_link
 from gpuplan.core.perf.efficiency import efficiency_data, framework
-from gpuplan.core.perf.step import Step, StepLayout, StepLinks, StepShape, training_step
+from gpuplan.core.perf.step import Step, StepLinks, StepShape, training_step
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
@@ -246,20 +246,6 @@ def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
     )
 
 
-def step_layout(layout: ParallelLayout, w: Workload) -> StepLayout:
-    return StepLayout(
-        tensor=layout.tensor,
-        pipeline=layout.pipeline,
-        data=layout.data,
-        context=layout.context,
-        expert=layout.expert,
-        virtual_stages=layout.virtual_stages,
-        schedule=w.parallelism.pipeline_schedule,
-        zero_stage=layout.zero_stage,
-        offload_optimizer=layout.cpu_offload_optimizer,
-    )
-
-
 def _links(
     gpu: GpuSpec, layout: ParallelLayout, c: Constraints, oracle: MemoryOracle | None
 ) -> StepLinks:
@@ -316,7 +302,7 @@ def time_training(
     step = training_step(
         job.flops,
         step_shape(job, laid, trainable),
-        step_layout(layout, laid),
+        laid.parallelism,
         rates=ctx.rates,
         links=_links(ctx.gpu, layout, c, oracle),
         framework=framework(default_framework(layout)),
