@@ -63,7 +63,12 @@ def test_the_70b_question_answers_a_few_nodes_at_a_real_batch() -> None:
 
 
 def test_the_kv_cache_left_after_the_weights_sets_the_concurrency() -> None:
-    c = on(SEVENTY_B, "a100-sxm4-80gb")
+    four = {
+        **SEVENTY_B,
+        "workload": {**SEVENTY_B["workload"], "parallelism": {"tensor": 4, "data": 3}},
+        "layout": "given",
+    }
+    c = on(four, "a100-sxm4-80gb")
     lat = latency(c)
     assert lat.limited_by == "kv_cache"
     assert lat.concurrency == lat.kv_cache_sequences
