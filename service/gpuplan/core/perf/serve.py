@@ -135,12 +135,15 @@ def step_seconds(
 
 
 def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> float:
-    """A new prompt in chunks of the budget left beside ``batch`` decodes, one step each."""
-    s = shape.prompt_tokens
-    room = max(shape.token_budget - batch, 1)
+    """A new prompt in chunks of the budget left beside the decodes, one step each; in
+    steady state each of those steps also carries the other arrivals' prompt tokens, and
+    the first token comes at the end of the last."""
+    s, o = shape.prompt_tokens, max(shape.output_tokens, 1)
+    others = max(batch - 1, 0)
+    room = max(shape.token_budget - others, 1)
     chunks = math.ceil(s / room)
-    chunk = s / chunks
-    step, _ = step_seconds(t, shape, r, decode=max(batch - 1, 0), prompt=chunk)
+    prompt = max(s / chunks, others * s / o)
+    step, _ = step_seconds(t, shape, r, decode=others, prompt=prompt)
     return chunks * step
 
 
