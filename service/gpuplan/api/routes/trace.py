@@ -172,7 +172,11 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             log.warning("trace cache read failed: %s", exc)
             cached = None
         if cached is not None:
-            return msgspec.json.decode(cached, type=TraceResult)
+            try:
+                return msgspec.json.decode(cached, type=TraceResult)
+            except msgspec.ValidationError as exc:
+                # An answer cached by a build with another TraceResult: trace again.
+                log.warning("stale trace cache entry ignored: %s", exc)
     gate = trace_gate(request)
     if gate.locked():
         raise ApiProblem(

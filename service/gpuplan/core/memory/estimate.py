@@ -23,6 +23,13 @@ from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.numerics import Numerics, numerics_for
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
+from gpuplan.core.memory.reserve import (
+    UNREPLAYED_CACHE,
+    allocator_gap,
+    inference_pattern,
+    training_pattern,
+)
+from gpuplan.core.memory.reserve import Step as ReplayStep
 from gpuplan.core.memory.response import Peak, describe, respond, rule_of_thumb
 from gpuplan.core.memory.schema import (
     EstimateRequest,
@@ -79,6 +86,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             temporary=seen.temporary,
             kv_cache=0.0,
             phase=seen.phase,
+            allocator_gap=UNREPLAYED_CACHE * (seen.gradients + seen.activations + seen.temporary),
         )
         assumptions.append(
             f"activations: measured per sample at {model.vision.reference_image_size} px, "
@@ -92,6 +100,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             temporary=states.optimizer_temporary,
             kv_cache=0.0,
             phase="optimizer step" if w.mode != "inference" else "weights",
+            allocator_gap=UNREPLAYED_CACHE * (states.gradients + states.optimizer_temporary),
         )
         warnings.append(
             "no architecture given: activations and the KV cache are not included; pass hints or an hf_config"
@@ -107,7 +116,15 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         )
         costs = _layer_costs(arch, counts, d, num, w)
         if w.mode == "inference":
-            peak = _inference(arch, d=d, num=num, w=w, costs=costs, assumptions=assumptions)
+            peak = _inference(
+                arch,
+                d=d,
+                num=num,
+                w=w,
+                costs=costs,
+                assumptions=assumptions,
+                replay=_replay_step(arch, counts, d=d, num=num, w=w, states=states),
+            )
         else:
             peak = _training(
                 arch,
@@ -217,6 +234,15 @@ def _training(
         if arch.tie_word_embeddings
         else 0.0,
     )
+    gap = allocator_gap(
+        training_pattern(
+            _replay_step(arch, counts, d=d, num=num, w=w, states=states),
+            max(costs, key=lambda c: c.saved),
+            head,
+            checkpointing=w.gradient_checkpointing == "full",
+            accumulation=w.gradient_accumulation_steps,
+        )
+    )
     ddp = states.gradients if p.data > 1 and p.zero_stage == 0 else 0.0
     if ddp:
         assumptions.append(
@@ -228,6 +254,7 @@ def _training(
         temporary=moment.temporary + ddp,
         kv_cache=0.0,
         phase=moment.phase,
+        allocator_gap=float(gap),
     )
 
 
@@ -239,6 +266,7 @@ def _inference(
     w: Workload,
     costs: list[LayerCost],
     assumptions: list[str],
+    replay: ReplayStep,
 ) -> Peak:
     p = w.parallelism
     kv_dtype = (
@@ -247,10 +275,11 @@ def _inference(
         else ("fp32" if w.precision == "fp32" else "bf16")
     )
     per_token = kv_bytes_per_token(arch, KV_BYTES[kv_dtype], p.tensor)
+    widest = max(costs, key=lambda c: c.forward_peak)
     peak = inference_peak(
         arch,
         d,
-        max(costs, key=lambda c: c.forward_peak),
+        widest,
         local_layers=len(costs),
         kv_per_token=per_token,
         max_new_tokens=w.max_new_tokens,
@@ -260,12 +289,65 @@ def _inference(
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
     )
+    gap = allocator_gap(
+        inference_pattern(
+            replay,
+            widest,
+            kv_per_layer=peak.kv_cache / max(len(costs), 1),
+            last_logits=num.matmul * d.batch * arch.vocab_size,
+        )
+    )
     return Peak(
         gradients=0.0,
         activations=peak.activations,
         temporary=peak.temporary,
         kv_cache=peak.kv_cache,
         phase=peak.phase,
+        allocator_gap=float(gap),
+    )
+
+
+def _replay_step(
+    arch: Architecture,
+    counts: ParameterCount,
+    *,
+    d: Dims,
+    num: Numerics,
+    w: Workload,
+    states: ModelStates,
+) -> ReplayStep:
+    """What the allocator replay needs to know, in per-parameter bytes."""
+    p = w.parallelism
+    local = max(states.parameters_local, 1)
+    lora = w.mode in ("finetune_lora", "finetune_qlora")
+    adapters: tuple[int, ...] = ()
+    if lora:
+        rank = w.lora.rank if w.lora else 16
+        targets = adapted_modules(w.lora.target_modules if w.lora else ["q_proj", "v_proj"])
+        h, q, kv, f = arch.hidden_size, arch.q_dim, arch.kv_dim, arch.intermediate_size
+        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+                  "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}  # fmt: skip
+        adapters = tuple(
+            n for name, (i, o) in shapes.items() if name in targets for n in (rank * i, rank * o)
+        )
+    states_count = {"adamw": 2, "adam": 2, "sgd_momentum": 1, "lion": 1}.get(w.optimizer, 0)
+    return ReplayStep(
+        arch=arch,
+        counts=counts,
+        d=d,
+        num=num,
+        tp=p.tensor,
+        ep=p.expert,
+        weight_bytes=states.weights / local
+        if not lora
+        else (4.0 if w.precision == "fp32" else 2.0),
+        grad_bytes=0.0 if lora else states.gradients / local,
+        state_bytes=states.optimizer / max(states.trainable / (p.tensor * p.pipeline), 1)
+        if lora
+        else states.optimizer / local,
+        states=states_count,
+        foreach=w.optimizer in ("adamw", "adam") and not num.cpu,
+        adapters=adapters,
     )
 
 

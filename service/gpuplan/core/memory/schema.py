@@ -21,6 +21,8 @@ Attention = Literal["eager", "sdpa", "flash"]
 Quantization = Literal["none", "int8", "int4", "nf4", "fp8"]
 KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
+ModuleLoading = Literal["lazy", "eager"]
+CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
 
 Count = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
@@ -157,6 +159,16 @@ class EstimateRequest(Record):
     gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
     """A catalog GPU (any lookup form): adds a fit verdict and GPU-specific overheads."""
 
+    cuda_version: CudaVersion | None = None
+    """The CUDA runtime the job's PyTorch was built with (``torch.version.cuda``), e.g.
+    ``12.4``. Before 11.7 every kernel loads into the context at start-up (eager module
+    loading), whatever ``module_loading`` says."""
+
+    module_loading: ModuleLoading = "lazy"
+    """``CUDA_MODULE_LOADING``: ``lazy`` (PyTorch sets it since 1.13; the Linux driver
+    default since CUDA 12.2) loads kernels as they first run; ``eager`` loads all of them
+    into the context at start-up, which ``device_bytes`` shows (data/runtime.toml)."""
+
 
 class Breakdown(Record):
     """Bytes per component at the peak, on one GPU."""
@@ -169,6 +181,19 @@ class Breakdown(Record):
     kv_cache_bytes: int
     temporary_bytes: int
     framework_overhead_bytes: int
+    """Everything beyond the tensors: ``device_bytes - peak_bytes``, the sum of the four below."""
+
+    workspace_bytes: int = 0
+    """cuBLAS workspaces, allocated through the caching allocator."""
+
+    allocator_cache_bytes: int = 0
+    """Segments the caching allocator holds beyond the peak (cached free blocks, splits)."""
+
+    context_bytes: int = 0
+    """CUDA/ROCm context with the kernels the job loads, outside the allocator."""
+
+    communication_buffers_bytes: int = 0
+    """NCCL communicator buffers, outside the allocator."""
 
 
 class ArchitectureSummary(Record):
@@ -207,13 +232,22 @@ class EstimateResponse(Record):
 
     trainable_parameters: int
     peak_bytes: int
-    """Tensor bytes at the peak: what ``torch.cuda.max_memory_allocated`` reports."""
+    """Tensor bytes at the peak: compare with ``torch.cuda.max_memory_allocated``."""
+
+    reserved_bytes: int
+    """The caching allocator's segments at their most: compare with
+    ``torch.cuda.max_memory_reserved`` (``peak_bytes``, the cuBLAS workspaces and the
+    blocks the allocator keeps cached beside them)."""
+
+    device_bytes: int
+    """What ``nvidia-smi`` shows for the process at the peak: ``reserved_bytes`` plus the
+    CUDA context with the job's kernels and NCCL's buffers."""
 
     total_bytes: int
-    """``peak_bytes`` plus framework overhead (context, workspaces, NCCL, allocator)."""
+    """Deprecated: the same as ``device_bytes``."""
 
     required_bytes: int
-    """``total_bytes`` plus the planning headroom (20%)."""
+    """``device_bytes`` plus the planning headroom (20%): what a GPU must have usable."""
 
     headroom_fraction: float
     peak_phase: str

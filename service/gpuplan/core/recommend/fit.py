@@ -1,23 +1,20 @@
 """Memory of a layout on a GPU, from the estimator, memoized within one request.
 
-The estimator's answer for a layout depends on the GPU only through its framework
-overhead (the BLAS workspace is 32 MiB on Hopper and Blackwell, 4 MiB on Ampere and
-Ada, 1 MiB before; ROCm's context is larger than CUDA's). So the search runs the
-estimator once per layout, without a GPU, and re-prices that one term per GPU with
-the estimator's own overhead function and headroom: the result equals
+The estimator's answer for a layout depends on the GPU only through the measures
+around its tensors (the cuBLAS workspace is 32 MiB on Hopper, 8.1 MiB elsewhere;
+ROCm's context is larger than CUDA's). So the search runs the estimator once per
+layout, without a GPU, and re-prices those terms per GPU with the estimator's own
+``measures`` function: the result equals
 ``estimate(request with gpu=…).required_bytes`` (tests/test_recommend.py checks it).
 A bound on estimator calls keeps every request finite.
 """
-
-import math
 
 import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.overhead import framework_overhead
-from gpuplan.core.memory.response import HEADROOM
+from gpuplan.core.memory.response import measures
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
 from gpuplan.core.perf.speed import LayoutLinks
 from gpuplan.core.recommend.schema import ParallelLayout
@@ -104,14 +101,15 @@ class MemoryOracle:
         base = self.response(workload, key)
         if base is None:
             return None
-        b = base.breakdown
         p = workload.parallelism
-        dynamic = b.activations_bytes + b.temporary_bytes + b.gradients_bytes
-        overhead = framework_overhead(
-            runtime, gpu.architecture, [p.data, p.tensor, p.pipeline, p.expert], dynamic
-        )
-        total = base.peak_bytes + max(math.ceil(overhead.total), 0)
-        value = max(math.ceil(total * (1 + HEADROOM)), 0)
+        value = measures(
+            base.peak_bytes,
+            base.breakdown.allocator_cache_bytes,
+            runtime=runtime,
+            architecture=gpu.architecture,
+            communicators=[p.data, p.tensor, p.pipeline, p.expert],
+            training=workload.mode != "inference",
+        ).required
         self._required[memo] = value
         return value
 

@@ -136,8 +136,15 @@ class TraceResult(Record):
     """``cuda``: peak of the caching allocator's segments (``max_memory_reserved``);
     ``cpu``: equal to ``peak_bytes``."""
 
+    device_bytes: int
+    """What ``nvidia-smi`` would show: ``reserved_bytes`` plus what no allocator sees
+    (the CUDA context with the job's kernels, NCCL buffers); ``cpu``: ``peak_bytes``."""
+
+    required_bytes: int
+    """``device_bytes`` plus the planning headroom (20%), as the estimator's."""
+
     total_bytes: int
-    """``reserved_bytes`` plus what no allocator sees (the CUDA context)."""
+    """Deprecated: the same as ``device_bytes``."""
 
     peak_phase: str
     breakdown: TraceBreakdown
