@@ -244,6 +244,34 @@ def test_the_measures_by_their_tools_names() -> None:
     assert cpu.peak_bytes == cpu.reserved_bytes == cpu.device_bytes
 
 
+def test_a_tuple_per_step_cache_is_held_twice_and_its_prefill_keeps_every_logit() -> None:
+    """transformers < 4.36: each forward returns a new tuple while the loop holds the
+    previous one; the prefill returns fp32 logits of every position."""
+    base: dict[str, Any] = {
+        "mode": "inference", "sequence_length": 512, "batch_size": 16, "precision": "fp16",
+    }  # fmt: skip
+    engine = run({"name": "llama-2-13b"}, **base, max_new_tokens=512)
+    legacy = run(
+        {"name": "llama-2-13b"}, **base, max_new_tokens=512, kv_cache_layout="tuple_per_step"
+    )
+    kv = 16 * 1024 * 40 * 2 * 5120 * 2  # tokens x layers x (k, v) x hidden x fp16
+    assert engine.breakdown.kv_cache_bytes == kv
+    assert legacy.peak_phase == "decode (previous cache held)"
+    assert legacy.breakdown.kv_cache_bytes == kv
+    # The previous step's cache, one token shorter, is a temporary of the last step.
+    previous = kv - 16 * 40 * 2 * 5120 * 2
+    assert previous <= legacy.breakdown.temporary_bytes < previous + 16 * 32000 * 4 + 1
+    prefill = run(
+        {"name": "llama-2-13b"}, **base, max_new_tokens=1, kv_cache_layout="tuple_per_step"
+    )
+    last_only = run({"name": "llama-2-13b"}, **base, max_new_tokens=1)
+    logits = 16 * 512 * 32000 * (2 + 4)
+    assert prefill.peak_phase == "prefill"
+    assert prefill.breakdown.temporary_bytes - last_only.breakdown.temporary_bytes == (
+        logits - 16 * 32000 * 6
+    )
+
+
 def test_the_context_follows_module_loading_and_the_cuda_version() -> None:
     base: dict[str, Any] = {"mode": "inference", "sequence_length": 512}
     lazy = run({"name": "llama-2-7b"}, **base)

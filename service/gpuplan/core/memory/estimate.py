@@ -283,6 +283,7 @@ def _inference(
         local_layers=len(costs),
         kv_per_token=per_token,
         max_new_tokens=w.max_new_tokens,
+        tuple_per_step=w.kv_cache_layout == "tuple_per_step",
         matmul_bytes=num.matmul,
         mask_bytes=mask_bytes(arch, num.matmul, eager=w.attention == "eager", cpu=num.cpu),
     )

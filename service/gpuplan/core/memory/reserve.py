@@ -114,7 +114,12 @@ def allocator_gap(pattern: Pattern) -> int:
     return _replay(pattern)
 
 
-@lru_cache(maxsize=512)
+def forget() -> None:
+    """Drop the memo of replays (benchmarks time the first estimate of a pattern)."""
+    _replay.cache_clear()
+
+
+@lru_cache(maxsize=1024)
 def _replay(p: Pattern) -> int:
     run = _Run()
     layers = min(p.layers, REPLAY_LAYERS)
@@ -205,18 +210,18 @@ class _Run:
 
     def __init__(self) -> None:
         self.allocator = CachingAllocator()
-
-    def alloc(self, nbytes: int) -> _Block | None:
-        return self.allocator.malloc(max(int(nbytes), 0))
+        self.alloc = self.allocator.malloc
 
     def free_all(self, blocks: list[_Block | None]) -> None:
+        release = self.allocator.release
         for block in blocks:
             if block is not None:
-                self.allocator.release(block)
+                release(block)
         blocks.clear()
 
     def gap(self) -> int:
         return max(self.allocator.peak_reserved - self.allocator.peak_allocated, 0)
+
 
 
 MAX_BLOCKS = 8

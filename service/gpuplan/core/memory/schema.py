@@ -21,6 +21,7 @@ Attention = Literal["eager", "sdpa", "flash"]
 Quantization = Literal["none", "int8", "int4", "nf4", "fp8"]
 KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
+KvCacheLayout = Literal["preallocated", "tuple_per_step"]
 ModuleLoading = Literal["lazy", "eager"]
 CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
@@ -143,6 +144,15 @@ class Workload(Record):
 
     max_new_tokens: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 0
     """Inference: cache room kept for this many generated tokens per sequence."""
+
+    kv_cache_layout: KvCacheLayout = "preallocated"
+    """Inference: how the generation loop keeps its cache. ``preallocated``: a serving
+    engine's blocks or a static cache sized for the prompt and ``max_new_tokens``, and
+    logits of the last position only (vLLM; transformers' ``generate`` since 4.45).
+    ``tuple_per_step``: transformers before 4.36, whose every forward returns a new
+    tuple of concatenated keys and values while the loop still holds the previous one
+    (the cache is held twice at the end of a step), and whose prefill returns fp32
+    logits of every position."""
 
 
 class EstimateRequest(Record):

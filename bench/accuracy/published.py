@@ -1,0 +1,91 @@
+"""The estimator against published real-GPU memory figures, each in its own measure.
+
+    PYTHONPATH=service:. python -m bench.accuracy.published
+
+The cases are data (bench/accuracy/published.toml): each carries its source (a
+repository file at a commit, a paper table, an issue), the exact quote, and which
+measure the figure is: ``max_memory_allocated``, ``max_memory_reserved``,
+``nvidia_smi``, or optimum's allocated-plus-outside-PyTorch. The estimate's figure for
+that measure is compared; nothing is fitted to these cases. Writes
+bench/results/published.json; docs/accuracy.md quotes it.
+"""
+
+import json
+import statistics
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "published.toml"
+RESULTS = HERE.parent / "results" / "published.json"
+
+
+def figure(r: EstimateResponse, measure: str) -> int:
+    """The estimate's figure for what the source measured."""
+    b = r.breakdown
+    if measure == "max_memory_allocated":
+        return r.peak_bytes + b.workspace_bytes
+    if measure == "max_memory_reserved":
+        return r.reserved_bytes
+    if measure == "nvidia_smi":
+        return r.device_bytes
+    if measure == "allocated_plus_outside":
+        return r.peak_bytes + b.workspace_bytes + b.context_bytes + b.communication_buffers_bytes
+    raise ValueError(f"unknown measure {measure!r}")
+
+
+def cases() -> list[dict[str, Any]]:
+    return list(tomllib.loads(CASES.read_text(encoding="utf-8"))["case"])
+
+
+def run() -> dict[str, Any]:
+    catalog = builtin_catalog()
+    rows = []
+    for case in cases():
+        body = dict(case["request"])
+        if case.get("gpu"):
+            body.setdefault("gpu", case["gpu"])
+        result = estimate(msgspec.convert(body, EstimateRequest), catalog)
+        estimated = figure(result, case["measure"])
+        rows.append(
+            {
+                "id": case["id"],
+                "measure": case["measure"],
+                "published_bytes": case["bytes"],
+                "estimated_bytes": estimated,
+                "error": estimated / case["bytes"] - 1,
+                "peak_phase": result.peak_phase,
+            }
+        )
+    errors = [r["error"] for r in rows]
+    summary = {
+        "cases": len(rows),
+        "median_abs_error": statistics.median(abs(e) for e in errors),
+        "max_abs_error": max(abs(e) for e in errors),
+        "most_low": min(errors),
+        "low_by_more_than_5pct": sum(e < -0.05 for e in errors),
+        "within_15pct": sum(abs(e) <= 0.15 for e in errors),
+    }
+    return {"summary": summary, "rows": rows}
+
+
+def main() -> None:
+    result = run()
+    for r in result["rows"]:
+        print(
+            f"{r['id']:40s} {r['measure']:24s} published {r['published_bytes'] / 1e9:7.2f} GB  "
+            f"estimated {r['estimated_bytes'] / 1e9:7.2f} GB  {r['error']:+7.1%}  ({r['peak_phase']})"
+        )
+    print(json.dumps(result["summary"]))
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
