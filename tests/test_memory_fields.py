@@ -19,7 +19,31 @@ FIELDS = [
     ("$.cuda_version", "12", "--cuda-version", False),
     ("$.module_loading", "sometimes", "--module-loading", False),
     ("$.workload.kv_cache_layout", "paged", "--kv-cache-layout", True),
+    ("$.workload.weight_quantization", "fp3", "--weight-quantization", True),
+    ("$.workload.double_quantization", "yes", "--double-quantization", True),
+    ("$.workload.quantize_lm_head", 3, "--quantize-lm-head", True),
 ]
+
+
+@pytest.mark.parametrize(
+    ("workload", "path"),
+    [
+        ({"mode": "inference", "weight_quantization": "int8", "double_quantization": True},
+         "$.workload.double_quantization"),
+        ({"mode": "inference", "quantize_lm_head": True}, "$.workload.quantize_lm_head"),
+        ({"mode": "finetune_qlora", "weight_quantization": "int4"}, "$.workload.weight_quantization"),
+        ({"mode": "training", "weight_quantization": "nf4"}, "$.workload.weight_quantization"),
+    ],
+)  # fmt: skip
+def test_rules_across_fields_name_the_field(
+    client: TestClient,  # type: ignore[type-arg]
+    workload: dict[str, object],
+    path: str,
+) -> None:
+    body = {"model": {"name": "llama-2-7b"}, "workload": {"sequence_length": 8, **workload}}
+    response = client.post("/v1/memory/estimate", json=body)
+    assert response.status_code == 422, response.text
+    assert path in [e["path"] for e in response.json()["errors"]]
 
 
 def _with(path: str, value: object) -> dict[str, object]:

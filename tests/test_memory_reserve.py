@@ -22,7 +22,7 @@ MiB = 1 << 20
 
 def _pattern(**changes: object) -> Pattern:
     base = Pattern(
-        outer_weights=(100 * MiB, 4096, 100 * MiB), layer_weights=(32 * MiB,) * 4,
+        outer_weights=(100 * MiB, 4096, 100 * MiB), layer_weights=(32 * MiB,) * 4, layer_loads=(),
         layers=4, layer_grads=(32 * MiB,) * 4, attention_grads=2, outer_grads=(100 * MiB, 4096, 100 * MiB),
         states_per_grad=2, state_scale=1.0, optimizer_temporaries=True,
         attention_saved=(16 * MiB,) * 4, mlp_saved=(40 * MiB,) * 3, attention_backward=(16 * MiB,) * 2,

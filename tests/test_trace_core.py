@@ -115,7 +115,7 @@ def test_cuda_runtime_rounds_caches_and_adds_context() -> None:
     # 1024 B: a small segment; 3 MiB and the workspace: 20 MiB segments.
     assert result.reserved_bytes >= SMALL_BUFFER + LARGE_BUFFER
     # The context of a job under lazy module loading (core/memory/data/runtime.toml).
-    assert result.device_bytes == result.total_bytes == result.reserved_bytes + 585_000_000
+    assert result.device_bytes == result.total_bytes == result.reserved_bytes + 1_253_498_932
     assert result.required_bytes == math.ceil(result.device_bytes * 1.2)
 
 

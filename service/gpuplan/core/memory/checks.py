@@ -7,6 +7,7 @@ refusal lists every problem of the request at once.
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.schema import Workload
+from gpuplan.core.memory.states import quantization_of
 
 
 def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> None:
@@ -23,9 +24,25 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
         errors.append(
             (
                 "$.workload.weight_quantization",
-                "quantized weights apply to inference (finetune_qlora implies nf4)",
+                "quantized weights apply to inference and finetune_qlora",
             )
         )
+    if w.mode == "finetune_qlora" and w.weight_quantization not in ("none", "nf4", "fp4"):
+        errors.append(
+            (
+                "$.workload.weight_quantization",
+                "finetune_qlora trains adapters on bitsandbytes 4-bit weights: nf4 or fp4",
+            )
+        )
+    four_bit = w.weight_quantization in ("nf4", "fp4") or (
+        w.mode == "finetune_qlora" and w.weight_quantization == "none"
+    )
+    if w.double_quantization and not four_bit:
+        errors.append(
+            ("$.workload.double_quantization", "applies to bitsandbytes 4-bit weights (nf4, fp4)")
+        )
+    if w.quantize_lm_head and quantization_of(w) == "none":
+        errors.append(("$.workload.quantize_lm_head", "needs quantized weights"))
     if errors:
         raise InvalidModel(errors)
 

@@ -27,6 +27,7 @@ from gpuplan.core.memory.reserve import (
     UNREPLAYED_CACHE,
     allocator_gap,
     inference_pattern,
+    layer_tensors,
     training_pattern,
 )
 from gpuplan.core.memory.reserve import Step as ReplayStep
@@ -37,7 +38,15 @@ from gpuplan.core.memory.schema import (
     Parallelism,
     Workload,
 )
-from gpuplan.core.memory.states import ModelStates, adapted_modules, bare_states, model_states
+from gpuplan.core.memory.states import (
+    ModelStates,
+    adapted_modules,
+    bare_states,
+    bnb_4bit,
+    model_states,
+    quantization_of,
+    quantized_bytes,
+)
 from gpuplan.core.memory.training import LayerGrads, training_peak
 from gpuplan.core.memory.vision import vision_peak
 
@@ -123,6 +132,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
                 w=w,
                 costs=costs,
                 assumptions=assumptions,
+                states=states,
                 replay=_replay_step(arch, counts, d=d, num=num, w=w, states=states),
             )
         else:
@@ -178,9 +188,50 @@ def _layer_costs(
                     saved=cost.saved + 2 * (layer.attention + layer.mlp) / split,
                     mlp_saved=cost.mlp_saved + 2 * layer.mlp / split,
                 )
+            if bnb_4bit(w):
+                cost = _dequantized(cost, arch, layer, p, single_token=d.tokens == 1)
             priced[key] = cost
         costs.append(cost)
     return costs
+
+
+def _dequantized(
+    cost: LayerCost,
+    arch: Architecture,
+    layer: LayerParameters,
+    p: Parallelism,
+    *,
+    single_token: bool,
+) -> LayerCost:
+    """bitsandbytes 4-bit matmuls dequantize the whole weight to the compute dtype, in
+    the forward and again in the backward (``MatMul4Bit``, bitsandbytes/autograd/
+    _functions.py at 0.45.0: ``F.linear(A, F.dequantize_4bit(B, quant_state).to(A.dtype).t())``;
+    backward ``grad_output @ F.dequantize_4bit(B, ctx.state)...``), one linear at a
+    time; only a single token's no-grad matmul takes the ``gemv_4bit`` path without it.
+    """
+    attention, mlp = layer_tensors(arch, layer, p.tensor, p.expert)
+    top_a, top_m = 2.0 * max(attention[:4]), 2.0 * max(mlp[:-1] or mlp)
+    return msgspec.structs.replace(
+        cost,
+        mlp_backward=cost.mlp_backward + top_m,
+        attention_backward=cost.attention_backward + top_a,
+        forward_peak=cost.forward_peak + (0.0 if single_token else max(top_a, top_m)),
+    )
+
+
+def _loading(states: ModelStates, arch: Architecture, counts: ParameterCount, w: Workload) -> float:
+    """Bytes a bitsandbytes 4-bit model holds while loading from a 16-bit checkpoint.
+
+    transformers' quantizer copies each weight to the GPU in 16-bit and quantizes it
+    there (quantizer_bnb_4bit.py at d91fa5a: "load 16bit weight and pass to the layer
+    object; after: quantizes individual weights in Linear4bit into 4bit at the first
+    .cuda() call"): at the last, largest weight every other one is already 4-bit, and
+    ``quantize_4bit`` adds the fp32 absmax of its blocks.
+    """
+    p = w.parallelism
+    attention, mlp = layer_tensors(arch, counts.layers[-1], p.tensor, p.expert)
+    largest = max(*attention, *mlp)
+    return states.weights + 2.0 * largest + 4.0 * largest / 64
 
 
 def _training(
@@ -266,6 +317,7 @@ def _inference(
     w: Workload,
     costs: list[LayerCost],
     assumptions: list[str],
+    states: ModelStates,
     replay: ReplayStep,
 ) -> Peak:
     p = w.parallelism
@@ -290,6 +342,13 @@ def _inference(
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
     )
+    if bnb_4bit(w):
+        loading = _loading(states, arch, replay.counts, w) - states.weights
+        total = peak.kv_cache + peak.activations + peak.temporary
+        if loading > total:
+            peak = msgspec.structs.replace(
+                peak, kv_cache=0.0, activations=0.0, temporary=loading, phase="loading (quantizing)"
+            )
     gap = allocator_gap(
         inference_pattern(
             replay,
@@ -332,6 +391,10 @@ def _replay_step(
             n for name, (i, o) in shapes.items() if name in targets for n in (rank * i, rank * o)
         )
     states_count = {"adamw": 2, "adam": 2, "sgd_momentum": 1, "lion": 1}.get(w.optimizer, 0)
+    compute = 4.0 if w.precision == "fp32" else 2.0
+    quantized = quantization_of(w)
+    stored = quantized_bytes(quantized, double_quantization=w.double_quantization)
+    plain = compute if lora else states.weights / local
     return ReplayStep(
         arch=arch,
         counts=counts,
@@ -339,9 +402,9 @@ def _replay_step(
         num=num,
         tp=p.tensor,
         ep=p.expert,
-        weight_bytes=states.weights / local
-        if not lora
-        else (4.0 if w.precision == "fp32" else 2.0),
+        weight_bytes=stored if quantized != "none" else plain,
+        outer_weight_bytes=compute if quantized != "none" else plain,
+        load_bytes=2.0 if bnb_4bit(w) else 0.0,
         grad_bytes=0.0 if lora else states.gradients / local,
         state_bytes=states.optimizer / max(states.trainable / (p.tensor * p.pipeline), 1)
         if lora

@@ -71,11 +71,11 @@ def runtime_data() -> RuntimeData:
         raise DataError(f"core/memory/data/runtime.toml: {exc}") from exc
 
 
-def context_figure(runtime: str, loading: ModuleLoading) -> ContextFigure:
-    """The job-scope context figure of ``runtime`` under ``loading``."""
+def context_figures(runtime: str, loading: ModuleLoading) -> list[ContextFigure]:
+    """The job-scope context figures of ``runtime`` under ``loading`` (any loading when
+    none is published for it)."""
     rows = [c for c in runtime_data().context if c.runtime == runtime and c.scope == "job"]
-    exact = [c for c in rows if c.module_loading == loading]
-    return (exact or rows)[0]
+    return [c for c in rows if c.module_loading == loading] or rows
 
 
 def module_loading(cuda_version: str | None, requested: ModuleLoading) -> ModuleLoading:
@@ -132,7 +132,8 @@ def framework_overhead(
             notes=["runtime cpu: no framework overhead is added"],
         )
     data = runtime_data()
-    figure = context_figure(runtime, loading)
+    figures = context_figures(runtime, loading)
+    context = sum(f.bytes for f in figures) // len(figures)
     workspace = workspace_bytes(architecture)
     groups = [c for c in communicators if c > 1]
     nccl = sum(
@@ -140,15 +141,15 @@ def framework_overhead(
     )
     notes = [
         f"device_bytes adds the {runtime.upper()} context with the kernels a job loads, "
-        f"{figure.bytes / MiB:.0f} MiB with {figure.module_loading} module loading "
-        f"({figure.source})"
+        f"{context / MiB:.0f} MiB with {figures[0].module_loading} module loading (the mean of "
+        f"{len(figures)} published job figure(s), core/memory/data/runtime.toml)"
         + (f", and {len(groups)} NCCL communicator(s), {nccl / 1e6:.0f} MB" if nccl else ""),
         f"reserved_bytes includes {handles} cuBLAS workspace(s) of {workspace:,} B, "
         "allocated through the caching allocator",
     ]
     return Overhead(
         workspaces=float(handles * workspace),
-        context=float(figure.bytes),
+        context=float(context),
         nccl=float(nccl),
         notes=notes,
     )

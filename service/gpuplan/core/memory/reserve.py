@@ -60,6 +60,9 @@ class Pattern(NamedTuple):
     layer_weights: tuple[int, ...]
     """One layer's parameter tensors (their stored bytes)."""
 
+    layer_loads: tuple[int, ...]
+    """The 16-bit copies each of them is loaded through (empty: none)."""
+
     layers: int
     layer_grads: tuple[int, ...]
     """Gradient bytes of each of one layer's trainable tensors, attention's first."""
@@ -125,7 +128,13 @@ def _replay(p: Pattern) -> int:
     layers = min(p.layers, REPLAY_LAYERS)
     weights = [run.alloc(n) for n in p.outer_weights[:1]]
     for _ in range(layers):
-        weights += [run.alloc(n) for n in p.layer_weights]
+        if p.layer_loads:
+            for load, n in zip(p.layer_loads, p.layer_weights, strict=True):
+                copy = [run.alloc(load)]
+                weights.append(run.alloc(n))
+                run.free_all(copy)
+        else:
+            weights += [run.alloc(n) for n in p.layer_weights]
     weights += [run.alloc(n) for n in p.outer_weights[1:]]
     if p.inference:
         _prefill(run, p, layers)
@@ -223,7 +232,6 @@ class _Run:
         return max(self.allocator.peak_reserved - self.allocator.peak_allocated, 0)
 
 
-
 MAX_BLOCKS = 8
 """Requests one group (a layer half's saved tensors, its backward's temporaries) is
 written as: more, smaller ones would only repeat the same reuse, at more replay cost."""
@@ -278,7 +286,14 @@ class Step(NamedTuple):
     tp: int
     ep: int
     weight_bytes: float
-    """Stored bytes per parameter (quantized formats included)."""
+    """Stored bytes per parameter of the layers' weights (quantized formats included)."""
+
+    outer_weight_bytes: float
+    """Bytes per parameter of the embedding, final norm and head."""
+
+    load_bytes: float
+    """Bytes per parameter of the 16-bit copy each layer weight is loaded through
+    before it is quantized (bitsandbytes); 0: loaded as stored."""
 
     grad_bytes: float
     """Gradient bytes per trainable parameter (0: the base is frozen)."""
@@ -292,6 +307,11 @@ class Step(NamedTuple):
     foreach: bool
     adapters: tuple[int, ...]
     """LoRA: one layer's adapter tensors, in elements (fp32)."""
+
+
+def _outer(s: Step) -> tuple[int, ...]:
+    sizes = (s.counts.embedding // s.tp, s.counts.final, s.counts.head // s.tp)
+    return tuple(int(n * s.outer_weight_bytes) for n in sizes if n)
 
 
 def training_pattern(
@@ -328,12 +348,11 @@ def training_pattern(
         outer_grads = ()
     scale = s.state_bytes / s.states / (s.grad_bytes or 4.0) if s.states else 0.0
     return Pattern(
-        outer_weights=tuple(
-            int(n * s.weight_bytes)
-            for n in (s.counts.embedding // s.tp, s.counts.final, s.counts.head // s.tp)
-            if n
-        ),
+        outer_weights=_outer(s),
         layer_weights=tuple(int(n * s.weight_bytes) for n in (*attention, *mlp)),
+        layer_loads=tuple(int(n * s.load_bytes) for n in (*attention, *mlp))
+        if s.load_bytes
+        else (),
         layers=len(s.counts.layers),
         layer_grads=grads,
         attention_grads=attention_grads,
@@ -365,12 +384,11 @@ def inference_pattern(
     d, m = s.d, s.num.matmul
     attention, mlp = layer_tensors(s.arch, s.counts.layers[-1], s.tp, s.ep)
     return Pattern(
-        outer_weights=tuple(
-            int(n * s.weight_bytes)
-            for n in (s.counts.embedding // s.tp, s.counts.final, s.counts.head // s.tp)
-            if n
-        ),
+        outer_weights=_outer(s),
         layer_weights=tuple(int(n * s.weight_bytes) for n in (*attention, *mlp)),
+        layer_loads=tuple(int(n * s.load_bytes) for n in (*attention, *mlp))
+        if s.load_bytes
+        else (),
         layers=len(s.counts.layers),
         layer_grads=(),
         attention_grads=0,

@@ -18,7 +18,7 @@ Optimizer = Literal[
 ]
 Checkpointing = Literal["none", "full", "selective"]
 Attention = Literal["eager", "sdpa", "flash"]
-Quantization = Literal["none", "int8", "int4", "nf4", "fp8"]
+Quantization = Literal["none", "int8", "int4", "nf4", "fp4", "fp8"]
 KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
 KvCacheLayout = Literal["preallocated", "tuple_per_step"]
@@ -137,7 +137,21 @@ class Workload(Record):
     """Adapters for ``finetune_lora``/``finetune_qlora`` (default: rank 16 on q_proj, v_proj)."""
 
     weight_quantization: Quantization = "none"
-    """Inference weight format (``finetune_qlora`` always uses nf4)."""
+    """Stored format of the linear layers' weights, for inference and ``finetune_qlora``
+    (whose default, ``none``, means ``nf4``). ``nf4``/``fp4``: bitsandbytes 4-bit, blocks
+    of 64 weights with an fp32 absmax each; ``int4``: GPTQ/AWQ-style groups of 128 with
+    fp16 scales and 4-bit zeros; ``int8``: LLM.int8 with an fp32 scale per row; ``fp8``:
+    one byte per weight. Embeddings and norms stay in the compute dtype."""
+
+    double_quantization: bool = False
+    """bitsandbytes ``bnb_4bit_use_double_quant`` (off by default in transformers'
+    ``BitsAndBytesConfig``; the QLoRA paper's recipe turns it on): each block's fp32
+    absmax is quantized to 8 bits in blocks of 256, 0.5 to 0.127 bits per weight."""
+
+    quantize_lm_head: bool = False
+    """Quantize the output head too. transformers keeps ``lm_head`` in 16-bit
+    (``modules_to_not_convert = ["lm_head"]``); a tied head is the embedding and is never
+    quantized."""
 
     kv_cache_dtype: KvCacheDtype = "auto"
     """``auto``: the activation type."""

@@ -12,14 +12,53 @@ from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.record import Record
 
-# Bytes per weight of the stored format (bitsandbytes NF4 with double-quantized
-# absmax: 4 bits + 8-bit absmax per 64 weights + fp32 per 256 blocks).
-QUANTIZED_BYTES = {
-    "int8": 1.0 + 4 / 4096,
-    "int4": 0.5 + 1 / 64 + 4 / (64 * 256),
-    "nf4": 0.5 + 1 / 64 + 4 / (64 * 256),
-    "fp8": 1.0,
-}
+BNB_BLOCK = 64
+"""bitsandbytes 4-bit: weights per absmax block (``quantize_4bit``'s default blocksize,
+bitsandbytes/functional.py at 95f9af3)."""
+
+BNB_NESTED_BLOCK = 256
+"""Double quantization: absmax values per 8-bit block (``quantize_blockwise(_absmax -
+offset, blocksize=256)``, same file)."""
+
+GPTQ_GROUP = 128
+
+
+def quantized_bytes(fmt: str, *, double_quantization: bool = False) -> float:
+    """Stored bytes per weight of ``fmt``.
+
+    * ``nf4``/``fp4`` (bitsandbytes): packed 4-bit weights (0.5 B) and an fp32 absmax
+      per block of 64; with double quantization an 8-bit absmax per block and an fp32
+      one per 256 blocks (the QLoRA paper, section 3: 0.5 bits per weight become 0.127).
+    * ``int4`` (GPTQ, auto_gptq/nn_modules/qlinear/qlinear_exllama.py at 129fa4b):
+      ``qweight`` int32 of in/8 x out (0.5 B), ``qzeros`` int32 of in/128 x out/8 and
+      ``scales`` fp16 of in/128 x out per group of 128.
+    * ``int8`` (LLM.int8): one byte and an fp32 scale per output row (read as per
+      4096 weights); ``fp8``: one byte.
+    """
+    if fmt in ("nf4", "fp4"):
+        if double_quantization:
+            return 0.5 + 1 / BNB_BLOCK + 4 / (BNB_BLOCK * BNB_NESTED_BLOCK)
+        return 0.5 + 4 / BNB_BLOCK
+    if fmt == "int4":
+        return 0.5 + (2 + 0.5) / GPTQ_GROUP
+    if fmt == "int8":
+        return 1.0 + 4 / 4096
+    if fmt == "fp8":
+        return 1.0
+    return 0.0
+
+
+def quantization_of(w: Workload) -> str:
+    """The stored format of the linear layers' weights (``none``: the compute dtype)."""
+    if w.mode == "finetune_qlora":
+        return "nf4" if w.weight_quantization == "none" else w.weight_quantization
+    return w.weight_quantization if w.mode == "inference" else "none"
+
+
+def bnb_4bit(w: Workload) -> bool:
+    """bitsandbytes 4-bit weights, which dequantize per matmul and load via 16-bit."""
+    return quantization_of(w) in ("nf4", "fp4")
+
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -121,15 +160,13 @@ def model_states(
     training = w.mode != "inference"
     per = _bytes_per_parameter(w)
     compute = 4.0 if w.precision == "fp32" else 2.0
-    quantized = (
-        "nf4"
-        if w.mode == "finetune_qlora"
-        else (w.weight_quantization if w.mode == "inference" else "none")
-    )
+    quantized = quantization_of(w)
     if quantized != "none":
-        # Linear weights take the stored format; embeddings, head and norms stay in
-        # the compute dtype (bitsandbytes skips them).
-        weights = in_layers * QUANTIZED_BYTES[quantized] + (local - in_layers) * compute
+        # Linear weights take the stored format; embeddings, norms and (unless asked)
+        # the head stay in the compute dtype (bitsandbytes skips them).
+        stored = quantized_bytes(quantized, double_quantization=w.double_quantization)
+        head = counts.head / p.tensor if w.quantize_lm_head else 0.0
+        weights = (in_layers + head) * stored + (local - in_layers - head) * compute
     else:
         weights = local * per.weights
     trainable, trainable_local = 0, 0.0
