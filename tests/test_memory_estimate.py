@@ -118,12 +118,18 @@ def test_parameter_count_equals_transformers(model_type: str) -> None:
     assert count_parameters(arch).total == real
 
 
-def test_unknown_model_type_reads_as_llama_and_says_so() -> None:
-    config = {**TINY["llama"], "model_type": "my_decoder"}
-    r = run({"hf_config": config}, sequence_length=16)
-    assert r.architecture is not None
-    assert r.architecture.model_type == "my_decoder"
-    assert any("not one we know" in a for a in r.assumptions)
+@pytest.mark.parametrize("model_type", ["my_decoder", "t5", None])
+def test_an_unsupported_model_type_is_refused_pointing_to_the_tracer(
+    model_type: str | None,
+) -> None:
+    """Read as a Llama, a T5 with the standard keys would get a confident wrong answer."""
+    config = {**TINY["llama"], "model_type": model_type}
+    with pytest.raises(InvalidModel) as caught:
+        run({"hf_config": config}, sequence_length=16)
+    ((path, reason),) = caught.value.errors
+    assert path == "$.model.hf_config.model_type"
+    assert "not supported" in reason or "missing" in reason
+    assert "POST /v1/memory/trace" in reason
 
 
 def test_missing_fields_are_named() -> None:

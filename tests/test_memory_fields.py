@@ -78,3 +78,62 @@ def test_the_field_is_a_flag_and_in_the_documents(
     assert f"{name}:" in (ROOT / "api" / "openapi.yaml").read_text(encoding="utf-8")
     plan_schema = (ROOT / "api" / "plan.schema.json").read_text(encoding="utf-8")
     assert (f'"{name}"' in plan_schema) is workload
+
+
+@pytest.mark.parametrize(
+    ("model", "targets", "paths"),
+    [
+        ({"name": "llama-2-7b"}, ["query", "value"],
+         ["$.workload.lora.target_modules[0]", "$.workload.lora.target_modules[1]"]),
+        ({"name": "llama-2-7b"}, ["q_proj", "v_prj"], ["$.workload.lora.target_modules[1]"]),
+        ({"name": "gpt2"}, ["q_proj"], ["$.workload.lora.target_modules[0]"]),
+        ({"name": "llama-2-7b"}, ["all-linear", "q_proj"], ["$.workload.lora.target_modules"]),
+        ({"hf_config": {"model_type": "phi3", "vocab_size": 100, "hidden_size": 64,
+                        "intermediate_size": 128, "num_hidden_layers": 2,
+                        "num_attention_heads": 4}}, None, ["$.workload.lora.target_modules"]),
+    ],
+)  # fmt: skip
+def test_lora_targets_must_name_the_models_linear_modules(
+    client: TestClient,  # type: ignore[type-arg]
+    model: dict[str, object],
+    targets: list[str] | None,
+    paths: list[str],
+) -> None:
+    """PEFT raises only when no target matches, and ignores a misspelt one beside a
+    valid one; here each must name a linear module (and phi3 has no PEFT default)."""
+    lora: dict[str, object] = {"rank": 8}
+    if targets is not None:
+        lora["target_modules"] = targets
+    body = {
+        "model": model,
+        "workload": {"mode": "finetune_lora", "sequence_length": 8, "lora": lora},
+    }
+    response = client.post("/v1/memory/estimate", json=body)
+    assert response.status_code == 422, response.text
+    errors = response.json()["errors"]
+    assert [e["path"] for e in errors] == paths
+    text = json.dumps(errors)
+    assert "linear module" in text or "PEFT" in text
+
+
+def test_lora_defaults_are_peft_s_and_every_default_is_listed(
+    client: TestClient,  # type: ignore[type-arg]
+) -> None:
+    body = {"model": {"name": "gpt2"}, "workload": {"mode": "finetune_lora", "sequence_length": 8}}
+    answer = client.post("/v1/memory/estimate", json=body).json()
+    # GPT-2's PEFT default is c_attn (768 -> 2304), rank 16, on 12 layers.
+    assert answer["trainable_parameters"] == 16 * (768 + 3 * 768) * 12
+    notes = " ".join(answer["assumptions"])
+    assert "PEFT's default for gpt2, c_attn" in notes
+    assert "defaults used: batch_size 1, precision bf16, optimizer adamw" in notes
+    assert "lora rank 16" in notes
+
+
+def test_lora_on_a_model_that_is_not_fine_tuned_is_refused(
+    client: TestClient,  # type: ignore[type-arg]
+) -> None:
+    body = {"model": {"name": "gpt2"}, "workload": {"mode": "training", "sequence_length": 8,
+                                                   "lora": {"rank": 4}}}  # fmt: skip
+    response = client.post("/v1/memory/estimate", json=body)
+    assert response.status_code == 422
+    assert [e["path"] for e in response.json()["errors"]] == ["$.workload.lora"]

@@ -6,6 +6,7 @@ refusal lists every problem of the request at once.
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.errors import InvalidModel
+from gpuplan.core.memory.modules import lora_targets
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.memory.states import quantization_of
 
@@ -43,6 +44,14 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
         )
     if w.quantize_lm_head and quantization_of(w) == "none":
         errors.append(("$.workload.quantize_lm_head", "needs quantized weights"))
+    lora_mode = w.mode in ("finetune_lora", "finetune_qlora")
+    if w.lora is not None and not lora_mode:
+        errors.append(("$.workload.lora", "adapters apply to finetune_lora and finetune_qlora"))
+    if lora_mode and arch is not None:
+        try:
+            lora_targets(arch, w.lora.target_modules if w.lora else None)
+        except InvalidModel as refused:
+            errors.extend(refused.errors)
     if errors:
         raise InvalidModel(errors)
 

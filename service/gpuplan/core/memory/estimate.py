@@ -21,6 +21,7 @@ from gpuplan.core.memory.inference import (
 )
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
 from gpuplan.core.memory.model import resolve_model
+from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import Numerics, numerics_for
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
 from gpuplan.core.memory.reserve import (
@@ -40,7 +41,6 @@ from gpuplan.core.memory.schema import (
 )
 from gpuplan.core.memory.states import (
     ModelStates,
-    adapted_modules,
     bare_states,
     bnb_4bit,
     model_states,
@@ -76,6 +76,8 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         return rule_of_thumb(request, total_parameters, assumptions, arch, gpu)
     num = numerics_for(w.precision, request.runtime)
     assumptions.extend(describe(w, request.runtime))
+    if arch is not None and w.mode in ("finetune_lora", "finetune_qlora"):
+        assumptions.append(lora_targets(arch, w.lora.target_modules if w.lora else None)[1])
     warnings: list[str] = []
     if model.vision is not None:
         states = bare_states(total_parameters, w, runtime=request.runtime)
@@ -165,7 +167,7 @@ def _layer_costs(
         eager=w.attention == "eager",
         training=w.mode != "inference",
         selective=w.gradient_checkpointing == "selective",
-        trainable=_trainable(w),
+        trainable=_trainable(arch, w),
     )
     p = w.parallelism
     local = -(-arch.num_layers // p.pipeline)
@@ -383,12 +385,13 @@ def _replay_step(
     adapters: tuple[int, ...] = ()
     if lora:
         rank = w.lora.rank if w.lora else 16
-        targets = adapted_modules(w.lora.target_modules if w.lora else ["q_proj", "v_proj"])
-        h, q, kv, f = arch.hidden_size, arch.q_dim, arch.kv_dim, arch.intermediate_size
-        shapes = {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-                  "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h)}  # fmt: skip
+        targets, _ = lora_targets(arch, w.lora.target_modules if w.lora else None)
         adapters = tuple(
-            n for name, (i, o) in shapes.items() if name in targets for n in (rank * i, rank * o)
+            n
+            for name, m in linear_modules(arch).items()
+            if name in targets and m.per_layer
+            for _ in range(m.per_layer)
+            for n in (rank * m.in_features, rank * m.out_features)
         )
     states_count = {"adamw": 2, "adam": 2, "sgd_momentum": 1, "lion": 1}.get(w.optimizer, 0)
     compute = 4.0 if w.precision == "fp32" else 2.0
@@ -415,14 +418,14 @@ def _replay_step(
     )
 
 
-def _trainable(w: Workload) -> Trainable:
+def _trainable(arch: Architecture, w: Workload) -> Trainable:
     if w.mode not in ("finetune_lora", "finetune_qlora"):
         return Trainable()
     lora = w.lora
     return Trainable(
         full=False,
         lora_rank=lora.rank if lora else 16,
-        adapted=adapted_modules(lora.target_modules if lora else ["q_proj", "v_proj"]),
+        adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
         upcast=w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16"),
     )
 

@@ -4,9 +4,8 @@ Each supported ``model_type`` maps its own key names onto ours and supplies the
 defaults of its transformers config class for the keys a saved config may omit
 (``save_pretrained`` drops values equal to the class default). The shape keys
 (layers, hidden size, heads, vocabulary, feed-forward width) are required: a missing
-one is an error naming it, never a silent default. An unknown ``model_type`` with the
-standard keys is read as a Llama-style decoder (pre-norm RMSNorm, SwiGLU MLP, rotary
-positions, no biases), and the estimate says so.
+one is an error naming it, never a silent default. An unknown ``model_type`` is refused
+as unsupported, pointing to the tracer, which runs any transformers model.
 """
 
 from collections.abc import Mapping
@@ -125,12 +124,19 @@ def from_hf_config(config: Mapping[str, Any]) -> tuple[Architecture, list[str]]:
     if model_type is not None and not isinstance(model_type, str):
         raise InvalidModel([(f"{ROOT}.model_type", f"expected a string, got {model_type!r}")])
     assumptions: list[str] = []
-    if model_type in (None, ""):
-        model_type = "unknown"
-    if model_type not in SUPPORTED:
-        assumptions.append(
-            f"model_type {model_type!r} is not one we know; read as a Llama-style decoder "
-            "(pre-norm RMSNorm, SwiGLU MLP, rotary positions, no biases)"
+    if model_type in (None, "") or model_type not in SUPPORTED:
+        # Reading an unknown architecture as a Llama would answer with confidence for
+        # the wrong tensors (an encoder-decoder, a state-space model): refuse, and say
+        # what answers for any model.
+        shown = "missing" if model_type in (None, "") else f"{model_type!r} is not supported"
+        raise InvalidModel(
+            [
+                (
+                    f"{ROOT}.model_type",
+                    f"{shown} by the analytic estimator (supported: {', '.join(SUPPORTED)}); "
+                    "POST /v1/memory/trace (gpuplan trace) traces any transformers model",
+                )
+            ]
         )
     r = _Reader(config)
     if model_type in ("gpt2",):

@@ -4,6 +4,8 @@ headroom, the fit on a GPU, and the seed guide's rule of thumb for comparison.
 
 import math
 
+import msgspec
+
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.overhead import framework_overhead, module_loading, round_segment
@@ -36,8 +38,42 @@ class Peak(Record, kw_only=True):
     """``max_memory_reserved - max_memory_allocated`` from the allocator replay."""
 
 
+_TRAINING_DEFAULTS = (
+    "batch_size",
+    "precision",
+    "optimizer",
+    "gradient_checkpointing",
+    "attention",
+    "gradient_accumulation_steps",
+)
+_INFERENCE_DEFAULTS = (
+    "batch_size",
+    "precision",
+    "attention",
+    "kv_cache_dtype",
+    "kv_cache_layout",
+    "max_new_tokens",
+)
+
+
+def defaults(w: Workload) -> str | None:
+    """A sentence listing the workload settings that are at their default values."""
+    fields = {f.name: f for f in msgspec.structs.fields(Workload)}
+    at_default = [
+        f"{name} {getattr(w, name)}"
+        for name in (_INFERENCE_DEFAULTS if w.mode == "inference" else _TRAINING_DEFAULTS)
+        if getattr(w, name) == fields[name].default
+    ]
+    if w.mode in ("finetune_lora", "finetune_qlora") and (w.lora is None or w.lora.rank == 16):
+        at_default.append("lora rank 16")
+    return f"defaults used: {', '.join(at_default)}" if at_default else None
+
+
 def describe(w: Workload, runtime: str) -> list[str]:
     notes = []
+    used = defaults(w)
+    if used:
+        notes.append(used)
     if w.mode == "inference":
         notes.append(
             "inference: a no-grad prefill that keeps its KV cache and the last position's logits"

@@ -102,10 +102,18 @@ class Lora(Record):
     """LoRA adapters (PEFT)."""
 
     rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 16
-    target_modules: Annotated[
-        list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(min_length=1, max_length=32)
-    ] = msgspec.field(default_factory=lambda: ["q_proj", "v_proj"])
-    """Linear layers that get adapters, by their Hugging Face names (``all-linear`` for all)."""
+    target_modules: (
+        Annotated[
+            list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
+            msgspec.Meta(min_length=1, max_length=32),
+        ]
+        | None
+    ) = None
+    """Linear modules that get adapters, by their Hugging Face names (``q_proj``,
+    ``mlp.c_proj``), or ``all-linear`` (every linear but the output head). Each must name
+    a linear module of the model (422 otherwise, listing them). Default: PEFT's default
+    for the model type (``q_proj``, ``v_proj`` for Llama-style models, ``c_attn`` for
+    GPT-2, ``query_key_value`` for GPT-NeoX and Falcon, ``query``, ``value`` for BERT)."""
 
 
 class Workload(Record):

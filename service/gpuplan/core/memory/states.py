@@ -8,6 +8,7 @@ precision keep half-precision weights and gradients beside an fp32 master, 2 + 2
 """
 
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.record import Record
@@ -60,9 +61,6 @@ def bnb_4bit(w: Workload) -> bool:
     return quantization_of(w) in ("nf4", "fp4")
 
 
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 class ModelStates(Record, kw_only=True):
     parameters_local: int
     """Parameters held by this GPU (after tensor, pipeline and expert splits)."""
@@ -82,23 +80,6 @@ class ModelStates(Record, kw_only=True):
 
     largest_layer: float
     """Bytes of the largest layer's weights in compute precision."""
-
-
-def lora_parameters(arch: Architecture, targets: frozenset[str], rank: int) -> int:
-    """Adapter parameters: rank × (in + out) for each adapted linear of every layer."""
-    h, q, kv, f = arch.hidden_size, arch.q_dim, arch.kv_dim, arch.intermediate_size
-    shapes = {
-        "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-        "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h),
-    }  # fmt: skip
-    per_layer = sum(rank * (i + o) for name, (i, o) in shapes.items() if name in targets)
-    return per_layer * arch.num_layers
-
-
-def adapted_modules(targets: list[str]) -> frozenset[str]:
-    if "all-linear" in targets:
-        return frozenset(ALL_LINEAR)
-    return frozenset(targets)
 
 
 def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -> tuple[int, int]:
@@ -172,9 +153,8 @@ def model_states(
     trainable, trainable_local = 0, 0.0
     if w.mode in ("finetune_lora", "finetune_qlora"):
         rank = w.lora.rank if w.lora else 16
-        trainable = lora_parameters(
-            arch, adapted_modules(w.lora.target_modules if w.lora else ["q_proj", "v_proj"]), rank
-        )
+        targets, _ = lora_targets(arch, w.lora.target_modules if w.lora else None)
+        trainable = lora_parameters(arch, targets, rank)
         trainable_local = trainable / (p.tensor * p.pipeline)
         weights += trainable_local * 4.0
         biggest = float(max(arch.hidden_size, arch.intermediate_size) * rank)
