@@ -314,6 +314,69 @@ def test_bitsandbytes_4bit_formats_and_their_temporaries() -> None:
     assert qlora.breakdown.weights_bytes < lora.breakdown.weights_bytes / 3
 
 
+def test_frameworks_decide_the_bytes_of_the_sharded_states() -> None:
+    """FSDP2 under amp: fp32 shards are the master (4 + 4 + 8 over N); DeepSpeed: bf16
+    parameters and gradients, fp32 master and moments over N, and its fp32 gradient
+    partition at the step; Megatron: bf16 parameters and a full fp32 gradient buffer."""
+    base: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
+    n = 8
+    fsdp = run({"name": "llama-2-7b"}, **base, parallelism={"data": n, "framework": "fsdp2"})
+    p = fsdp.parameters
+    assert fsdp.breakdown.weights_bytes == pytest.approx(4 * p / n, rel=1e-6)
+    assert fsdp.breakdown.optimizer_state_bytes == pytest.approx(8 * p / n, rel=1e-6)
+    assert fsdp.breakdown.master_weights_bytes == 0
+    deep = run({"name": "llama-2-7b"}, **base,
+               parallelism={"data": n, "zero_stage": 3, "framework": "deepspeed"})  # fmt: skip
+    assert deep.breakdown.weights_bytes == pytest.approx(2 * p / n, rel=1e-6)
+    assert deep.breakdown.master_weights_bytes == pytest.approx(4 * p / n, rel=1e-6)
+    mega = run({"name": "llama-2-7b"}, **base,
+               parallelism={"data": n, "zero_stage": 1, "framework": "megatron"})  # fmt: skip
+    assert mega.breakdown.weights_bytes == 2 * p
+    assert mega.peak_phase != "optimizer step" or mega.breakdown.gradients_bytes == 4 * p
+    # FSDP2's bf16 policy casts at module boundaries: no fp32 autocast copies kept.
+    long: dict[str, Any] = {"sequence_length": 4096, "batch_size": 4, "precision": "amp_bf16"}
+    sharded = run({"name": "llama-2-7b"}, **long, parallelism={"data": 64, "framework": "fsdp2"})
+    autocast = run({"name": "llama-2-7b"}, **long, parallelism={"data": 64, "zero_stage": 3})
+    assert sharded.peak_phase == autocast.peak_phase == "backward (loss)"
+    assert sharded.breakdown.activations_bytes < autocast.breakdown.activations_bytes
+
+
+def test_a_materialized_model_peaks_before_sharding() -> None:
+    body: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
+    meta = run({"name": "llama-2-7b"}, **body, parallelism={"data": 64, "framework": "fsdp2"})
+    built = run({"name": "llama-2-7b"}, **body,
+                parallelism={"data": 64, "framework": "fsdp2", "init": "materialized"})  # fmt: skip
+    assert meta.peak_phase != built.peak_phase == "materialization (before sharding)"
+    assert built.peak_bytes == pytest.approx(4 * built.parameters, rel=0.001)
+    assert built.breakdown.optimizer_state_bytes == 0
+
+
+def test_checkpointing_variants_and_compile_order_the_activations() -> None:
+    """none > selective_op (keeps attention and every other matmul's output) > full;
+    one layer in two checkpointed sits between; compile keeps less than eager;
+    context parallelism divides a layer's activations."""
+    base: dict[str, Any] = {
+        "mode": "finetune_lora", "sequence_length": 4096, "batch_size": 4, "precision": "bf16",
+        "lora": {"target_modules": ["all-linear"]},
+    }  # fmt: skip
+
+    def acts(**extra: Any) -> int:
+        r = run({"name": "llama-3.1-8b"}, **base, **extra)
+        assert r.peak_phase.startswith("backward")
+        return r.breakdown.activations_bytes
+
+    none, full = acts(), acts(gradient_checkpointing="full")
+    op = acts(gradient_checkpointing="selective_op")
+    half = acts(gradient_checkpointing="full", checkpoint_every_n_layers=2)
+    assert none > op > full
+    assert none > half > full
+    assert acts(compile=True) < none
+    cp = run(
+        {"name": "llama-3.1-8b"}, **base, parallelism={"context": 2}
+    ).breakdown.activations_bytes
+    assert cp < 0.6 * none
+
+
 def test_the_context_follows_module_loading_and_the_cuda_version() -> None:
     base: dict[str, Any] = {"mode": "inference", "sequence_length": 512}
     lazy = run({"name": "llama-2-7b"}, **base)

@@ -22,6 +22,12 @@ FIELDS = [
     ("$.workload.weight_quantization", "fp3", "--weight-quantization", True),
     ("$.workload.double_quantization", "yes", "--double-quantization", True),
     ("$.workload.quantize_lm_head", 3, "--quantize-lm-head", True),
+    ("$.workload.parallelism.framework", "horovod", "--parallelism-framework", True),
+    ("$.workload.parallelism.init", "lazy", "--parallelism-init", True),
+    ("$.workload.parallelism.context", 0, "--parallelism-context", True),
+    ("$.workload.compile", "max", "--compile", True),
+    ("$.workload.gradient_checkpointing", "op", "--gradient-checkpointing", True),
+    ("$.workload.checkpoint_every_n_layers", 0, "--checkpoint-every-n-layers", True),
 ]
 
 
@@ -33,6 +39,13 @@ FIELDS = [
         ({"mode": "inference", "quantize_lm_head": True}, "$.workload.quantize_lm_head"),
         ({"mode": "finetune_qlora", "weight_quantization": "int4"}, "$.workload.weight_quantization"),
         ({"mode": "training", "weight_quantization": "nf4"}, "$.workload.weight_quantization"),
+        ({"mode": "training", "checkpoint_every_n_layers": 2}, "$.workload.checkpoint_every_n_layers"),
+        ({"mode": "training", "parallelism": {"framework": "fsdp2", "zero_stage": 1}},
+         "$.workload.parallelism.zero_stage"),
+        ({"mode": "training", "parallelism": {"framework": "ddp", "zero_stage": 2}},
+         "$.workload.parallelism.zero_stage"),
+        ({"mode": "training", "parallelism": {"init": "materialized"}}, "$.workload.parallelism.init"),
+        ({"mode": "training", "parallelism": {"context": 3}}, "$.workload.parallelism.context"),
     ],
 )  # fmt: skip
 def test_rules_across_fields_name_the_field(
@@ -44,6 +57,23 @@ def test_rules_across_fields_name_the_field(
     response = client.post("/v1/memory/estimate", json=body)
     assert response.status_code == 422, response.text
     assert path in [e["path"] for e in response.json()["errors"]]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("gradient_checkpointing", "selective_op"), ("compile", True)]
+)
+def test_llama_only_techniques_say_so_elsewhere(
+    client: TestClient,  # type: ignore[type-arg]
+    field: str,
+    value: object,
+) -> None:
+    body = {
+        "model": {"name": "gpt2"},
+        "workload": {"mode": "training", "sequence_length": 8, field: value},
+    }
+    response = client.post("/v1/memory/estimate", json=body)
+    assert response.status_code == 422
+    assert [e["path"] for e in response.json()["errors"]] == [f"$.workload.{field}"]
 
 
 def _with(path: str, value: object) -> dict[str, object]:

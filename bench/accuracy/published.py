@@ -14,6 +14,7 @@ bench/results/published.json; docs/accuracy.md quotes it.
 
 import json
 import statistics
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -69,7 +70,7 @@ def run() -> dict[str, Any]:
         )
     errors = [r["error"] for r in rows if not r["excluded"]]
     summary = {
-        "cases": len(rows),
+        "cases": len(errors),
         "median_abs_error": statistics.median(abs(e) for e in errors),
         "max_abs_error": max(abs(e) for e in errors),
         "most_low": min(errors),
@@ -78,6 +79,31 @@ def run() -> dict[str, Any]:
         "excluded": sum(1 for r in rows if r["excluded"]),
     }
     return {"summary": summary, "rows": rows}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The suite as the markdown table docs/accuracy.md quotes."""
+    by_id = {c["id"]: c for c in cases()}
+    lines = [
+        "| case | measure | published GB | estimated GB | error | source |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
+    ]
+    for r in result["rows"]:
+        source = by_id[r["id"]]["source"].split(",")[0]
+        error = f"{r['error']:+.1%}" + (" (excluded)" if r["excluded"] else "")
+        lines.append(
+            f"| {r['id']} | {r['measure']} | {r['published_bytes'] / 1e9:.2f} | "
+            f"{r['estimated_bytes'] / 1e9:.2f} | {error} | {source} |"
+        )
+    s = result["summary"]
+    lines += [
+        "",
+        f"{s['cases']} counted cases ({s['excluded']} excluded, reasons in "
+        f"bench/accuracy/published.toml): median absolute error {s['median_abs_error']:.1%}, "
+        f"worst {s['max_abs_error']:.1%}, most low {s['most_low']:+.1%}, "
+        f"{s['low_by_more_than_5pct']} more than 5% low.",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -90,6 +116,8 @@ def main() -> None:
         )
     print(json.dumps(result["summary"]))
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    if "--table" in sys.argv:
+        print(table(result))
 
 
 if __name__ == "__main__":

@@ -37,15 +37,18 @@ from gpuplan.core.memory.schema import (
     EstimateRequest,
     EstimateResponse,
     Parallelism,
+    Precision,
     Workload,
 )
 from gpuplan.core.memory.states import (
     ModelStates,
     bare_states,
     bnb_4bit,
+    framework_of,
     model_states,
     quantization_of,
     quantized_bytes,
+    shard_stage,
 )
 from gpuplan.core.memory.training import LayerGrads, training_peak
 from gpuplan.core.memory.vision import vision_peak
@@ -74,7 +77,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     total_parameters = counts.total if counts is not None else bare or 0
     if request.method == "rule_of_thumb":
         return rule_of_thumb(request, total_parameters, assumptions, arch, gpu)
-    num = numerics_for(w.precision, request.runtime)
+    num = numerics_for(_compute_precision(w), request.runtime)
     assumptions.extend(describe(w, request.runtime))
     if arch is not None and w.mode in ("finetune_lora", "finetune_qlora"):
         assumptions.append(lora_targets(arch, w.lora.target_modules if w.lora else None)[1])
@@ -121,7 +124,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         d = dims_for(
             arch,
             w.batch_size,
-            w.sequence_length or 1,
+            -(-(w.sequence_length or 1) // w.parallelism.context),
             tp=w.parallelism.tensor,
             sp=w.parallelism.sequence_parallel,
         )
@@ -148,6 +151,8 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
                 costs=costs,
                 assumptions=assumptions,
             )
+    if arch is not None and w.mode != "inference":
+        peak = _materialized(peak, states, w, assumptions)
     return respond(
         request,
         parameters=total_parameters,
@@ -168,6 +173,7 @@ def _layer_costs(
         training=w.mode != "inference",
         selective=w.gradient_checkpointing == "selective",
         trainable=_trainable(arch, w),
+        compiled=w.compile,
     )
     p = w.parallelism
     local = -(-arch.num_layers // p.pipeline)
@@ -192,9 +198,60 @@ def _layer_costs(
                 )
             if bnb_4bit(w):
                 cost = _dequantized(cost, arch, layer, p, single_token=d.tokens == 1)
+            if p.context > 1:
+                # Ring attention: the keys and values of a peer's chunk arrive while the
+                # next chunk's are in flight, in the forward and again in the backward.
+                ring = 2 * 2 * num.matmul * d.key
+                cost = msgspec.structs.replace(
+                    cost,
+                    attention_backward=cost.attention_backward + ring,
+                    forward_peak=cost.forward_peak + ring,
+                )
             priced[key] = cost
         costs.append(cost)
     return costs
+
+
+def _materialized(peak: Peak, states: ModelStates, w: Workload, assumptions: list[str]) -> Peak:
+    """``init: materialized``: the whole model is built on the GPU, in its stored dtype,
+    before sharding; that can be the job's peak (torchtitan builds on the meta device
+    to avoid it; DeepSpeed's ``zero.Init`` partitions as it builds)."""
+    if w.parallelism.init != "materialized" or shard_stage(w) < 2:
+        return peak
+    stored = 4.0 if w.precision in ("fp32", "amp_bf16", "amp_fp16") else 2.0
+    full = states.parameters_local * stored
+    running = (
+        states.weights
+        + states.optimizer
+        + states.master
+        + peak.gradients
+        + peak.activations
+        + peak.temporary
+    )
+    assumptions.append(
+        f"init materialized: the unsharded model ({full / 2**30:.1f} GiB) is built on each GPU before sharding"
+    )
+    if full <= running:
+        return peak
+    return Peak(
+        gradients=0.0,
+        activations=0.0,
+        temporary=full - states.weights,
+        kv_cache=0.0,
+        phase="materialization (before sharding)",
+        allocator_gap=peak.allocator_gap,
+        without_optimizer=True,
+    )
+
+
+def _compute_precision(w: Workload) -> Precision:
+    """The dtype activations take: FSDP2's mixed-precision policy casts parameters to
+    bf16 at module boundaries instead of autocasting each op, so activations are bf16
+    with no fp32 copies of inputs or weights (the ``amp_*`` precisions there)."""
+    if framework_of(w) == "fsdp2" and w.precision in ("amp_bf16", "amp_fp16", "fp8"):
+        # torchao's float8 linears keep their bf16 inputs for backward (and recast them).
+        return "fp16" if w.precision == "amp_fp16" else "bf16"
+    return w.precision
 
 
 def _dequantized(
@@ -279,6 +336,7 @@ def _training(
         grads,
         head,
         checkpointing=w.gradient_checkpointing,
+        every=w.checkpoint_every_n_layers,
         accumulation_steps=w.gradient_accumulation_steps,
         in_flight=min(p.pipeline, w.gradient_accumulation_steps) if p.pipeline > 1 else 1,
         residual_grad=num.residual * d.hidden,
@@ -292,11 +350,11 @@ def _training(
             _replay_step(arch, counts, d=d, num=num, w=w, states=states),
             max(costs, key=lambda c: c.saved),
             head,
-            checkpointing=w.gradient_checkpointing == "full",
+            checkpointing=w.gradient_checkpointing,
             accumulation=w.gradient_accumulation_steps,
         )
     )
-    ddp = states.gradients if p.data > 1 and p.zero_stage == 0 else 0.0
+    ddp = states.gradients if p.data > 1 and p.zero_stage == 0 and framework_of(w) == "ddp" else 0.0
     if ddp:
         assumptions.append(
             "DDP keeps flat gradient buckets beside the gradients (gradient_as_bucket_view=False)"

@@ -56,6 +56,8 @@ class Step(Record, kw_only=True):
     are recomputed in the backward instead of kept."""
 
     trainable: Trainable = msgspec.field(default_factory=Trainable)
+    compiled: bool = False
+    """``torch.compile``: fused elementwise ops keep only what a fused backward needs."""
 
 
 class LayerCost(Record, kw_only=True):
@@ -77,6 +79,10 @@ class LayerCost(Record, kw_only=True):
 
     input: float
     """The layer input: what full activation checkpointing keeps per layer."""
+
+    op_saved: float = 0.0
+    """What torchtitan's operator-level selective checkpointing keeps (``selective_op``):
+    the layer input and the outputs of attention and of every other matmul."""
 
 
 def _rms_norm(arch: Architecture, n: float, num: Numerics, trains: bool) -> float:
@@ -246,15 +252,36 @@ def llama_layer(
         mlp_bw, mlp_fw = 2 * m * d.ffn, (4 if fused else 3) * m * d.ffn
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
-    return _cost(
-        arch,
-        d,
-        num,
-        saved=saved,
-        mlp_half=mlp_half,
-        mlp_bw=mlp_bw,
-        core_bw=core_bw,
-        forward=max(core_fw, mlp_fw),
+    if step.compiled and not moe_layer:
+        # Inductor fuses each norm (keeping its input and one fp32 rstd per token instead
+        # of an fp32 copy and the normalized tensor) and SiLU(gate) * up, which its
+        # backward recomputes from the gate and up projections (SiLU's output and the
+        # product, the down projection's input, are not kept).
+        fused_norm = m * e + FP32 * d.tokens
+        product = m * d.ffn if (t.saves("down_proj") and not t.upcast) else 0.0
+        fewer = (norm - fused_norm) + m * d.ffn + product
+        mlp_half -= fewer
+        saved -= fewer + (norm - fused_norm)
+    width = (
+        d.ffn
+        if not moe_layer
+        else d.tokens * (arch.moe.expert_intermediate_size if arch.moe else 0)
+    )
+    # torchtitan's op policy: outputs of SDPA (with its log-sum-exp) and of matmuls 1, 3,
+    # 5 and 7 in forward order (wq, wv, w1, w2) are kept; the rest is recomputed.
+    op_saved = num.residual * e + m * (d.query + d.key + d.query) + FP32 * d.lse + m * width + m * e
+    return msgspec.structs.replace(
+        _cost(
+            arch,
+            d,
+            num,
+            saved=saved,
+            mlp_half=mlp_half,
+            mlp_bw=mlp_bw,
+            core_bw=core_bw,
+            forward=max(core_fw, mlp_fw),
+        ),
+        op_saved=op_saved,
     )
 
 

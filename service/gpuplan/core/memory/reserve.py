@@ -319,7 +319,7 @@ def training_pattern(
     layer: LayerCost,
     head: HeadCost,
     *,
-    checkpointing: bool,
+    checkpointing: str,
     accumulation: int,
 ) -> Pattern:
     arch, d, m = s.arch, s.d, s.num.matmul
@@ -364,7 +364,11 @@ def training_pattern(
         mlp_saved=copies_m + _blocks(layer.mlp_saved - sum(copies_m), unit_f),
         attention_backward=_blocks(layer.attention_backward, unit_h),
         mlp_backward=_blocks(layer.mlp_backward, unit_f),
-        checkpoint_input=int(layer.input) if checkpointing else 0,
+        checkpoint_input=int(
+            layer.input
+            if checkpointing == "full"
+            else (layer.op_saved if checkpointing == "selective_op" else 0)
+        ),
         head_saved=((head_copy,) if head_copy else ())
         + _blocks(head.final_saved - head_copy, unit_h),
         logits=int(m * tv),

@@ -37,6 +37,10 @@ class Peak(Record, kw_only=True):
     allocator_gap: float = 0.0
     """``max_memory_reserved - max_memory_allocated`` from the allocator replay."""
 
+    without_optimizer: bool = False
+    """The moment precedes the optimizer (a model being built): no optimizer states or
+    master copy exist yet."""
+
 
 _TRAINING_DEFAULTS = (
     "batch_size",
@@ -173,10 +177,12 @@ def respond(
 ) -> EstimateResponse:
     w = request.workload
     p = w.parallelism
+    optimizer = 0.0 if peak.without_optimizer else states.optimizer
+    master = 0.0 if peak.without_optimizer else states.master
     peak_bytes = (
         states.weights
-        + states.optimizer
-        + states.master
+        + optimizer
+        + master
         + peak.gradients
         + peak.activations
         + peak.temporary
@@ -195,8 +201,8 @@ def respond(
     breakdown = Breakdown(
         weights_bytes=_b(states.weights),
         gradients_bytes=_b(peak.gradients),
-        optimizer_state_bytes=_b(states.optimizer),
-        master_weights_bytes=_b(states.master),
+        optimizer_state_bytes=_b(optimizer),
+        master_weights_bytes=_b(master),
         activations_bytes=_b(peak.activations),
         kv_cache_bytes=_b(peak.kv_cache),
         temporary_bytes=_b(peak.temporary),

@@ -16,7 +16,9 @@ Precision = Literal["fp32", "fp16", "bf16", "amp_fp16", "amp_bf16", "fp8"]
 Optimizer = Literal[
     "adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"
 ]
-Checkpointing = Literal["none", "full", "selective"]
+Checkpointing = Literal["none", "full", "selective", "selective_op"]
+Framework = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
+ParameterInit = Literal["meta", "materialized"]
 Attention = Literal["eager", "sdpa", "flash"]
 Quantization = Literal["none", "int8", "int4", "nf4", "fp4", "fp8"]
 KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
@@ -96,6 +98,27 @@ class Parallelism(Record):
     3 + parameters (FSDP FULL_SHARD)."""
 
     cpu_offload: CpuOffload = msgspec.field(default_factory=CpuOffload)
+    framework: Framework | None = None
+    """Whose conventions decide the dtypes of sharded states, gathered parameters and
+    reduced gradients. ``ddp``: PyTorch replicas (AMP keeps fp32 weights). ``fsdp2``:
+    ``fully_shard`` with a bf16 ``MixedPrecisionPolicy`` under ``amp_*`` (the sharded
+    fp32 parameters are the master copy, activations are bf16, gradients reduce in
+    fp32); ``zero_stage`` 3 (or 0) reshards after forward, 2 keeps layers gathered.
+    ``deepspeed``: bf16/fp16 parameters beside an fp32 master, fp32 gradient partitions
+    and its reduce bucket. ``megatron``: bf16 parameters and a full fp32 gradient buffer;
+    ``zero_stage`` ≥ 1 is its distributed optimizer. Unset: ``deepspeed`` when
+    ``zero_stage`` > 0, else ``ddp``."""
+
+    init: ParameterInit = "meta"
+    """How a sharded model is built: ``meta`` (on the meta device, each rank materializing
+    only its shards, as torchtitan and DeepSpeed's ``zero.Init`` do) or ``materialized``
+    (the whole model is built on every GPU and sharded afterwards: a peak of the full
+    model's bytes before training starts)."""
+
+    context: Degree = 1
+    """Context parallelism: each GPU holds ``sequence_length / context`` tokens of every
+    sequence (ring attention passes the keys and values around); FSDP shards over the
+    data and context groups together."""
 
 
 class Lora(Record):
@@ -135,6 +158,21 @@ class Workload(Record):
 
     optimizer: Optimizer = "adamw"
     gradient_checkpointing: Checkpointing = "none"
+    """``full``: every checkpointed layer keeps only its input and recomputes the rest in
+    its backward. ``selective``: the attention core's s×s tensors are recomputed
+    (Korthikanti et al.). ``selective_op``: torchtitan's operator policy
+    (torchtitan/distributed/activation_checkpoint.py): a layer keeps the outputs of
+    attention and of every other matmul (q, v, the gate projection, the down
+    projection) and recomputes the rest."""
+
+    checkpoint_every_n_layers: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
+    """With ``full`` or ``selective_op``: checkpoint one layer in n (torchtitan's
+    ``selective_ac_option`` as an integer); the others keep all their activations."""
+
+    compile: bool = False
+    """``torch.compile`` of the layers (Llama-style families): fused norms keep only
+    their input, the SwiGLU MLP only the gate and up projections (the product is
+    recomputed in the backward)."""
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
     log-sum-exp per query."""

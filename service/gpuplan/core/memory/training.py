@@ -37,6 +37,7 @@ def training_peak(
     head: HeadCost,
     *,
     checkpointing: str,
+    every: int = 1,
     accumulation_steps: int,
     in_flight: int,
     residual_grad: float,
@@ -48,8 +49,16 @@ def training_peak(
     ``in_flight``: micro-batches whose activations one GPU holds at once (1F1B pipeline
     schedules keep up to the pipeline depth on the first stage).
     """
-    full = checkpointing == "full"
-    kept = [(lc.input if full else lc.saved) * in_flight for lc in layers]
+    # Checkpointed layers (one in ``every``) keep their input (full) or the op policy's
+    # outputs (selective_op) and hold all their activations again in their backward.
+    checkpointed = [
+        checkpointing in ("full", "selective_op") and i % every == 0 for i in range(len(layers))
+    ]
+    kept = [
+        ((lc.input if checkpointing == "full" else lc.op_saved) if checkpointed[i] else lc.saved)
+        * in_flight
+        for i, lc in enumerate(layers)
+    ]
     total_grads = states.gradients
     # After the first micro-step of an accumulation, all gradients exist throughout,
     # and each backward adds a fresh gradient into them.
@@ -90,8 +99,11 @@ def training_peak(
             lc, lg = layers[position], grads[position]
             below_here = below - kept[position] * (skipped + 1)
             done = so_far + (0.0 if accumulating else (lg.mlp + lg.attention) * skipped)
-            # Under full checkpointing the layer's activations are recomputed now.
-            own = lc.saved + (lc.input if full else 0.0)
+            # A checkpointed layer's activations are recomputed now: all of them beside
+            # what it kept (its input under full checkpointing; under the op policy the
+            # kept outputs are among them).
+            recomputed = checkpointed[position]
+            own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
             fresh_mlp = lg.mlp if accumulating else 0.0
             fresh_attn = lg.attention if accumulating else 0.0
             mlp_grads = done + (0.0 if accumulating else lg.mlp)
@@ -100,12 +112,16 @@ def training_peak(
                 (
                     mlp_grads,
                     below_here + own + head.embedding_saved,
-                    residual_grad + lc.mlp_backward + fresh_mlp + states.gather,
+                    residual_grad + lc.mlp_backward + fresh_mlp + states.gather + states.reduce,
                 ),
                 (
                     mlp_grads + (0.0 if accumulating else lg.attention),
                     below_here + own - lc.mlp_saved + head.embedding_saved,
-                    residual_grad + lc.attention_backward + fresh_attn + states.gather,
+                    residual_grad
+                    + lc.attention_backward
+                    + fresh_attn
+                    + states.gather
+                    + states.reduce,
                 ),
             ):
                 total = moment[0] + moment[1] + moment[2]
