@@ -98,6 +98,11 @@ TINY: dict[str, dict[str, Any]] = {
     "falcon": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300},
     "bert": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 128},
     "roberta": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 130},
+    "gpt_bigcode": {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128, "vocab_size": 300},
+    "starcoder2": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
+    "gemma3_text": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300},
+    "qwen3_moe": {"hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300, "num_experts": 4, "num_experts_per_tok": 2},
+    "olmo2": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
 }  # fmt: skip
 
 
@@ -116,6 +121,16 @@ def test_parameter_count_equals_transformers(model_type: str) -> None:
     real = sum(p.numel() for p in model.parameters())
     arch, _ = from_hf_config({"model_type": model_type, **TINY[model_type]})
     assert count_parameters(arch).total == real
+
+
+def test_gemma3_keeps_the_whole_sequence_in_its_global_layers() -> None:
+    """One layer in six attends globally: its cache holds every token, a sliding
+    layer's only the window."""
+    config = {**TINY["gemma3_text"], "model_type": "gemma3_text", "num_hidden_layers": 6,
+              "sliding_window": 512}  # fmt: skip
+    r = run({"hf_config": config}, mode="inference", sequence_length=4096, precision="bf16")
+    per_token = 2 * 2 * 16 * 2  # k and v, 2 kv heads of 16, bf16
+    assert r.breakdown.kv_cache_bytes == per_token * (5 * 512 + 1 * 4096)
 
 
 @pytest.mark.parametrize("model_type", ["my_decoder", "t5", None])

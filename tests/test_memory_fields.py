@@ -28,6 +28,12 @@ FIELDS = [
     ("$.workload.compile", "max", "--compile", True),
     ("$.workload.gradient_checkpointing", "op", "--gradient-checkpointing", True),
     ("$.workload.checkpoint_every_n_layers", 0, "--checkpoint-every-n-layers", True),
+    ("$.workload.keep_outputs", "yes", "--keep-outputs", True),
+    ("$.workload.loss_chunks", 0, "--loss-chunks", True),
+    ("$.workload.optimizer_in_backward", 2, "--optimizer-in-backward", True),
+    ("$.workload.activation_offload", "cpu", "--activation-offload", True),
+    ("$.model.head", "regression", "--model-head", True),
+    ("$.model.num_labels", 0, "--model-num-labels", True),
 ]
 
 
@@ -46,6 +52,10 @@ FIELDS = [
          "$.workload.parallelism.zero_stage"),
         ({"mode": "training", "parallelism": {"init": "materialized"}}, "$.workload.parallelism.init"),
         ({"mode": "training", "parallelism": {"context": 3}}, "$.workload.parallelism.context"),
+        ({"mode": "inference", "keep_outputs": True}, "$.workload.keep_outputs"),
+        ({"mode": "inference", "activation_offload": True}, "$.workload.activation_offload"),
+        ({"mode": "training", "optimizer_in_backward": True, "gradient_accumulation_steps": 2},
+         "$.workload.optimizer_in_backward"),
     ],
 )  # fmt: skip
 def test_rules_across_fields_name_the_field(
@@ -57,6 +67,43 @@ def test_rules_across_fields_name_the_field(
     response = client.post("/v1/memory/estimate", json=body)
     assert response.status_code == 422, response.text
     assert path in [e["path"] for e in response.json()["errors"]]
+
+
+@pytest.mark.parametrize(
+    ("model", "path"),
+    [
+        ({"name": "llama-2-7b", "head": "masked_lm"}, "$.model.head"),
+        ({"name": "bert-base", "head": "causal_lm"}, "$.model.head"),
+        ({"parameters": 1000, "head": "sequence_classification"}, "$.model.head"),
+    ],
+)
+def test_heads_the_model_has_not_are_refused(
+    client: TestClient,  # type: ignore[type-arg]
+    model: dict[str, object],
+    path: str,
+) -> None:
+    body = {"model": model, "workload": {"mode": "training", "sequence_length": 8}}
+    response = client.post("/v1/memory/estimate", json=body)
+    assert response.status_code == 422, response.text
+    assert [e["path"] for e in response.json()["errors"]] == [path]
+
+
+def test_a_classifier_head_replaces_the_vocabulary_logits(
+    client: TestClient,  # type: ignore[type-arg]
+) -> None:
+    base = {"workload": {"mode": "training", "sequence_length": 512, "batch_size": 8}}
+    mlm = client.post("/v1/memory/estimate", json={"model": {"name": "bert-base"}, **base}).json()
+    cls = client.post(
+        "/v1/memory/estimate",
+        json={"model": {"name": "bert-base", "head": "sequence_classification", "num_labels": 3},
+              **base},
+    ).json()  # fmt: skip
+    # bert-base: 768 x 768 pooler and a 768 x 3 classifier replace the MLM transform and
+    # the decoder's bias (the decoder itself is tied to the embeddings).
+    assert cls["parameters"] - mlm["parameters"] == (768 * 768 + 768 + 768 * 3 + 3) - (
+        768 * 768 + 768 + 2 * 768 + 30522
+    )
+    assert cls["peak_bytes"] < mlm["peak_bytes"]
 
 
 @pytest.mark.parametrize(

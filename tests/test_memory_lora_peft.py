@@ -25,7 +25,8 @@ CONFIGS = {
     "opt": cases.OPT, "bert": cases.BERT, "mixtral": cases.MIXTRAL, "gemma": cases.GEMMA,
     "qwen3": cases.QWEN3, "phi3": cases.PHI3, "qwen2_moe": cases.QWEN2_MOE,
     "deepseek_v3": cases.DEEPSEEK_V3, "falcon": cases.FALCON, "gemma2": cases.GEMMA2,
-    "roberta": cases.ROBERTA,
+    "roberta": cases.ROBERTA, "gpt_bigcode": cases.GPT_BIGCODE, "starcoder2": cases.STARCODER2,
+    "gemma3_text": cases.GEMMA3, "qwen3_moe": cases.QWEN3_MOE, "olmo2": cases.OLMO2,
 }  # fmt: skip
 
 

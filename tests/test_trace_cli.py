@@ -141,3 +141,22 @@ def test_decode_steps() -> None:
     train = runner.invoke(main, ["trace", target, "--new-tokens", "3"])
     assert train.exit_code == 2  # refused as input, by the API's own rule, before tracing
     assert "--new-tokens: decode steps need mode 'inference'" in train.stderr
+
+
+@pytest.mark.slow
+def test_keep_outputs_and_a_users_own_step() -> None:
+    """--keep-outputs holds the logits (and the KV cache) through backward; a user's step
+    written as the built-in loop traces to the same peak, and one that keeps its output
+    to the --keep-outputs peak."""
+    runner = CliRunner()
+
+    def peak(*extra: str) -> int:
+        args = ["trace", f"{TARGETS}:hf_llama", "--runtime", "cpu", "--format", "json", *extra]
+        out = runner.invoke(main, args)
+        assert out.exit_code == 0, out.output
+        return int(json.loads(out.stdout)["peak_bytes"])
+
+    plain, kept = peak(), peak("--keep-outputs")
+    assert kept > plain
+    assert peak("--step", f"{TARGETS}:hf_llama_trainer_step") == plain
+    assert peak("--step", f"{TARGETS}:hf_llama_step") == kept

@@ -92,6 +92,21 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
         errors.append(
             ("$.workload.parallelism.zero_stage", "DDP does not shard; use fsdp2 or deepspeed")
         )
+    training = w.mode != "inference"
+    for name in ("keep_outputs", "optimizer_in_backward", "activation_offload"):
+        if getattr(w, name) and not training:
+            errors.append((f"$.workload.{name}", "applies to training"))
+    if w.loss_chunks > 1 and (
+        not training or (arch is not None and (arch.encoder or arch.classifier))
+    ):
+        errors.append(("$.workload.loss_chunks", "applies to training a causal LM"))
+    if w.optimizer_in_backward and (w.gradient_accumulation_steps > 1 or shard_stage(w) > 0):
+        errors.append(
+            (
+                "$.workload.optimizer_in_backward",
+                "steps each gradient as it is made: no gradient accumulation or sharding",
+            )
+        )
     if p.init == "materialized" and shard_stage(w) < 2:
         errors.append(("$.workload.parallelism.init", "applies to sharded models (FSDP2, ZeRO-3)"))
     if p.context > 1 and w.sequence_length is not None and w.sequence_length % p.context:

@@ -12,7 +12,7 @@ from gpuplan.core.catalog import Catalog
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
-from gpuplan.core.memory.head import head_cost
+from gpuplan.core.memory.head import FP32, HeadCost, head_cost
 from gpuplan.core.memory.inference import (
     KV_BYTES,
     inference_peak,
@@ -45,6 +45,7 @@ from gpuplan.core.memory.states import (
     bare_states,
     bnb_4bit,
     framework_of,
+    largest_tensor,
     model_states,
     quantization_of,
     quantized_bytes,
@@ -212,6 +213,37 @@ def _layer_costs(
     return costs
 
 
+def _chunked_loss(head: HeadCost, d: Dims, num: Numerics, chunks: int) -> HeadCost:
+    """Cross-entropy in ``chunks`` pieces along the sequence: each chunk's logits are
+    upcast on their own and their log-softmax kept (all of them, for the backward), and
+    the backward holds one chunk's two fp32 gradients at a time (torchtune's
+    CEWithChunkedOutputLoss: "saves memory by only upcasting one chunk at a time")."""
+    logits = d.logits
+    # One chunk's fp32 copy: the upcast, or (already fp32) the contiguous copy that
+    # flattening a chunk cut along the sequence of a batch needs.
+    upcast = FP32 * logits / chunks
+    return msgspec.structs.replace(
+        head,
+        logits_saved=FP32 * logits,
+        loss_forward=num.matmul * logits + upcast,
+        loss_backward=2 * FP32 * logits / chunks,
+    )
+
+
+def _held_outputs(
+    arch: Architecture, d: Dims, num: Numerics, w: Workload, *, local_layers: int
+) -> float:
+    """What a loop holding the model's outputs keeps: the logits in the activation dtype,
+    and a causal LM's KV cache (transformers builds one in training unless
+    checkpointing turned ``use_cache`` off)."""
+    logits = num.matmul * d.logits
+    cache = 0.0
+    if not arch.encoder and not arch.classifier and w.gradient_checkpointing == "none":
+        per_token = kv_bytes_per_token(arch, num.matmul, w.parallelism.tensor)
+        cache = per_token * d.tokens * local_layers
+    return logits + cache
+
+
 def _materialized(peak: Peak, states: ModelStates, w: Workload, assumptions: list[str]) -> Peak:
     """``init: materialized``: the whole model is built on the GPU, in its stored dtype,
     before sharding; that can be the job's peak (torchtitan builds on the meta device
@@ -309,7 +341,9 @@ def _training(
     head = head_cost(arch, d, num, training=True, head_trains=not lora)
     if num.amp:
         head = msgspec.structs.replace(
-            head, final_saved=head.final_saved + 2 * (counts.head or counts.embedding) / p.tensor
+            head,
+            final_saved=head.final_saved
+            + 2 * (counts.head if arch.classifier else counts.head or counts.embedding) / p.tensor,
         )
     per_param = 0.0 if lora else states.gradients / max(states.parameters_local, 1)
     if lora:
@@ -330,6 +364,21 @@ def _training(
         assumptions.append(
             "selective checkpointing recomputes the attention core (Korthikanti et al.): its s x s tensors are not kept"
         )
+    if w.loss_chunks > 1:
+        head = _chunked_loss(head, d, num, w.loss_chunks)
+    held = _held_outputs(arch, d, num, w, local_layers=len(costs)) if w.keep_outputs else 0.0
+    in_backward = -1.0
+    if w.optimizer_in_backward:
+        biggest = (
+            max(arch.hidden_size, arch.intermediate_size) * (w.lora.rank if w.lora else 16)
+            if lora
+            else largest_tensor(arch) / p.tensor
+        )
+        per_state = states.optimizer / max(states.trainable, 1) if lora else 0.0
+        if not lora:
+            per_state = states.optimizer / max(states.parameters_local, 1)
+        # One tensor's gradient and its step's temporary at a time.
+        in_backward = biggest * ((per_param or 4.0) + per_state)
     moment = training_peak(
         states,
         costs,
@@ -340,10 +389,17 @@ def _training(
         accumulation_steps=w.gradient_accumulation_steps,
         in_flight=min(p.pipeline, w.gradient_accumulation_steps) if p.pipeline > 1 else 1,
         residual_grad=num.residual * d.hidden,
-        head_grads=0.0 if lora else (counts.head or counts.embedding) / p.tensor * per_param,
+        head_grads=0.0
+        if lora
+        else (counts.head if arch.classifier else counts.head or counts.embedding)
+        / p.tensor
+        * per_param,
         tied_embedding_grad=counts.embedding / p.tensor * per_param
-        if arch.tie_word_embeddings
+        if arch.tie_word_embeddings and not arch.classifier
         else 0.0,
+        held=held,
+        offload=w.activation_offload,
+        in_backward=in_backward,
     )
     gap = allocator_gap(
         training_pattern(
@@ -414,7 +470,9 @@ def _inference(
             replay,
             widest,
             kv_per_layer=peak.kv_cache / max(len(costs), 1),
-            last_logits=num.matmul * d.batch * arch.vocab_size,
+            last_logits=num.matmul
+            * d.batch
+            * (arch.num_labels if arch.classifier else arch.vocab_size),
         )
     )
     return Peak(

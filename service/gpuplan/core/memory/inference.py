@@ -67,9 +67,15 @@ def inference_peak(
     mask_bytes: float,
     tuple_per_step: bool = False,
 ) -> InferencePeak:
+    width = arch.num_labels if arch.classifier else arch.vocab_size
     window = arch.sliding_window
-    final = d.seq + max_new_tokens if not window else min(d.seq + max_new_tokens, window)
-    kv_final = kv_per_token * final * d.batch * local_layers
+    full = d.seq + max_new_tokens
+    final = full if not window else min(full, window)
+    # Layers that attend globally keep the whole sequence even beside sliding ones.
+    global_layers = min(arch.global_layers, local_layers) if window else 0
+    kv_final = (
+        kv_per_token * d.batch * (final * (local_layers - global_layers) + full * global_layers)
+    )
     # The layer's own temporaries around its input, the materialized causal mask eager
     # attention adds (one for all layers), and the last position's logits.
     mask = mask_bytes * d.batch * d.seq * d.seq
@@ -78,7 +84,7 @@ def inference_peak(
     # The logits the prefill returns: the last position's, or (tuple_per_step, before
     # transformers had logits_to_keep) every position's, upcast to fp32.
     positions = d.tokens if tuple_per_step else d.batch
-    logits = (matmul_bytes + FP32) * positions * arch.vocab_size
+    logits = (matmul_bytes + FP32) * positions * width
     kv_prompt = kv_per_token * min(d.seq, window or d.seq) * d.batch * local_layers
     prefill = InferencePeak(
         # Only k and v: Hugging Face's DynamicCache (transformers 5) concatenates them onto
@@ -101,13 +107,13 @@ def inference_peak(
         last = InferencePeak(
             kv_cache=kv_final,
             activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
-            temporary=kv_final - step + FP32 * d.batch * arch.vocab_size,
+            temporary=kv_final - step + FP32 * d.batch * width,
             phase="decode (previous cache held)",
         )
         first = InferencePeak(
             kv_cache=kv_prompt + step,
             activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
-            temporary=kv_prompt + FP32 * positions * arch.vocab_size,
+            temporary=kv_prompt + FP32 * positions * width,
             phase="decode (prefill outputs held)",
         )
         return max(prefill, first, last, key=lambda p: p.kv_cache + p.activations + p.temporary)
@@ -117,7 +123,7 @@ def inference_peak(
     decode = InferencePeak(
         kv_cache=kv_final,
         activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
-        temporary=one_layer + (matmul_bytes + FP32) * d.batch * arch.vocab_size,
+        temporary=one_layer + (matmul_bytes + FP32) * d.batch * width,
         phase="decode (cache full)",
     )
     return max(prefill, decode, key=lambda p: p.kv_cache + p.activations + p.temporary)

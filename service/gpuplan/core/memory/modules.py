@@ -25,8 +25,10 @@ PEFT_DEFAULT_TARGETS: dict[str, tuple[str, ...]] = {
     "gemma2": ("q_proj", "v_proj"),
     "qwen2": ("q_proj", "v_proj"),
     "qwen3": ("q_proj", "v_proj"),
+    "gemma3_text": ("q_proj", "v_proj"),
     "opt": ("q_proj", "v_proj"),
     "gpt2": ("c_attn",),
+    "gpt_bigcode": ("c_attn",),
     "gpt_neox": ("query_key_value",),
     "falcon": ("query_key_value",),
     "bert": ("query", "value"),
@@ -150,7 +152,7 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
     if family == "gpt2":
         layers = arch.num_layers
         return {
-            "c_attn": Linear(in_features=h, out_features=3 * h),
+            "c_attn": Linear(in_features=h, out_features=q + 2 * kv),
             # attn.c_proj (h -> h) and mlp.c_proj (f -> h)
             "c_proj": Linear(
                 in_features=h, out_features=h, per_layer=2, in_out_total=layers * (3 * h + f)
@@ -164,6 +166,16 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
             "dense": Linear(in_features=q, out_features=h),
             "dense_h_to_4h": Linear(in_features=h, out_features=f, attention=False),
             "dense_4h_to_h": Linear(in_features=f, out_features=h, attention=False),
+            **head,
+        }
+    if arch.model_type == "starcoder2":
+        return {
+            "q_proj": Linear(in_features=h, out_features=q),
+            "k_proj": Linear(in_features=h, out_features=kv),
+            "v_proj": Linear(in_features=h, out_features=kv),
+            "o_proj": Linear(in_features=q, out_features=h),
+            "c_fc": Linear(in_features=h, out_features=f, attention=False),
+            "c_proj": Linear(in_features=f, out_features=h, attention=False),
             **head,
         }
     if family == "opt":

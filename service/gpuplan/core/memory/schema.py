@@ -23,6 +23,7 @@ Attention = Literal["eager", "sdpa", "flash"]
 Quantization = Literal["none", "int8", "int4", "nf4", "fp4", "fp8"]
 KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
+ModelHead = Literal["causal_lm", "masked_lm", "sequence_classification", "token_classification"]
 KvCacheLayout = Literal["preallocated", "tuple_per_step"]
 ModuleLoading = Literal["lazy", "eager"]
 CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
@@ -71,6 +72,16 @@ class ModelSpec(Record):
 
     hints: ArchitectureHints | None = None
     """With ``parameters``: the shape, when known."""
+
+    head: ModelHead | None = None
+    """What the model ends in. Default: the architecture's usual head, ``masked_lm`` for
+    BERT and RoBERTa, ``causal_lm`` for the decoders. ``sequence_classification`` and
+    ``token_classification`` replace the vocabulary head by a classifier of
+    ``num_labels`` (transformers' ``*ForSequenceClassification``,
+    ``*ForTokenClassification``): its logits are small, which every BERT fine-tune is."""
+
+    num_labels: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 2
+    """Classes of a classification head."""
 
 
 class CpuOffload(Record):
@@ -168,6 +179,29 @@ class Workload(Record):
     checkpoint_every_n_layers: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
     """With ``full`` or ``selective_op``: checkpoint one layer in n (torchtitan's
     ``selective_ac_option`` as an integer); the others keep all their activations."""
+
+    keep_outputs: bool = False
+    """Training: the loop holds the model's outputs through backward and the optimizer
+    step (``out = model(**batch); out.loss.backward(); opt.step()``), so the logits and,
+    without checkpointing, the KV cache a causal LM returns stay alive. ``false``: as
+    Hugging Face's ``Trainer``, which drops them once it has the loss."""
+
+    loss_chunks: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
+    """Training a causal LM: the loop computes cross-entropy itself from the model's
+    logits in this many chunks along the sequence, each upcast to fp32 on its own
+    (torchtune's ``CEWithChunkedOutputLoss``, litgpt's ``chunked_cross_entropy``), and
+    drops the logits before backward: the loss backward holds one chunk's gradients
+    rather than the whole fp32 logits' twice."""
+
+    optimizer_in_backward: bool = False
+    """Each parameter's optimizer step runs in its post-accumulate-grad hook during the
+    backward and frees its gradient (torchtune's ``optimizer_in_bwd``): no moment holds
+    every gradient, and there is no separate optimizer step."""
+
+    activation_offload: bool = False
+    """Saved activations move to CPU memory in the forward and come back in the backward
+    (torchtune's ``OffloadActivations``, prefetching the next layer's): on the GPU only
+    the layer being run holds its activations (and the loss its own)."""
 
     compile: bool = False
     """``torch.compile`` of the layers (Llama-style families): fused norms keep only

@@ -43,11 +43,18 @@ def training_peak(
     residual_grad: float,
     head_grads: float,
     tied_embedding_grad: float,
+    held: float = 0.0,
+    offload: bool = False,
+    in_backward: float = -1.0,
 ) -> Moment:
     """The largest moment; ``layers`` and ``grads`` in forward order, one per local layer.
 
     ``in_flight``: micro-batches whose activations one GPU holds at once (1F1B pipeline
-    schedules keep up to the pipeline depth on the first stage).
+    schedules keep up to the pipeline depth on the first stage). ``held``: bytes the loop
+    keeps from the forward to the end of the step (the model's outputs). ``offload``:
+    layers' saved activations wait in CPU memory; a layer's come back for its backward,
+    the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
+    the backward (these bytes of temporaries at a time), so gradients do not pile up.
     """
     # Checkpointed layers (one in ``every``) keep their input (full) or the op policy's
     # outputs (selective_op) and hold all their activations again in their backward.
@@ -59,7 +66,10 @@ def training_peak(
         * in_flight
         for i, lc in enumerate(layers)
     ]
-    total_grads = states.gradients
+    if offload:
+        kept = [0.0 for _ in kept]
+    stepping = in_backward >= 0
+    total_grads = 0.0 if stepping else states.gradients
     # After the first micro-step of an accumulation, all gradients exist throughout,
     # and each backward adds a fresh gradient into them.
     accumulating = accumulation_steps > 1
@@ -79,10 +89,11 @@ def training_peak(
             phase="backward (loss)",
             gradients=start,
             activations=activations,
-            temporary=head.loss_backward + states.gather,
+            temporary=head.loss_backward + states.gather + held,
         )
     )
-    so_far = total_grads if accumulating else head_grads
+    so_far = total_grads if accumulating else (0.0 if stepping else head_grads)
+    step_temp = max(in_backward, 0.0)
     below = sum(kept)
     layer_peak: tuple[float, tuple[float, float, float]] = (-1.0, (0.0, 0.0, 0.0))
     # The backward walks the layers top-down. Along a run of identical layers every
@@ -98,15 +109,17 @@ def training_peak(
             skipped = index - position  # identical layers already walked in this run
             lc, lg = layers[position], grads[position]
             below_here = below - kept[position] * (skipped + 1)
-            done = so_far + (0.0 if accumulating else (lg.mlp + lg.attention) * skipped)
+            done = so_far + (0.0 if accumulating or stepping else (lg.mlp + lg.attention) * skipped)
             # A checkpointed layer's activations are recomputed now: all of them beside
             # what it kept (its input under full checkpointing; under the op policy the
             # kept outputs are among them).
             recomputed = checkpointed[position]
             own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
+            if offload and position > 0:
+                own += layers[position - 1].saved  # the next layer's, prefetched
             fresh_mlp = lg.mlp if accumulating else 0.0
             fresh_attn = lg.attention if accumulating else 0.0
-            mlp_grads = done + (0.0 if accumulating else lg.mlp)
+            mlp_grads = done + (0.0 if accumulating or stepping else lg.mlp)
             # The MLP half of the layer's backward, then its attention half.
             for moment in (
                 (
@@ -128,7 +141,7 @@ def training_peak(
                 if total > layer_peak[0]:
                     layer_peak = (total, moment)
         below -= kept[index] * run
-        if not accumulating:
+        if not accumulating and not stepping:
             so_far += (grads[index].mlp + grads[index].attention) * run
         index -= run
     if layer_peak[0] >= 0:
@@ -139,17 +152,18 @@ def training_peak(
             phase="backward (embedding)",
             gradients=total_grads,
             activations=head.embedding_saved,
-            temporary=tied_embedding_grad,
+            temporary=tied_embedding_grad + held + step_temp,
         )
     )
-    moments.append(
-        Moment(
-            phase="optimizer step",
-            gradients=total_grads,
-            activations=0.0,
-            temporary=states.optimizer_temporary,
+    if not stepping:
+        moments.append(
+            Moment(
+                phase="optimizer step",
+                gradients=total_grads,
+                activations=0.0,
+                temporary=states.optimizer_temporary + held,
+            )
         )
-    )
     return max(moments, key=lambda mo: mo.gradients + mo.activations + mo.temporary)
 
 
