@@ -71,6 +71,7 @@ def runtime_data() -> RuntimeData:
         raise DataError(f"core/memory/data/runtime.toml: {exc}") from exc
 
 
+@cache
 def context_figures(runtime: str, loading: ModuleLoading) -> list[ContextFigure]:
     """The job-scope context figures of ``runtime`` under ``loading`` (any loading when
     none is published for it)."""
@@ -118,6 +119,18 @@ def framework_overhead(
     *,
     handles: int = 2,
     loading: ModuleLoading = "lazy",
+) -> Overhead:
+    """Overhead for ``runtime`` on a GPU of ``architecture``; see :func:`_overhead`."""
+    return _overhead(runtime, architecture, tuple(communicators), handles, loading)
+
+
+@cache
+def _overhead(
+    runtime: str,
+    architecture: str | None,
+    communicators: tuple[int, ...],
+    handles: int,
+    loading: ModuleLoading,
 ) -> Overhead:
     """Overhead for ``runtime`` on a GPU of ``architecture`` (e.g. "Hopper (GH100)").
 

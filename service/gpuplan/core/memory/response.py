@@ -3,6 +3,7 @@ headroom, the fit on a GPU, and the seed guide's rule of thumb for comparison.
 """
 
 import math
+from functools import cache
 
 import msgspec
 
@@ -60,13 +61,19 @@ _INFERENCE_DEFAULTS = (
 )
 
 
+@cache
+def _workload_defaults() -> dict[str, object]:
+    """The schema's default of each workload field (read once: introspection is slow)."""
+    return {f.name: f.default for f in msgspec.structs.fields(Workload)}
+
+
 def defaults(w: Workload) -> str | None:
     """A sentence listing the workload settings that are at their default values."""
-    fields = {f.name: f for f in msgspec.structs.fields(Workload)}
+    known = _workload_defaults()
     at_default = [
         f"{name} {getattr(w, name)}"
         for name in (_INFERENCE_DEFAULTS if w.mode == "inference" else _TRAINING_DEFAULTS)
-        if getattr(w, name) == fields[name].default
+        if getattr(w, name) == known[name]
     ]
     if w.mode in ("finetune_lora", "finetune_qlora") and (w.lora is None or w.lora.rank == 16):
         at_default.append("lora rank 16")

@@ -56,18 +56,8 @@ def training_peak(
     the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
     the backward (these bytes of temporaries at a time), so gradients do not pile up.
     """
-    # Checkpointed layers (one in ``every``) keep their input (full) or the op policy's
-    # outputs (selective_op) and hold all their activations again in their backward.
-    checkpointed = [
-        checkpointing in ("full", "selective_op") and i % every == 0 for i in range(len(layers))
-    ]
-    kept = [
-        ((lc.input if checkpointing == "full" else lc.op_saved) if checkpointed[i] else lc.saved)
-        * in_flight
-        for i, lc in enumerate(layers)
-    ]
-    if offload:
-        kept = [0.0 for _ in kept]
+    checkpointed_any = checkpointing in ("full", "selective_op")
+    kept = _kept(layers, checkpointing, every, in_flight, offload=offload)
     stepping = in_backward >= 0
     total_grads = 0.0 if stepping else states.gradients
     # After the first micro-step of an accumulation, all gradients exist throughout,
@@ -113,7 +103,7 @@ def training_peak(
             # A checkpointed layer's activations are recomputed now: all of them beside
             # what it kept (its input under full checkpointing; under the op policy the
             # kept outputs are among them).
-            recomputed = checkpointed[position]
+            recomputed = checkpointed_any and position % every == 0
             own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
             if offload and position > 0:
                 own += layers[position - 1].saved  # the next layer's, prefetched
@@ -165,6 +155,25 @@ def training_peak(
             )
         )
     return max(moments, key=lambda mo: mo.gradients + mo.activations + mo.temporary)
+
+
+def _kept(
+    layers: list[LayerCost], checkpointing: str, every: int, in_flight: int, *, offload: bool
+) -> list[float]:
+    """Bytes each layer keeps from its forward to its backward. Checkpointed layers (one
+    in ``every``) keep their input (full) or the op policy's outputs (selective_op) and
+    hold all their activations again in their backward; offloaded ones keep nothing here."""
+    if offload:
+        return [0.0 for _ in layers]
+    if checkpointing == "full":
+        return [
+            (lc.input if i % every == 0 else lc.saved) * in_flight for i, lc in enumerate(layers)
+        ]
+    if checkpointing == "selective_op":
+        return [
+            (lc.op_saved if i % every == 0 else lc.saved) * in_flight for i, lc in enumerate(layers)
+        ]
+    return [lc.saved * in_flight for lc in layers]
 
 
 def _same(
