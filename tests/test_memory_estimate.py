@@ -5,6 +5,7 @@ supported ``model_type`` are checked against transformers itself (a model built
 from the same config on the meta device, so no memory and no hub).
 """
 
+import math
 from typing import Any
 
 import msgspec
@@ -21,12 +22,12 @@ from gpuplan.core.memory.presets import model_list, presets
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
 
 CATALOG = builtin_catalog()
-KiB, GiB = 1 << 10, 1 << 30
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
 def run(model: dict[str, Any], **workload: Any) -> EstimateResponse:
     body: dict[str, Any] = {"model": model, "workload": {"mode": "training", **workload}}
-    for key in ("runtime", "method", "gpu"):
+    for key in ("runtime", "method", "gpu", "cuda_version", "module_loading"):
         if key in workload:
             body[key] = body["workload"].pop(key)
     return estimate(msgspec.convert(body, EstimateRequest), CATALOG)
@@ -97,6 +98,11 @@ TINY: dict[str, dict[str, Any]] = {
     "falcon": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300},
     "bert": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 128},
     "roberta": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 130},
+    "gpt_bigcode": {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 128, "vocab_size": 300},
+    "starcoder2": {"hidden_size": 64, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
+    "gemma3_text": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300},
+    "qwen3_moe": {"hidden_size": 64, "intermediate_size": 160, "moe_intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 300, "num_experts": 4, "num_experts_per_tok": 2},
+    "olmo2": {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
 }  # fmt: skip
 
 
@@ -117,12 +123,28 @@ def test_parameter_count_equals_transformers(model_type: str) -> None:
     assert count_parameters(arch).total == real
 
 
-def test_unknown_model_type_reads_as_llama_and_says_so() -> None:
-    config = {**TINY["llama"], "model_type": "my_decoder"}
-    r = run({"hf_config": config}, sequence_length=16)
-    assert r.architecture is not None
-    assert r.architecture.model_type == "my_decoder"
-    assert any("not one we know" in a for a in r.assumptions)
+def test_gemma3_keeps_the_whole_sequence_in_its_global_layers() -> None:
+    """One layer in six attends globally: its cache holds every token, a sliding
+    layer's only the window."""
+    config = {**TINY["gemma3_text"], "model_type": "gemma3_text", "num_hidden_layers": 6,
+              "sliding_window": 512}  # fmt: skip
+    r = run({"hf_config": config}, mode="inference", sequence_length=4096, precision="bf16")
+    per_token = 2 * 2 * 16 * 2  # k and v, 2 kv heads of 16, bf16
+    assert r.breakdown.kv_cache_bytes == per_token * (5 * 512 + 1 * 4096)
+
+
+@pytest.mark.parametrize("model_type", ["my_decoder", "t5", None])
+def test_an_unsupported_model_type_is_refused_pointing_to_the_tracer(
+    model_type: str | None,
+) -> None:
+    """Read as a Llama, a T5 with the standard keys would get a confident wrong answer."""
+    config = {**TINY["llama"], "model_type": model_type}
+    with pytest.raises(InvalidModel) as caught:
+        run({"hf_config": config}, sequence_length=16)
+    ((path, reason),) = caught.value.errors
+    assert path == "$.model.hf_config.model_type"
+    assert "not supported" in reason or "missing" in reason
+    assert "POST /v1/memory/trace" in reason
 
 
 def test_missing_fields_are_named() -> None:
@@ -220,6 +242,171 @@ def test_overhead_and_headroom() -> None:
     assert cuda.required_bytes == pytest.approx(cuda.total_bytes * 1.2, abs=1)
     nccl = run({"name": "gpt2"}, sequence_length=128, parallelism={"data": 8})
     assert nccl.breakdown.framework_overhead_bytes > cuda.breakdown.framework_overhead_bytes
+
+
+def test_the_measures_by_their_tools_names() -> None:
+    """peak (max_memory_allocated) <= reserved (max_memory_reserved) <= device
+    (nvidia-smi) and required = device x 1.2; their parts add up."""
+    r = run({"name": "llama-3.1-8b"}, sequence_length=2048, batch_size=2, gpu="h100-sxm5-80gb")
+    b = r.breakdown
+    assert r.peak_bytes < r.reserved_bytes < r.device_bytes == r.total_bytes
+    assert r.reserved_bytes == r.peak_bytes + b.workspace_bytes + b.allocator_cache_bytes
+    assert r.device_bytes == r.reserved_bytes + b.context_bytes + b.communication_buffers_bytes
+    assert b.framework_overhead_bytes == r.device_bytes - r.peak_bytes
+    assert r.required_bytes == math.ceil(r.device_bytes * 1.2)
+    assert r.fit is not None
+    assert r.fit.required_bytes == r.required_bytes
+    # Two cuBLAS workspaces (forward and autograd threads) of 32 MiB on Hopper.
+    assert b.workspace_bytes == 2 * 32 * MiB
+    # The logits of 4096 tokens x 128256 in fp32 are the largest requests of the step:
+    # the replayed allocator holds at least one more such block than is alive.
+    assert b.allocator_cache_bytes > 0
+    cpu = run({"name": "llama-3.1-8b"}, sequence_length=2048, batch_size=2, runtime="cpu")
+    assert cpu.peak_bytes == cpu.reserved_bytes == cpu.device_bytes
+
+
+def test_a_tuple_per_step_cache_is_held_twice_and_its_prefill_keeps_every_logit() -> None:
+    """transformers < 4.36: each forward returns a new tuple while the loop holds the
+    previous one; the prefill returns fp32 logits of every position."""
+    base: dict[str, Any] = {
+        "mode": "inference", "sequence_length": 512, "batch_size": 16, "precision": "fp16",
+    }  # fmt: skip
+    engine = run({"name": "llama-2-13b"}, **base, max_new_tokens=512)
+    legacy = run(
+        {"name": "llama-2-13b"}, **base, max_new_tokens=512, kv_cache_layout="tuple_per_step"
+    )
+    kv = 16 * 1024 * 40 * 2 * 5120 * 2  # tokens x layers x (k, v) x hidden x fp16
+    assert engine.breakdown.kv_cache_bytes == kv
+    assert legacy.peak_phase == "decode (previous cache held)"
+    assert legacy.breakdown.kv_cache_bytes == kv
+    # The previous step's cache, one token shorter, is a temporary of the last step.
+    previous = kv - 16 * 40 * 2 * 5120 * 2
+    assert previous <= legacy.breakdown.temporary_bytes < previous + 16 * 32000 * 4 + 1
+    prefill = run(
+        {"name": "llama-2-13b"}, **base, max_new_tokens=1, kv_cache_layout="tuple_per_step"
+    )
+    last_only = run({"name": "llama-2-13b"}, **base, max_new_tokens=1)
+    logits = 16 * 512 * 32000 * (2 + 4)
+    assert prefill.peak_phase == "prefill"
+    assert prefill.breakdown.temporary_bytes - last_only.breakdown.temporary_bytes == (
+        logits - 16 * 32000 * 6
+    )
+
+
+def test_bitsandbytes_4bit_formats_and_their_temporaries() -> None:
+    """Stored bytes per format (bitsandbytes blocks of 64 with an fp32 absmax; double
+    quantization 0.127 bits instead of 0.5), the 16-bit head transformers keeps, the
+    dequantized weight each matmul makes, and the 16-bit copy each weight loads through."""
+    base: dict[str, Any] = {"mode": "inference", "sequence_length": 512, "precision": "bf16"}
+    counts = count_parameters(from_hf_config(presets()["llama-2-7b"].config or {})[0])
+    layers = sum(lp.attention + lp.mlp + lp.norms for lp in counts.layers)
+    rest = counts.total - layers
+    nf4 = run({"name": "llama-2-7b"}, **base, weight_quantization="nf4")
+    fp4 = run({"name": "llama-2-7b"}, **base, weight_quantization="fp4")
+    dq = run({"name": "llama-2-7b"}, **base, weight_quantization="nf4", double_quantization=True)
+    head = run({"name": "llama-2-7b"}, **base, weight_quantization="nf4", quantize_lm_head=True)
+    assert nf4.breakdown.weights_bytes == fp4.breakdown.weights_bytes
+    assert nf4.breakdown.weights_bytes == math.ceil(layers * (0.5 + 4 / 64) + rest * 2)
+    assert nf4.breakdown.weights_bytes - dq.breakdown.weights_bytes == pytest.approx(
+        layers * 0.373 / 8, rel=0.01
+    )
+    assert nf4.breakdown.weights_bytes - head.breakdown.weights_bytes == pytest.approx(
+        counts.head * (2 - 0.5625), abs=1
+    )
+    # The prefill dequantizes one weight at a time: the largest (down_proj) in bf16.
+    plain = run({"name": "llama-2-7b"}, **base)
+    extra = nf4.breakdown.temporary_bytes - plain.breakdown.temporary_bytes
+    assert extra == 2 * 4096 * 11008
+    # One token: nothing dequantized; loading (every weight 4-bit but the last, largest,
+    # still 16-bit) is then the peak.
+    tiny = run(
+        {"name": "llama-2-7b"}, mode="inference", sequence_length=1, weight_quantization="nf4"
+    )
+    assert tiny.peak_phase == "loading (quantizing)"
+    # QLoRA: the backward dequantizes too.
+    qlora = run({"name": "llama-2-7b"}, mode="finetune_qlora", sequence_length=512)
+    lora = run({"name": "llama-2-7b"}, mode="finetune_lora", sequence_length=512)
+    assert qlora.breakdown.weights_bytes < lora.breakdown.weights_bytes / 3
+
+
+def test_frameworks_decide_the_bytes_of_the_sharded_states() -> None:
+    """FSDP2 under amp: fp32 shards are the master (4 + 4 + 8 over N); DeepSpeed: bf16
+    parameters and gradients, fp32 master and moments over N, and its fp32 gradient
+    partition at the step; Megatron: bf16 parameters and a full fp32 gradient buffer."""
+    base: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
+    n = 8
+    fsdp = run({"name": "llama-2-7b"}, **base, parallelism={"data": n, "framework": "fsdp2"})
+    p = fsdp.parameters
+    assert fsdp.breakdown.weights_bytes == pytest.approx(4 * p / n, rel=1e-6)
+    assert fsdp.breakdown.optimizer_state_bytes == pytest.approx(8 * p / n, rel=1e-6)
+    assert fsdp.breakdown.master_weights_bytes == 0
+    deep = run({"name": "llama-2-7b"}, **base,
+               parallelism={"data": n, "zero_stage": 3, "framework": "deepspeed"})  # fmt: skip
+    assert deep.breakdown.weights_bytes == pytest.approx(2 * p / n, rel=1e-6)
+    assert deep.breakdown.master_weights_bytes == pytest.approx(4 * p / n, rel=1e-6)
+    mega = run({"name": "llama-2-7b"}, **base,
+               parallelism={"data": n, "zero_stage": 1, "framework": "megatron"})  # fmt: skip
+    assert mega.breakdown.weights_bytes == 2 * p
+    assert mega.peak_phase != "optimizer step" or mega.breakdown.gradients_bytes == 4 * p
+    # FSDP2's bf16 policy casts at module boundaries: no fp32 autocast copies kept.
+    long: dict[str, Any] = {"sequence_length": 4096, "batch_size": 4, "precision": "amp_bf16"}
+    sharded = run({"name": "llama-2-7b"}, **long, parallelism={"data": 64, "framework": "fsdp2"})
+    autocast = run({"name": "llama-2-7b"}, **long, parallelism={"data": 64, "zero_stage": 3})
+    assert sharded.peak_phase == autocast.peak_phase == "backward (loss)"
+    assert sharded.breakdown.activations_bytes < autocast.breakdown.activations_bytes
+
+
+def test_a_materialized_model_peaks_before_sharding() -> None:
+    body: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
+    meta = run({"name": "llama-2-7b"}, **body, parallelism={"data": 64, "framework": "fsdp2"})
+    built = run({"name": "llama-2-7b"}, **body,
+                parallelism={"data": 64, "framework": "fsdp2", "init": "materialized"})  # fmt: skip
+    assert meta.peak_phase != built.peak_phase == "materialization (before sharding)"
+    assert built.peak_bytes == pytest.approx(4 * built.parameters, rel=0.001)
+    assert built.breakdown.optimizer_state_bytes == 0
+
+
+def test_checkpointing_variants_and_compile_order_the_activations() -> None:
+    """none > selective_op (keeps attention and every other matmul's output) > full;
+    one layer in two checkpointed sits between; compile keeps less than eager;
+    context parallelism divides a layer's activations."""
+    base: dict[str, Any] = {
+        "mode": "finetune_lora", "sequence_length": 4096, "batch_size": 4, "precision": "bf16",
+        "lora": {"target_modules": ["all-linear"]},
+    }  # fmt: skip
+
+    def acts(**extra: Any) -> int:
+        r = run({"name": "llama-3.1-8b"}, **base, **extra)
+        assert r.peak_phase.startswith("backward")
+        return r.breakdown.activations_bytes
+
+    none, full = acts(), acts(gradient_checkpointing="full")
+    op = acts(gradient_checkpointing="selective_op")
+    half = acts(gradient_checkpointing="full", checkpoint_every_n_layers=2)
+    assert none > op > full
+    assert none > half > full
+    assert acts(compile=True) < none
+    cp = run(
+        {"name": "llama-3.1-8b"}, **base, parallelism={"context": 2}
+    ).breakdown.activations_bytes
+    assert cp < 0.6 * none
+
+
+def test_the_context_follows_module_loading_and_the_cuda_version() -> None:
+    base: dict[str, Any] = {"mode": "inference", "sequence_length": 512}
+    lazy = run({"name": "llama-2-7b"}, **base)
+    eager = run({"name": "llama-2-7b"}, **base, module_loading="eager")
+    old = run({"name": "llama-2-7b"}, **base, cuda_version="11.3")
+    # The mean of the job figures of data/runtime.toml (T4 loading, H100 serving).
+    assert lazy.breakdown.context_bytes == (585_000_000 + 1_921_997_864) // 2
+    assert eager.breakdown.context_bytes == old.breakdown.context_bytes == 934_000_000
+    assert any("predates lazy module loading" in a for a in old.assumptions)
+    assert eager.reserved_bytes == lazy.reserved_bytes
+    with pytest.raises(msgspec.ValidationError, match="cuda_version"):
+        msgspec.convert(
+            {"model": {"name": "gpt2"}, "workload": {"mode": "training"}, "cuda_version": "12"},
+            EstimateRequest,
+        )
 
 
 def test_fit_verdict_against_usable_memory() -> None:

@@ -24,6 +24,11 @@ class Case:
     new_tokens: int = 0
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    head: str = ""  # "" (the usual head) | sequence_classification | token_classification
+    num_labels: int = 2
+    keep_outputs: bool = False
+    loss_chunks: int = 1
+    in_backward: bool = False
     tags: tuple[str, ...] = field(default=())
 
 
@@ -178,6 +183,55 @@ FALCON = dict(
 GEMMA2 = dict(GEMMA, model_type="gemma2", num_key_value_heads=2)
 ROBERTA = dict(BERT, model_type="roberta", max_position_embeddings=1026, pad_token_id=1)
 
+GPT_BIGCODE = dict(
+    model_type="gpt_bigcode", vocab_size=6000, n_embd=256, n_layer=4, n_head=8, n_positions=1024
+)
+STARCODER2 = dict(
+    model_type="starcoder2",
+    vocab_size=6000,
+    hidden_size=256,
+    intermediate_size=1024,
+    num_hidden_layers=3,
+    num_attention_heads=8,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+)
+GEMMA3 = dict(
+    model_type="gemma3_text",
+    vocab_size=6000,
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=64,
+    max_position_embeddings=2048,
+)
+QWEN3_MOE = dict(
+    model_type="qwen3_moe",
+    vocab_size=4000,
+    hidden_size=192,
+    intermediate_size=512,
+    moe_intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=32,
+    num_experts=4,
+    num_experts_per_tok=2,
+    max_position_embeddings=2048,
+)
+OLMO2 = dict(
+    model_type="olmo2",
+    vocab_size=6000,
+    hidden_size=256,
+    intermediate_size=704,
+    num_hidden_layers=3,
+    num_attention_heads=8,
+    num_key_value_heads=4,
+    max_position_embeddings=2048,
+)
+
 # Shapes where the peak falls elsewhere than the loss: activations dominate (large
 # hidden, small vocabulary), or the model states and the optimizer step do.
 LLAMA_ACT = dict(
@@ -301,6 +355,54 @@ GRID = [
         lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
         batch=2,
     ),
+    Case("gpt_bigcode fp32 sdpa", GPT_BIGCODE),
+    Case("gpt_bigcode bf16 eager", GPT_BIGCODE, precision="bf16", attention="eager"),
+    Case("starcoder2 fp32 sdpa", STARCODER2),
+    Case("gemma3 fp32 sdpa", GEMMA3),
+    Case("gemma3 bf16 eager", GEMMA3, precision="bf16", attention="eager"),
+    Case("qwen3_moe fp32 sdpa", QWEN3_MOE),
+    Case("olmo2 fp32 sdpa", OLMO2),
+    Case("olmo2 bf16 eager", OLMO2, precision="bf16", attention="eager"),
+    Case("gpt_bigcode inference fp32", GPT_BIGCODE, mode="inference", batch=4, seq=512),
+    Case(
+        "starcoder2 inference bf16 decode",
+        STARCODER2,
+        mode="inference",
+        precision="bf16",
+        batch=4,
+        seq=256,
+        new_tokens=8,
+    ),
+    Case("gemma3 inference bf16", GEMMA3, mode="inference", precision="bf16", batch=4, seq=512),
+    Case("llama keep outputs fp32", LLAMA, keep_outputs=True),
+    Case(
+        "llama keep outputs bf16 ckpt",
+        LLAMA,
+        precision="bf16",
+        keep_outputs=True,
+        checkpointing="full",
+    ),
+    Case("llama loss chunks 8 bf16", LLAMA, precision="bf16", loss_chunks=8),
+    Case("qwen2 loss chunks 4 fp32", QWEN2, loss_chunks=4),
+    Case("llama optimizer in backward fp32", LLAMA_STATES, batch=1, seq=32, in_backward=True),
+    Case(
+        "llama sequence classification bf16",
+        LLAMA,
+        precision="bf16",
+        head="sequence_classification",
+        num_labels=5,
+    ),
+    Case("llama token classification fp32", LLAMA, head="token_classification", num_labels=9),
+    Case("bert sequence classification fp32", BERT, head="sequence_classification", num_labels=3),
+    Case(
+        "bert token classification bf16",
+        BERT_ACT,
+        precision="bf16",
+        head="token_classification",
+        num_labels=9,
+        batch=4,
+    ),
+    Case("roberta sequence classification fp32", ROBERTA, head="sequence_classification"),
     Case(
         "qwen2 lora bf16 eager",
         QWEN2,

@@ -13,6 +13,7 @@ steady state the estimator describes. Inference measures a no-grad prefill that
 keeps its KV cache and computes logits for the last position only.
 """
 
+import contextlib
 import gc
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,37 +63,89 @@ def _peak_between(memory: list[tuple[int, int]], start: int, end: int) -> tuple[
     return peak, at_start if at_start is not None else alive
 
 
+def _chunked_loss(logits: Any, labels: Any, chunks: int) -> Any:
+    """Cross-entropy over ``chunks`` pieces of the sequence, each upcast on its own
+    (torchtune's CEWithChunkedOutputLoss; the labels are taken as already shifted)."""
+    loss = None
+    for part, target in zip(logits.chunk(chunks, dim=1), labels.chunk(chunks, dim=1), strict=True):
+        piece = torch.nn.functional.cross_entropy(
+            part.float().flatten(0, 1), target.flatten(), reduction="sum"
+        )
+        loss = piece if loss is None else loss + piece
+    return loss / labels.numel()
+
+
+def _in_backward(model: Any, optimizer: Any) -> None:
+    """One optimizer per parameter, stepped by its post-accumulate-grad hook, which then
+    frees the gradient (PyTorch's "optimizer step in backward" recipe)."""
+    for param in [p for p in model.parameters() if p.requires_grad]:
+        opt = optimizer(torch.nn.ParameterList([param]))
+
+        def step(p: Any, opt: Any = opt) -> None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        param.register_post_accumulate_grad_hook(step)
+
+
 def measure_training(
-    build: Any, make_batch: Any, optimizer: Any, *, accumulation: int = 1, autocast: Any = None
+    build: Any,
+    make_batch: Any,
+    optimizer: Any,
+    *,
+    accumulation: int = 1,
+    autocast: Any = None,
+    keep_outputs: bool = False,
+    loss_chunks: int = 1,
+    in_backward: bool = False,
 ) -> Measured:
     """Peak of the second optimizer step of ``build()``'s model.
 
     With ``accumulation`` > 1 each step runs that many forward/backward micro-steps on
     the same batch before the optimizer steps. ``autocast`` is a dtype to run the
-    forward under (AMP: fp32 weights).
+    forward under (AMP: fp32 weights). ``keep_outputs``: the loop holds the model's
+    output through backward and the step (``out = model(...); out.loss.backward()``).
+    ``loss_chunks`` > 1: the loop computes a chunked cross-entropy from the logits and
+    drops them before backward. ``in_backward``: each parameter steps in its hook.
     """
     gc.collect()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         model = build()
         model.train()
-        opt = optimizer(model)
+        if in_backward:
+            _in_backward(model, optimizer)
+            opt = None
+        else:
+            opt = optimizer(model)
         batch = make_batch()
         for step in range(2):
             name = WINDOW if step == 1 else "gpuplan.warmup"
             with record_function(name):
                 for _ in range(accumulation):
                     with record_function("gpuplan.forward"):
-                        if autocast is not None:
-                            with torch.autocast("cpu", dtype=autocast):
-                                loss = model(**batch).loss
-                        else:
-                            loss = model(**batch).loss
+                        context = (
+                            torch.autocast("cpu", dtype=autocast)
+                            if autocast is not None
+                            else contextlib.nullcontext()
+                        )
+                        with context:
+                            out = model(**batch)
+                            if loss_chunks > 1:
+                                loss = _chunked_loss(out.logits, batch["input_ids"], loss_chunks)
+                            else:
+                                loss = out.loss
+                        if not keep_outputs:
+                            del out
                     with record_function("gpuplan.backward"):
                         loss.backward()
                     del loss
                 with record_function("gpuplan.optimizer"):
-                    opt.step()
-                opt.zero_grad(set_to_none=True)
+                    if opt is not None:
+                        opt.step()
+                if opt is not None:
+                    opt.zero_grad(set_to_none=True)
+                if keep_outputs:
+                    del out
         parameters = sum(p.numel() for p in model.parameters())
     return _result(prof, parameters)
 

@@ -31,7 +31,11 @@ DTYPES = {
 
 def request_for(case: Case) -> EstimateRequest:
     return EstimateRequest(
-        model=ModelSpec(hf_config=case.config),
+        model=ModelSpec(
+            hf_config=case.config,
+            head=case.head or None,  # type: ignore[arg-type]
+            num_labels=case.num_labels,
+        ),
         workload=Workload(
             mode=case.mode,  # type: ignore[arg-type]
             batch_size=case.batch,
@@ -42,6 +46,9 @@ def request_for(case: Case) -> EstimateRequest:
             gradient_checkpointing=case.checkpointing,  # type: ignore[arg-type]
             gradient_accumulation_steps=case.accumulation,
             max_new_tokens=case.new_tokens,
+            keep_outputs=case.keep_outputs,
+            loss_chunks=case.loss_chunks,
+            optimizer_in_backward=case.in_backward,
             lora=Lora(rank=case.lora_rank, target_modules=list(case.lora_targets))
             if case.mode == "finetune_lora"
             else None,
@@ -51,16 +58,24 @@ def request_for(case: Case) -> EstimateRequest:
 
 
 def run_case(case: Case) -> Measured:
+    import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     config = dict(case.config)
     model_type = config.pop("model_type")
+    if case.head:
+        config["num_labels"] = case.num_labels
+        config.setdefault("pad_token_id", 0)  # sequence classifiers pool the last non-pad token
     hf = AutoConfig.for_model(model_type, **config)
-    cls = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
+    cls: Any = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
+    if case.head == "sequence_classification":
+        cls = transformers.AutoModelForSequenceClassification
+    elif case.head == "token_classification":
+        cls = transformers.AutoModelForTokenClassification
 
     def build() -> Any:
         torch.manual_seed(0)
-        model = cls.from_config(  # type: ignore[no-untyped-call]
+        model = cls.from_config(
             hf, attn_implementation=case.attention, dtype=DTYPES[case.precision]
         )
         if case.checkpointing == "full":
@@ -73,10 +88,16 @@ def run_case(case: Case) -> Measured:
         return model
 
     def batch() -> dict[str, Any]:
-        ids = torch.randint(
-            0, hf.vocab_size, (case.batch, case.seq), generator=torch.Generator().manual_seed(1)
-        )
-        return {"input_ids": ids} if case.mode == "inference" else {"input_ids": ids, "labels": ids}
+        generator = torch.Generator().manual_seed(1)
+        ids = torch.randint(0, hf.vocab_size, (case.batch, case.seq), generator=generator)
+        if case.mode == "inference" or case.loss_chunks > 1:
+            return {"input_ids": ids}  # a chunked loss is the loop's (bench/accuracy/measure.py)
+        if case.head == "sequence_classification":
+            return {"input_ids": ids, "labels": torch.randint(0, case.num_labels, (case.batch,))}
+        if case.head == "token_classification":
+            labels = torch.randint(0, case.num_labels, (case.batch, case.seq), generator=generator)
+            return {"input_ids": ids, "labels": labels}
+        return {"input_ids": ids, "labels": ids}
 
     if case.mode == "inference":
         return measure_inference(build, batch, case.new_tokens)
@@ -93,7 +114,14 @@ def run_case(case: Case) -> Measured:
     }
     autocast = torch.bfloat16 if case.precision == "amp_bf16" else None
     return measure_training(
-        build, batch, optimizers[case.optimizer], accumulation=case.accumulation, autocast=autocast
+        build,
+        batch,
+        optimizers[case.optimizer],
+        accumulation=case.accumulation,
+        autocast=autocast,
+        keep_outputs=case.keep_outputs,
+        loss_chunks=case.loss_chunks,
+        in_backward=case.in_backward,
     )
 
 

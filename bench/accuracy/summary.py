@@ -59,6 +59,9 @@ def run() -> dict[str, Any]:
         result["analytic_on_traced_cases"] = _stats(
             [r["error"] for r in rows if r["case"] in names]
         )
+    published_file = RESULTS / "published.json"
+    if published_file.exists():
+        result["published"] = json.loads(published_file.read_text())["summary"]
     return result
 
 

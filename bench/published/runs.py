@@ -223,7 +223,7 @@ def run() -> dict[str, Any]:
 def main() -> None:
     result = evaluate()
     print(markdown(result) if "--markdown" in sys.argv else report(result))
-    out = Path(__file__).resolve().parents[1] / "results" / "published.json"
+    out = Path(__file__).resolve().parents[1] / "results" / "published_speed.json"
     out.write_text(json.dumps(msgspec.to_builtins(result), indent=1) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {out}\n")
 

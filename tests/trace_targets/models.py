@@ -296,3 +296,22 @@ def not_a_pair() -> int:
 
 def raises() -> Any:
     raise ValueError("no model today")
+
+
+def hf_llama_step(model: Any, inputs: dict[str, Any], optimizer: Any) -> None:
+    """A hand-written step that keeps the model's output through backward and the
+    optimizer step (``gpuplan trace --step``)."""
+    out = model(**inputs)
+    out.loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    del out
+
+
+def hf_llama_trainer_step(model: Any, inputs: dict[str, Any], optimizer: Any) -> None:
+    """The built-in loop's step written out: the output dropped once the loss is read."""
+    loss = model(**inputs).loss
+    loss.backward()
+    del loss
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

@@ -194,6 +194,9 @@ MODEL_OPTIONS = (
 )
 """The model: one of a preset, a config file or a count (replacing a file's ``model``)."""
 
+MODEL_SKIPPED = ("model.hf_config", "model.name", "model.parameters", "model.hints")
+"""Model fields set by MODEL_OPTIONS (or, for hints, only from a file)."""
+
 
 def _set(doc: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
     node = doc
@@ -216,7 +219,9 @@ class RequestOptions:
 
     def __init__(self, request: type, defaults: Mapping[str, Any] | None = None) -> None:
         self.type = request
-        self.fields = field_options(request, skip=("model",))
+        # The model's identity has its own options (MODEL_OPTIONS); its other fields
+        # (model.head, model.num_labels) are generated flags like the rest.
+        self.fields = field_options(request, skip=MODEL_SKIPPED)
         self.defaults = dict(defaults or {})
 
     def options(self, command: F) -> F:

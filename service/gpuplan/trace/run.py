@@ -221,6 +221,8 @@ def trace(
     new_tokens: int = 0,
     foreach: bool | None = None,
     probe_budget_bytes: int = DEFAULT_BUDGET_BYTES,
+    keep_outputs: bool = False,
+    user_step: Callable[[Any, Any, Any], Any] | None = None,
 ) -> TraceResult:
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
@@ -304,6 +306,8 @@ def trace(
                 new_tokens=new_tokens,
                 marks=marks,
                 before_backward=recorder.accumulations.watch,
+                keep_outputs=keep_outputs,
+                user_step=user_step,
             )
         recorder.phase(Phase.END)
         unique = {id(p): p for p in model.parameters()}

@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Protocol
 
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils._pytree import tree_leaves
 
 from gpuplan.core.errors import GpuplanError
@@ -139,8 +140,16 @@ def run_steps(
     new_tokens: int = 0,
     marks: Marks = _no_marks,
     before_backward: Callable[[torch.Tensor], None] | None = None,
+    keep_outputs: bool = False,
+    user_step: Callable[[Any, Any, Any], Any] | None = None,
 ) -> None:
     """Run ``steps`` steps of ``model``; the last is the measured one.
+
+    ``keep_outputs``: the loop holds the model's output until the optimizer has stepped
+    (``out = model(...); out.loss.backward(); opt.step()``), as many hand-written loops
+    do; by default it drops it once it has the loss, as Hugging Face's ``Trainer``.
+    ``user_step(model, inputs, optimizer)`` replaces the loop: the user's own step runs
+    as written, its phases told apart by the first ``backward`` and ``optimizer.step``.
 
     With ``accumulation`` > 1 a training step runs that many forward/backward passes
     (gradient accumulation) before the optimizer steps. An inference step with
@@ -171,13 +180,22 @@ def run_steps(
             )
         return
     model.train()
+    if user_step is not None:
+        for step in range(steps):
+            measured = step == steps - 1
+            with marks(Phase.FORWARD, measured), _phases_of(marks, measured, before_backward):
+                user_step(model, inputs, optimizer)
+        return
     for step in range(steps):
         measured = step == steps - 1
+        held: list[Any] = []
         for _ in range(accumulation):
             with marks(Phase.FORWARD, measured):
                 with autocast():
                     output = call(model, inputs)
                     loss = loss_of(output)
+                if keep_outputs:
+                    held.append(output)
                 del output
             with marks(Phase.BACKWARD, measured):
                 if before_backward is not None:
@@ -190,3 +208,30 @@ def run_steps(
                 optimizer.zero_grad(set_to_none=True)
             else:
                 model.zero_grad(set_to_none=True)
+            held.clear()
+
+
+@contextmanager
+def _phases_of(
+    marks: Marks, measured: bool, before_backward: Callable[[torch.Tensor], None] | None
+) -> Iterator[None]:
+    """Tell the phases of a user's step: a ``backward`` call starts the backward, an
+    optimizer's ``step`` the optimizer phase (a global step pre-hook)."""
+    original = torch.Tensor.backward
+
+    def backward(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        marks(Phase.BACKWARD, measured).__enter__()
+        if before_backward is not None:
+            before_backward(self)
+        return original(self, *args, **kwargs)  # type: ignore[no-untyped-call]
+
+    def step_hook(*_: Any) -> None:
+        marks(Phase.OPTIMIZER, measured).__enter__()
+
+    torch.Tensor.backward = backward  # type: ignore[method-assign]
+    handle = register_optimizer_step_pre_hook(step_hook)
+    try:
+        yield
+    finally:
+        torch.Tensor.backward = original  # type: ignore[method-assign]
+        handle.remove()

@@ -52,6 +52,7 @@ def main() -> int:
             fsdp=workload.fsdp,
             tensor_parallel=workload.tensor_parallel,
             new_tokens=workload.new_tokens,
+            keep_outputs=workload.keep_outputs,
             probe_budget_bytes=int(os.environ.get(PROBE_BUDGET_ENV, DEFAULT_BUDGET_BYTES)),
         )
     except InvalidConfig as exc:

@@ -28,10 +28,12 @@ async def estimate_memory(
 
     The model is a Hugging Face `config.json` (`hf_config`, read offline), a built-in
     preset (`name`, see `GET /v1/models`) or a bare `parameters` count. The answer is
-    per GPU: `peak_bytes` (tensor bytes at the peak, what
-    `torch.cuda.max_memory_allocated` reports), `total_bytes` (plus framework
-    overhead) and `required_bytes` (plus 20% planning headroom), with the breakdown
-    at the peak and the assumptions made. With `gpu`, a fit verdict is added.
+    per GPU, by the tool that reads it: `peak_bytes` (tensor bytes at the peak:
+    `torch.cuda.max_memory_allocated`), `reserved_bytes` (the caching allocator's
+    segments: `torch.cuda.max_memory_reserved`), `device_bytes` (what `nvidia-smi`
+    shows: plus the CUDA context and NCCL buffers) and `required_bytes` (`device_bytes`
+    plus 20% planning headroom), with the breakdown at the peak and the assumptions
+    made. With `gpu`, a fit verdict is added.
     """
     # Inline: the schema bounds an estimate to milliseconds (4,096 layers at most; the
     # worst case measured, an alternating-MoE 4,096-layer training step, takes 11 ms).

@@ -4,8 +4,9 @@ This command imports and runs the user's code (that is its purpose); the API's
 trace route never does.
 """
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -43,6 +44,14 @@ are the user's function's (size, dtype and attention are set there)."""
 )
 @catalog_option
 @click.option(
+    "--step",
+    "step_target",
+    help="Your own training step, module:function or file.py:function, called as "
+    "train_step(model, inputs, optimizer) for each step, in place of gpuplan's loop "
+    "(forward, loss, backward, step): any loop is traced as written. Its phases start at "
+    "the first backward() and optimizer step().",
+)
+@click.option(
     "--probe-budget-bytes",
     "probe_budget_bytes",
     type=click.IntRange(0),
@@ -57,6 +66,7 @@ def trace_command(
     runtime: str,
     gpu: str | None,
     catalog_file: Path | None,
+    step_target: str | None,
     probe_budget_bytes: int | None,
     fmt: str,
     **options: Any,
@@ -94,6 +104,10 @@ def trace_command(
             fsdp=workload.fsdp,
             tensor_parallel=workload.tensor_parallel,
             gpu_architecture=architecture,
+            keep_outputs=workload.keep_outputs,
+            user_step=cast("Callable[[Any, Any, Any], Any]", load_target(step_target))
+            if step_target
+            else None,
             probe_budget_bytes=(
                 DEFAULT_BUDGET_BYTES if probe_budget_bytes is None else probe_budget_bytes
             ),

@@ -99,8 +99,8 @@ def markdown(report: CiReport) -> str:
     lines += [f"| {MARK[v.status]} | `{v.target}` | {_cell(v.reason)} |" for v in report.verdicts]
     lines += [
         "",
-        f"Memory on one GPU as written: peak **{e.peak_bytes / GiB:.2f} GiB**, with overhead "
-        f"{e.total_bytes / GiB:.2f} GiB, required (20% headroom) **{e.required_bytes / GiB:.2f} GiB**; "
+        f"Memory on one GPU as written: peak **{e.peak_bytes / GiB:.2f} GiB**, reserved "
+        f"{e.reserved_bytes / GiB:.2f} GiB, on the device {e.device_bytes / GiB:.2f} GiB, required (20% headroom) **{e.required_bytes / GiB:.2f} GiB**; "
         f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
         *memory_bars(report),
         "",

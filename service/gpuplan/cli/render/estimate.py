@@ -20,8 +20,9 @@ def table(r: EstimateResponse) -> str:
             for name, value in msgspec.structs.asdict(b).items()
             if value
         ),
-        f"peak_bytes            {_size(r.peak_bytes)}",
-        f"total_bytes           {_size(r.total_bytes)}",
+        f"peak_bytes            {_size(r.peak_bytes)}  (max_memory_allocated)",
+        f"reserved_bytes        {_size(r.reserved_bytes)}  (max_memory_reserved)",
+        f"device_bytes          {_size(r.device_bytes)}  (nvidia-smi)",
         f"required_bytes        {_size(r.required_bytes)}  (+{r.headroom_fraction:.0%} headroom)",
     ]
     if r.fit is not None:

@@ -10,6 +10,7 @@ from typing import Literal
 from gpuplan.core.record import Record
 
 Family = Literal["llama", "gpt2", "neox", "opt", "falcon", "bert"]
+Head = Literal["causal_lm", "masked_lm", "sequence_classification", "token_classification"]
 Activation = Literal["silu", "gelu", "gelu_tanh", "gelu_new", "relu"]
 Norm = Literal["rms", "layer"]
 Position = Literal["rotary", "learned", "alibi", "none"]
@@ -71,7 +72,10 @@ class Architecture(Record, kw_only=True):
     output_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
-    """Per-head RMSNorm of queries and keys (Qwen3)."""
+    """Per-head RMSNorm of queries and keys (Qwen3, Gemma 3)."""
+
+    qk_norm_full: bool = False
+    """The q and k norms span all heads' width (OLMo 2) rather than one head's."""
 
     norms_per_layer: int = 2
     parallel_residual: bool = False
@@ -87,10 +91,23 @@ class Architecture(Record, kw_only=True):
     logit_softcap: bool = False
     attention_softcap: bool = False
     sliding_window: int = 0
+    global_layers: int = 0
+    """With a sliding window: how many layers attend to the whole sequence anyway
+    (Gemma 3 interleaves one global layer per six); 0: every layer slides."""
     moe: Moe | None = None
     mla: Mla | None = None
     encoder: bool = False
     """Bidirectional encoder trained as a masked LM (BERT, RoBERTa)."""
+
+    head: Head = "causal_lm"
+    """What sits on the last layer: a language-model head over the vocabulary, or a
+    classifier of ``num_labels`` per sequence or per token."""
+
+    num_labels: int = 0
+
+    @property
+    def classifier(self) -> bool:
+        return self.head in ("sequence_classification", "token_classification")
 
     @property
     def q_dim(self) -> int:

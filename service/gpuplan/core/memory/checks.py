@@ -6,13 +6,15 @@ refusal lists every problem of the request at once.
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.errors import InvalidModel
+from gpuplan.core.memory.modules import lora_targets
 from gpuplan.core.memory.schema import Parallelism, Workload
+from gpuplan.core.memory.states import quantization_of, shard_stage
 
 
 def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> None:
     errors = _check_vision(w) if vision else _check_shape(arch, w)
     p = w.parallelism
-    if p.cpu_offload.parameters and p.zero_stage < 3:
+    if p.cpu_offload.parameters and shard_stage(w) < 3:
         errors.append(
             (
                 "$.workload.parallelism.cpu_offload.parameters",
@@ -23,11 +25,98 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
         errors.append(
             (
                 "$.workload.weight_quantization",
-                "quantized weights apply to inference (finetune_qlora implies nf4)",
+                "quantized weights apply to inference and finetune_qlora",
             )
         )
+    if w.mode == "finetune_qlora" and w.weight_quantization not in ("none", "nf4", "fp4"):
+        errors.append(
+            (
+                "$.workload.weight_quantization",
+                "finetune_qlora trains adapters on bitsandbytes 4-bit weights: nf4 or fp4",
+            )
+        )
+    four_bit = w.weight_quantization in ("nf4", "fp4") or (
+        w.mode == "finetune_qlora" and w.weight_quantization == "none"
+    )
+    if w.double_quantization and not four_bit:
+        errors.append(
+            ("$.workload.double_quantization", "applies to bitsandbytes 4-bit weights (nf4, fp4)")
+        )
+    if w.quantize_lm_head and quantization_of(w) == "none":
+        errors.append(("$.workload.quantize_lm_head", "needs quantized weights"))
+    errors.extend(_check_techniques(arch, w))
+    lora_mode = w.mode in ("finetune_lora", "finetune_qlora")
+    if w.lora is not None and not lora_mode:
+        errors.append(("$.workload.lora", "adapters apply to finetune_lora and finetune_qlora"))
+    if lora_mode and arch is not None:
+        try:
+            lora_targets(arch, w.lora.target_modules if w.lora else None)
+        except InvalidModel as refused:
+            errors.extend(refused.errors)
     if errors:
         raise InvalidModel(errors)
+
+
+def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str, str]]:
+    """Checkpointing variants, compile and framework settings the model and mode allow."""
+    errors = []
+    p = w.parallelism
+    llama = arch is not None and arch.family == "llama"
+    if w.gradient_checkpointing == "selective_op" and not llama:
+        errors.append(
+            (
+                "$.workload.gradient_checkpointing",
+                "selective_op follows torchtitan's Llama block; modelled for Llama-style models",
+            )
+        )
+    if w.compile and not llama:
+        errors.append(
+            ("$.workload.compile", "modelled for Llama-style models (their fused blocks)")
+        )
+    if w.checkpoint_every_n_layers > 1 and w.gradient_checkpointing not in ("full", "selective_op"):
+        errors.append(
+            (
+                "$.workload.checkpoint_every_n_layers",
+                "applies to full or selective_op checkpointing",
+            )
+        )
+    if p.framework == "fsdp2" and p.zero_stage == 1:
+        errors.append(
+            (
+                "$.workload.parallelism.zero_stage",
+                "FSDP2 shards parameters (3, or 0 for its default) or keeps them gathered "
+                "through backward (2); it has no optimizer-only sharding",
+            )
+        )
+    if p.framework == "ddp" and p.zero_stage > 0:
+        errors.append(
+            ("$.workload.parallelism.zero_stage", "DDP does not shard; use fsdp2 or deepspeed")
+        )
+    training = w.mode != "inference"
+    for name in ("keep_outputs", "optimizer_in_backward", "activation_offload"):
+        if getattr(w, name) and not training:
+            errors.append((f"$.workload.{name}", "applies to training"))
+    if w.loss_chunks > 1 and (
+        not training or (arch is not None and (arch.encoder or arch.classifier))
+    ):
+        errors.append(("$.workload.loss_chunks", "applies to training a causal LM"))
+    if w.optimizer_in_backward and (w.gradient_accumulation_steps > 1 or shard_stage(w) > 0):
+        errors.append(
+            (
+                "$.workload.optimizer_in_backward",
+                "steps each gradient as it is made: no gradient accumulation or sharding",
+            )
+        )
+    if p.init == "materialized" and shard_stage(w) < 2:
+        errors.append(("$.workload.parallelism.init", "applies to sharded models (FSDP2, ZeRO-3)"))
+    if p.context > 1 and w.sequence_length is not None and w.sequence_length % p.context:
+        errors.append(
+            (
+                "$.workload.parallelism.context",
+                f"{p.context} does not divide sequence_length {w.sequence_length}",
+            )
+        )
+    return errors
 
 
 def _check_vision(w: Workload) -> list[tuple[str, str]]:
@@ -84,13 +173,6 @@ def _check_shape(arch: Architecture | None, w: Workload) -> list[tuple[str, str]
                     "$.workload.parallelism.virtual_stages",
                     f"{p.pipeline} stages x {p.virtual_stages} chunks is more than "
                     f"{arch.num_layers} layers",
-                )
-            )
-        if w.sequence_length is not None and p.context > 1 and w.sequence_length % p.context:
-            errors.append(
-                (
-                    "$.workload.parallelism.context",
-                    f"{p.context} ranks do not divide the {w.sequence_length}-token sequence",
                 )
             )
     return errors + _check_schedule(p)

@@ -12,7 +12,7 @@ from gpuplan.core.catalog import Catalog
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
-from gpuplan.core.memory.head import head_cost
+from gpuplan.core.memory.head import FP32, HeadCost, head_cost
 from gpuplan.core.memory.inference import (
     KV_BYTES,
     inference_peak,
@@ -21,16 +21,36 @@ from gpuplan.core.memory.inference import (
 )
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
 from gpuplan.core.memory.model import resolve_model
+from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import Numerics, numerics_for
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
+from gpuplan.core.memory.reserve import (
+    UNREPLAYED_CACHE,
+    allocator_gap,
+    inference_pattern,
+    layer_tensors,
+    training_pattern,
+)
+from gpuplan.core.memory.reserve import Step as ReplayStep
 from gpuplan.core.memory.response import Peak, describe, respond, rule_of_thumb
 from gpuplan.core.memory.schema import (
     EstimateRequest,
     EstimateResponse,
     Parallelism,
+    Precision,
     Workload,
 )
-from gpuplan.core.memory.states import ModelStates, adapted_modules, bare_states, model_states
+from gpuplan.core.memory.states import (
+    ModelStates,
+    bare_states,
+    bnb_4bit,
+    framework_of,
+    largest_tensor,
+    model_states,
+    quantization_of,
+    quantized_bytes,
+    shard_stage,
+)
 from gpuplan.core.memory.training import LayerGrads, training_peak
 from gpuplan.core.memory.vision import vision_peak
 
@@ -58,8 +78,10 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
     total_parameters = counts.total if counts is not None else bare or 0
     if request.method == "rule_of_thumb":
         return rule_of_thumb(request, total_parameters, assumptions, arch, gpu)
-    num = numerics_for(w.precision, request.runtime)
+    num = numerics_for(_compute_precision(w), request.runtime)
     assumptions.extend(describe(w, request.runtime))
+    if arch is not None and w.mode in ("finetune_lora", "finetune_qlora"):
+        assumptions.append(lora_targets(arch, w.lora.target_modules if w.lora else None)[1])
     warnings: list[str] = []
     if model.vision is not None:
         states = bare_states(total_parameters, w, runtime=request.runtime)
@@ -79,6 +101,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             temporary=seen.temporary,
             kv_cache=0.0,
             phase=seen.phase,
+            allocator_gap=UNREPLAYED_CACHE * (seen.gradients + seen.activations + seen.temporary),
         )
         assumptions.append(
             f"activations: measured per sample at {model.vision.reference_image_size} px, "
@@ -92,6 +115,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             temporary=states.optimizer_temporary,
             kv_cache=0.0,
             phase="optimizer step" if w.mode != "inference" else "weights",
+            allocator_gap=UNREPLAYED_CACHE * (states.gradients + states.optimizer_temporary),
         )
         warnings.append(
             "no architecture given: activations and the KV cache are not included; pass hints or an hf_config"
@@ -101,13 +125,22 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
         d = dims_for(
             arch,
             w.batch_size,
-            w.sequence_length or 1,
+            -(-(w.sequence_length or 1) // w.parallelism.context),
             tp=w.parallelism.tensor,
             sp=w.parallelism.sequence_parallel,
         )
         costs = _layer_costs(arch, counts, d, num, w)
         if w.mode == "inference":
-            peak = _inference(arch, d=d, num=num, w=w, costs=costs, assumptions=assumptions)
+            peak = _inference(
+                arch,
+                d=d,
+                num=num,
+                w=w,
+                costs=costs,
+                assumptions=assumptions,
+                states=states,
+                replay=_replay_step(arch, counts, d=d, num=num, w=w, states=states),
+            )
         else:
             peak = _training(
                 arch,
@@ -119,6 +152,8 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
                 costs=costs,
                 assumptions=assumptions,
             )
+    if arch is not None and w.mode != "inference":
+        peak = _materialized(peak, states, w, assumptions)
     return respond(
         request,
         parameters=total_parameters,
@@ -138,7 +173,8 @@ def _layer_costs(
         eager=w.attention == "eager",
         training=w.mode != "inference",
         selective=w.gradient_checkpointing == "selective",
-        trainable=_trainable(w),
+        trainable=_trainable(arch, w),
+        compiled=w.compile,
     )
     p = w.parallelism
     local = -(-arch.num_layers // p.pipeline)
@@ -161,9 +197,132 @@ def _layer_costs(
                     saved=cost.saved + 2 * (layer.attention + layer.mlp) / split,
                     mlp_saved=cost.mlp_saved + 2 * layer.mlp / split,
                 )
+            if bnb_4bit(w):
+                cost = _dequantized(cost, arch, layer, p, single_token=d.tokens == 1)
+            if p.context > 1:
+                # Ring attention: the keys and values of a peer's chunk arrive while the
+                # next chunk's are in flight, in the forward and again in the backward.
+                ring = 2 * 2 * num.matmul * d.key
+                cost = msgspec.structs.replace(
+                    cost,
+                    attention_backward=cost.attention_backward + ring,
+                    forward_peak=cost.forward_peak + ring,
+                )
             priced[key] = cost
         costs.append(cost)
     return costs
+
+
+def _chunked_loss(head: HeadCost, d: Dims, num: Numerics, chunks: int) -> HeadCost:
+    """Cross-entropy in ``chunks`` pieces along the sequence: each chunk's logits are
+    upcast on their own and their log-softmax kept (all of them, for the backward), and
+    the backward holds one chunk's two fp32 gradients at a time (torchtune's
+    CEWithChunkedOutputLoss: "saves memory by only upcasting one chunk at a time")."""
+    logits = d.logits
+    # One chunk's fp32 copy: the upcast, or (already fp32) the contiguous copy that
+    # flattening a chunk cut along the sequence of a batch needs.
+    upcast = FP32 * logits / chunks
+    return msgspec.structs.replace(
+        head,
+        logits_saved=FP32 * logits,
+        loss_forward=num.matmul * logits + upcast,
+        loss_backward=2 * FP32 * logits / chunks,
+    )
+
+
+def _held_outputs(
+    arch: Architecture, d: Dims, num: Numerics, w: Workload, *, local_layers: int
+) -> float:
+    """What a loop holding the model's outputs keeps: the logits in the activation dtype,
+    and a causal LM's KV cache (transformers builds one in training unless
+    checkpointing turned ``use_cache`` off)."""
+    logits = num.matmul * d.logits
+    cache = 0.0
+    if not arch.encoder and not arch.classifier and w.gradient_checkpointing == "none":
+        per_token = kv_bytes_per_token(arch, num.matmul, w.parallelism.tensor)
+        cache = per_token * d.tokens * local_layers
+    return logits + cache
+
+
+def _materialized(peak: Peak, states: ModelStates, w: Workload, assumptions: list[str]) -> Peak:
+    """``init: materialized``: the whole model is built on the GPU, in its stored dtype,
+    before sharding; that can be the job's peak (torchtitan builds on the meta device
+    to avoid it; DeepSpeed's ``zero.Init`` partitions as it builds)."""
+    if w.parallelism.init != "materialized" or shard_stage(w) < 2:
+        return peak
+    stored = 4.0 if w.precision in ("fp32", "amp_bf16", "amp_fp16") else 2.0
+    full = states.parameters_local * stored
+    running = (
+        states.weights
+        + states.optimizer
+        + states.master
+        + peak.gradients
+        + peak.activations
+        + peak.temporary
+    )
+    assumptions.append(
+        f"init materialized: the unsharded model ({full / 2**30:.1f} GiB) is built on each GPU before sharding"
+    )
+    if full <= running:
+        return peak
+    return Peak(
+        gradients=0.0,
+        activations=0.0,
+        temporary=full - states.weights,
+        kv_cache=0.0,
+        phase="materialization (before sharding)",
+        allocator_gap=peak.allocator_gap,
+        without_optimizer=True,
+    )
+
+
+def _compute_precision(w: Workload) -> Precision:
+    """The dtype activations take: FSDP2's mixed-precision policy casts parameters to
+    bf16 at module boundaries instead of autocasting each op, so activations are bf16
+    with no fp32 copies of inputs or weights (the ``amp_*`` precisions there)."""
+    if framework_of(w) == "fsdp2" and w.precision in ("amp_bf16", "amp_fp16", "fp8"):
+        # torchao's float8 linears keep their bf16 inputs for backward (and recast them).
+        return "fp16" if w.precision == "amp_fp16" else "bf16"
+    return w.precision
+
+
+def _dequantized(
+    cost: LayerCost,
+    arch: Architecture,
+    layer: LayerParameters,
+    p: Parallelism,
+    *,
+    single_token: bool,
+) -> LayerCost:
+    """bitsandbytes 4-bit matmuls dequantize the whole weight to the compute dtype, in
+    the forward and again in the backward (``MatMul4Bit``, bitsandbytes/autograd/
+    _functions.py at 0.45.0: ``F.linear(A, F.dequantize_4bit(B, quant_state).to(A.dtype).t())``;
+    backward ``grad_output @ F.dequantize_4bit(B, ctx.state)...``), one linear at a
+    time; only a single token's no-grad matmul takes the ``gemv_4bit`` path without it.
+    """
+    attention, mlp = layer_tensors(arch, layer, p.tensor, p.expert)
+    top_a, top_m = 2.0 * max(attention[:4]), 2.0 * max(mlp[:-1] or mlp)
+    return msgspec.structs.replace(
+        cost,
+        mlp_backward=cost.mlp_backward + top_m,
+        attention_backward=cost.attention_backward + top_a,
+        forward_peak=cost.forward_peak + (0.0 if single_token else max(top_a, top_m)),
+    )
+
+
+def _loading(states: ModelStates, arch: Architecture, counts: ParameterCount, w: Workload) -> float:
+    """Bytes a bitsandbytes 4-bit model holds while loading from a 16-bit checkpoint.
+
+    transformers' quantizer copies each weight to the GPU in 16-bit and quantizes it
+    there (quantizer_bnb_4bit.py at d91fa5a: "load 16bit weight and pass to the layer
+    object; after: quantizes individual weights in Linear4bit into 4bit at the first
+    .cuda() call"): at the last, largest weight every other one is already 4-bit, and
+    ``quantize_4bit`` adds the fp32 absmax of its blocks.
+    """
+    p = w.parallelism
+    attention, mlp = layer_tensors(arch, counts.layers[-1], p.tensor, p.expert)
+    largest = max(*attention, *mlp)
+    return states.weights + 2.0 * largest + 4.0 * largest / 64
 
 
 def _training(
@@ -182,7 +341,9 @@ def _training(
     head = head_cost(arch, d, num, training=True, head_trains=not lora)
     if num.amp:
         head = msgspec.structs.replace(
-            head, final_saved=head.final_saved + 2 * (counts.head or counts.embedding) / p.tensor
+            head,
+            final_saved=head.final_saved
+            + 2 * (counts.head if arch.classifier else counts.head or counts.embedding) / p.tensor,
         )
     per_param = 0.0 if lora else states.gradients / max(states.parameters_local, 1)
     if lora:
@@ -203,21 +364,53 @@ def _training(
         assumptions.append(
             "selective checkpointing recomputes the attention core (Korthikanti et al.): its s x s tensors are not kept"
         )
+    if w.loss_chunks > 1:
+        head = _chunked_loss(head, d, num, w.loss_chunks)
+    held = _held_outputs(arch, d, num, w, local_layers=len(costs)) if w.keep_outputs else 0.0
+    in_backward = -1.0
+    if w.optimizer_in_backward:
+        biggest = (
+            max(arch.hidden_size, arch.intermediate_size) * (w.lora.rank if w.lora else 16)
+            if lora
+            else largest_tensor(arch) / p.tensor
+        )
+        per_state = states.optimizer / max(states.trainable, 1) if lora else 0.0
+        if not lora:
+            per_state = states.optimizer / max(states.parameters_local, 1)
+        # One tensor's gradient and its step's temporary at a time.
+        in_backward = biggest * ((per_param or 4.0) + per_state)
     moment = training_peak(
         states,
         costs,
         grads,
         head,
         checkpointing=w.gradient_checkpointing,
+        every=w.checkpoint_every_n_layers,
         accumulation_steps=w.gradient_accumulation_steps,
         in_flight=min(p.pipeline, w.gradient_accumulation_steps) if p.pipeline > 1 else 1,
         residual_grad=num.residual * d.hidden,
-        head_grads=0.0 if lora else (counts.head or counts.embedding) / p.tensor * per_param,
+        head_grads=0.0
+        if lora
+        else (counts.head if arch.classifier else counts.head or counts.embedding)
+        / p.tensor
+        * per_param,
         tied_embedding_grad=counts.embedding / p.tensor * per_param
-        if arch.tie_word_embeddings
+        if arch.tie_word_embeddings and not arch.classifier
         else 0.0,
+        held=held,
+        offload=w.activation_offload,
+        in_backward=in_backward,
     )
-    ddp = states.gradients if p.data > 1 and p.zero_stage == 0 else 0.0
+    gap = allocator_gap(
+        training_pattern(
+            _replay_step(arch, counts, d=d, num=num, w=w, states=states),
+            max(costs, key=lambda c: c.saved),
+            head,
+            checkpointing=w.gradient_checkpointing,
+            accumulation=w.gradient_accumulation_steps,
+        )
+    )
+    ddp = states.gradients if p.data > 1 and p.zero_stage == 0 and framework_of(w) == "ddp" else 0.0
     if ddp:
         assumptions.append(
             "DDP keeps flat gradient buckets beside the gradients (gradient_as_bucket_view=False)"
@@ -228,6 +421,7 @@ def _training(
         temporary=moment.temporary + ddp,
         kv_cache=0.0,
         phase=moment.phase,
+        allocator_gap=float(gap),
     )
 
 
@@ -239,6 +433,8 @@ def _inference(
     w: Workload,
     costs: list[LayerCost],
     assumptions: list[str],
+    states: ModelStates,
+    replay: ReplayStep,
 ) -> Peak:
     p = w.parallelism
     kv_dtype = (
@@ -247,18 +443,37 @@ def _inference(
         else ("fp32" if w.precision == "fp32" else "bf16")
     )
     per_token = kv_bytes_per_token(arch, KV_BYTES[kv_dtype], p.tensor)
+    widest = max(costs, key=lambda c: c.forward_peak)
     peak = inference_peak(
         arch,
         d,
-        max(costs, key=lambda c: c.forward_peak),
+        widest,
         local_layers=len(costs),
         kv_per_token=per_token,
         max_new_tokens=w.max_new_tokens,
+        tuple_per_step=w.kv_cache_layout == "tuple_per_step",
         matmul_bytes=num.matmul,
         mask_bytes=mask_bytes(arch, num.matmul, eager=w.attention == "eager", cpu=num.cpu),
     )
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
+    )
+    if bnb_4bit(w):
+        loading = _loading(states, arch, replay.counts, w) - states.weights
+        total = peak.kv_cache + peak.activations + peak.temporary
+        if loading > total:
+            peak = msgspec.structs.replace(
+                peak, kv_cache=0.0, activations=0.0, temporary=loading, phase="loading (quantizing)"
+            )
+    gap = allocator_gap(
+        inference_pattern(
+            replay,
+            widest,
+            kv_per_layer=peak.kv_cache / max(len(costs), 1),
+            last_logits=num.matmul
+            * d.batch
+            * (arch.num_labels if arch.classifier else arch.vocab_size),
+        )
     )
     return Peak(
         gradients=0.0,
@@ -266,17 +481,67 @@ def _inference(
         temporary=peak.temporary,
         kv_cache=peak.kv_cache,
         phase=peak.phase,
+        allocator_gap=float(gap),
     )
 
 
-def _trainable(w: Workload) -> Trainable:
+def _replay_step(
+    arch: Architecture,
+    counts: ParameterCount,
+    *,
+    d: Dims,
+    num: Numerics,
+    w: Workload,
+    states: ModelStates,
+) -> ReplayStep:
+    """What the allocator replay needs to know, in per-parameter bytes."""
+    p = w.parallelism
+    local = max(states.parameters_local, 1)
+    lora = w.mode in ("finetune_lora", "finetune_qlora")
+    adapters: tuple[int, ...] = ()
+    if lora:
+        rank = w.lora.rank if w.lora else 16
+        targets, _ = lora_targets(arch, w.lora.target_modules if w.lora else None)
+        adapters = tuple(
+            n
+            for name, m in linear_modules(arch).items()
+            if name in targets and m.per_layer
+            for _ in range(m.per_layer)
+            for n in (rank * m.in_features, rank * m.out_features)
+        )
+    states_count = {"adamw": 2, "adam": 2, "sgd_momentum": 1, "lion": 1}.get(w.optimizer, 0)
+    compute = 4.0 if w.precision == "fp32" else 2.0
+    quantized = quantization_of(w)
+    stored = quantized_bytes(quantized, double_quantization=w.double_quantization)
+    plain = compute if lora else states.weights / local
+    return ReplayStep(
+        arch=arch,
+        counts=counts,
+        d=d,
+        num=num,
+        tp=p.tensor,
+        ep=p.expert,
+        weight_bytes=stored if quantized != "none" else plain,
+        outer_weight_bytes=compute if quantized != "none" else plain,
+        load_bytes=2.0 if bnb_4bit(w) else 0.0,
+        grad_bytes=0.0 if lora else states.gradients / local,
+        state_bytes=states.optimizer / max(states.trainable / (p.tensor * p.pipeline), 1)
+        if lora
+        else states.optimizer / local,
+        states=states_count,
+        foreach=w.optimizer in ("adamw", "adam") and not num.cpu,
+        adapters=adapters,
+    )
+
+
+def _trainable(arch: Architecture, w: Workload) -> Trainable:
     if w.mode not in ("finetune_lora", "finetune_qlora"):
         return Trainable()
     lora = w.lora
     return Trainable(
         full=False,
         lora_rank=lora.rank if lora else 16,
-        adapted=adapted_modules(lora.target_modules if lora else ["q_proj", "v_proj"]),
+        adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
         upcast=w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16"),
     )
 

@@ -30,6 +30,8 @@ def head_cost(
 ) -> HeadCost:
     m, r, e, ef, tv = num.matmul, num.residual, d.hidden, d.hidden_full, d.logits
     ids = 8.0 * d.tokens
+    if arch.classifier:
+        return _classifier(arch, d, num, training=training, head_trains=head_trains)
     embedding = ids
     if training and arch.embedding_dropout > 0:
         embedding += num.dropout_mask * e
@@ -61,4 +63,35 @@ def head_cost(
         logits_saved=FP32 * tv,
         loss_forward=m * tv + upcast,
         loss_backward=2 * FP32 * tv,
+    )
+
+
+def _classifier(
+    arch: Architecture, d: Dims, num: Numerics, *, training: bool, head_trains: bool
+) -> HeadCost:
+    """A classification head: the labels' logits are small; what stays is the classifier's
+    input. Decoders score every position and pool the last; BERT pools the first token
+    through a dense layer, or classifies every token after a dropout."""
+    m, r, e, ef = num.matmul, num.residual, d.hidden, d.hidden_full
+    labels = arch.num_labels
+    per_token = arch.head == "token_classification" or arch.family != "bert"
+    positions = d.tokens if per_token else d.batch
+    logits = float(positions * labels)
+    embedding = 8.0 * d.tokens
+    if arch.family == "bert":
+        embedding += r * e + (num.dropout_mask * e if training and arch.embedding_dropout else 0.0)
+        if per_token:
+            drop = (num.dropout_mask + m) * ef if training and arch.hidden_dropout else 0.0
+            final = drop + (0.0 if drop else m * ef)
+        else:
+            final = 3.0 * m * d.batch * arch.hidden_size  # pooled token, tanh, classifier input
+    else:
+        norm = (FP32 + (FP32 if num.amp else m)) * e if arch.norm == "rms" else r * e
+        final = norm + (m * ef if head_trains else 0.0)
+    return HeadCost(
+        embedding_saved=embedding,
+        final_saved=final,
+        logits_saved=FP32 * logits,
+        loss_forward=(m + FP32) * logits,
+        loss_backward=2 * FP32 * logits,
     )

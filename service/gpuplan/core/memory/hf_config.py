@@ -4,9 +4,8 @@ Each supported ``model_type`` maps its own key names onto ours and supplies the
 defaults of its transformers config class for the keys a saved config may omit
 (``save_pretrained`` drops values equal to the class default). The shape keys
 (layers, hidden size, heads, vocabulary, feed-forward width) are required: a missing
-one is an error naming it, never a silent default. An unknown ``model_type`` with the
-standard keys is read as a Llama-style decoder (pre-norm RMSNorm, SwiGLU MLP, rotary
-positions, no biases), and the estimate says so.
+one is an error naming it, never a silent default. An unknown ``model_type`` is refused
+as unsupported, pointing to the tracer, which runs any transformers model.
 """
 
 from collections.abc import Mapping
@@ -28,12 +27,25 @@ LLAMA_LIKE = (
     "mixtral",
     "qwen2_moe",
     "deepseek_v3",
+    "gemma3_text",
+    "qwen3_moe",
+    "olmo2",
 )
 MAX_LAYERS = 4096
 """Most layers a config may declare. The estimate does work per layer; the deepest
 published transformers have a few hundred (Llama 3.1 405B: 126)."""
 
-SUPPORTED = (*LLAMA_LIKE, "gpt2", "gpt_neox", "opt", "falcon", "bert", "roberta")
+SUPPORTED = (
+    *LLAMA_LIKE,
+    "gpt2",
+    "gpt_bigcode",
+    "starcoder2",
+    "gpt_neox",
+    "opt",
+    "falcon",
+    "bert",
+    "roberta",
+)
 
 _ACTIVATIONS: dict[str, Activation] = {
     "silu": "silu",
@@ -125,16 +137,25 @@ def from_hf_config(config: Mapping[str, Any]) -> tuple[Architecture, list[str]]:
     if model_type is not None and not isinstance(model_type, str):
         raise InvalidModel([(f"{ROOT}.model_type", f"expected a string, got {model_type!r}")])
     assumptions: list[str] = []
-    if model_type in (None, ""):
-        model_type = "unknown"
-    if model_type not in SUPPORTED:
-        assumptions.append(
-            f"model_type {model_type!r} is not one we know; read as a Llama-style decoder "
-            "(pre-norm RMSNorm, SwiGLU MLP, rotary positions, no biases)"
+    if model_type in (None, "") or model_type not in SUPPORTED:
+        # Reading an unknown architecture as a Llama would answer with confidence for
+        # the wrong tensors (an encoder-decoder, a state-space model): refuse, and say
+        # what answers for any model.
+        shown = "missing" if model_type in (None, "") else f"{model_type!r} is not supported"
+        raise InvalidModel(
+            [
+                (
+                    f"{ROOT}.model_type",
+                    f"{shown} by the analytic estimator (supported: {', '.join(SUPPORTED)}); "
+                    "POST /v1/memory/trace (gpuplan trace) traces any transformers model",
+                )
+            ]
         )
     r = _Reader(config)
-    if model_type in ("gpt2",):
-        arch = _gpt2(r)
+    if model_type in ("gpt2", "gpt_bigcode"):
+        arch = _gpt2(r, model_type)
+    elif model_type == "starcoder2":
+        arch = _starcoder2(r)
     elif model_type == "gpt_neox":
         arch = _neox(r)
     elif model_type == "opt":
@@ -167,7 +188,7 @@ def _llama_like(r: _Reader, model_type: str) -> Architecture:
     heads = r.int("num_attention_heads")
     vocab = r.int("vocab_size")
     kv, head_dim = _heads(r, hidden, heads)
-    gemma = model_type in ("gemma", "gemma2")
+    gemma = model_type in ("gemma", "gemma2", "gemma3_text")
     moe: Moe | None = None
     mla: Mla | None = None
     if model_type == "mixtral":
@@ -185,6 +206,19 @@ def _llama_like(r: _Reader, model_type: str) -> Architecture:
             expert_intermediate_size=r.int("moe_intermediate_size"),
             shared_intermediate_size=r.int("shared_expert_intermediate_size", default=0, minimum=0),
             shared_expert_gate=True,
+            layer_frequency=r.int("decoder_sparse_step", default=1),
+        )
+    elif model_type == "qwen3_moe":
+        intermediate = r.int("intermediate_size", default=1)
+        only_dense = r.config.get("mlp_only_layers") or []
+        if only_dense:
+            r.errors.append(
+                (f"{ROOT}.mlp_only_layers", "dense layers among the experts are not modelled")
+            )
+        moe = Moe(
+            num_experts=r.int("num_experts"),
+            experts_per_token=r.int("num_experts_per_tok", default=8),
+            expert_intermediate_size=r.int("moe_intermediate_size"),
             layer_frequency=r.int("decoder_sparse_step", default=1),
         )
     elif model_type == "deepseek_v3":
@@ -211,7 +245,7 @@ def _llama_like(r: _Reader, model_type: str) -> Architecture:
         intermediate = r.int("intermediate_size")
     if gemma:
         head_dim = r.int("head_dim", default=256)
-    if model_type == "qwen3":
+    if model_type in ("qwen3", "qwen3_moe"):
         head_dim = r.int("head_dim", default=128)
     default_act = "gelu_pytorch_tanh" if gemma else "silu"
     return Architecture(
@@ -232,8 +266,9 @@ def _llama_like(r: _Reader, model_type: str) -> Architecture:
         qkv_bias=model_type in ("qwen2", "qwen2_moe") or r.bool("attention_bias", False),
         output_bias=r.bool("attention_bias", False) and model_type not in ("qwen2", "qwen2_moe"),
         mlp_bias=r.bool("mlp_bias", False),
-        qk_norm=model_type == "qwen3",
-        norms_per_layer=4 if model_type == "gemma2" else 2,
+        qk_norm=model_type in ("qwen3", "qwen3_moe", "gemma3_text", "olmo2"),
+        qk_norm_full=model_type == "olmo2",
+        norms_per_layer=4 if model_type in ("gemma2", "gemma3_text") else 2,
         attention_dropout=r.float("attention_dropout", 0.0),
         rotary_fraction=r.float("partial_rotary_factor", 1.0),
         logit_softcap=model_type == "gemma2"
@@ -241,29 +276,46 @@ def _llama_like(r: _Reader, model_type: str) -> Architecture:
         attention_softcap=model_type == "gemma2"
         and r.config.get("attn_logit_softcapping", 50.0) is not None,
         sliding_window=r.int("sliding_window", default=0, minimum=0)
-        if r.config.get("sliding_window")
-        else 0,
+        if r.config.get("sliding_window") and model_type not in ("qwen3_moe",)
+        else (4096 if model_type == "gemma3_text" and "sliding_window" not in r.config else 0),
+        global_layers=_global_layers(r, layers) if model_type == "gemma3_text" else 0,
         moe=moe,
         mla=mla,
     )
 
 
-def _gpt2(r: _Reader) -> Architecture:
+def _global_layers(r: _Reader, layers: int) -> int:
+    """Gemma 3's layers that attend to the whole sequence: its ``layer_types``, or one in
+    ``sliding_window_pattern`` (6, the config class's default)."""
+    types = r.config.get("layer_types")
+    if isinstance(types, list):
+        return sum(1 for t in types if t == "full_attention")
+    pattern = r.int("sliding_window_pattern", default=6)
+    return layers // pattern
+
+
+def _gpt2(r: _Reader, model_type: str) -> Architecture:
+    """GPT-2, and GPT-BigCode (StarCoder): GPT-2's block with multi-query attention
+    (one key/value head, ``multi_query`` true by default) and a tanh GELU."""
     hidden = r.int("n_embd", "hidden_size")
     heads = r.int("n_head", "num_attention_heads")
+    bigcode = model_type == "gpt_bigcode"
+    kv = 1 if bigcode and r.bool("multi_query", True) else heads
     return Architecture(
-        model_type="gpt2",
+        model_type=model_type,
         family="gpt2",
         num_layers=r.int("n_layer", "num_hidden_layers", maximum=MAX_LAYERS),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=heads,
+        num_kv_heads=kv,
         head_dim=max(hidden // heads, 1),
         intermediate_size=r.int("n_inner", default=4 * hidden),
         vocab_size=r.int("vocab_size"),
         tie_word_embeddings=r.bool("tie_word_embeddings", True),
         mlp_gated=False,
-        activation=r.activation("activation_function", default="gelu_new"),
+        activation=r.activation(
+            "activation_function", default="gelu_pytorch_tanh" if bigcode else "gelu_new"
+        ),
         norm="layer",
         position="learned",
         learned_positions=r.int("n_positions", "max_position_embeddings", default=1024),
@@ -273,6 +325,40 @@ def _gpt2(r: _Reader) -> Architecture:
         hidden_dropout=r.float("resid_pdrop", 0.1),
         attention_dropout=r.float("attn_pdrop", 0.1),
         embedding_dropout=r.float("embd_pdrop", 0.1),
+    )
+
+
+def _starcoder2(r: _Reader) -> Architecture:
+    """StarCoder 2: pre-norm LayerNorms with biases, a tanh-GELU MLP (``c_fc``,
+    ``c_proj``), rotary positions and grouped-query attention: OPT's block shape."""
+    hidden = r.int("hidden_size")
+    heads = r.int("num_attention_heads")
+    kv, head_dim = _heads(r, hidden, heads)
+    bias = r.bool("use_bias", True)
+    return Architecture(
+        model_type="starcoder2",
+        family="opt",
+        num_layers=r.int("num_hidden_layers", maximum=MAX_LAYERS),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=kv,
+        head_dim=head_dim,
+        intermediate_size=r.int("intermediate_size"),
+        vocab_size=r.int("vocab_size"),
+        tie_word_embeddings=r.bool("tie_word_embeddings", True),
+        mlp_gated=False,
+        activation=r.activation("hidden_act", default="gelu_pytorch_tanh"),
+        norm="layer",
+        position="rotary",
+        qkv_bias=bias,
+        output_bias=bias,
+        mlp_bias=bias,
+        hidden_dropout=r.float("residual_dropout", 0.0),
+        attention_dropout=r.float("attention_dropout", 0.0),
+        embedding_dropout=r.float("embedding_dropout", 0.0),
+        sliding_window=r.int("sliding_window", default=0, minimum=0)
+        if r.config.get("sliding_window")
+        else 0,
     )
 
 

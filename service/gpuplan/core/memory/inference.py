@@ -65,34 +65,65 @@ def inference_peak(
     max_new_tokens: int,
     matmul_bytes: int,
     mask_bytes: float,
+    tuple_per_step: bool = False,
 ) -> InferencePeak:
+    width = arch.num_labels if arch.classifier else arch.vocab_size
     window = arch.sliding_window
-    final = d.seq + max_new_tokens if not window else min(d.seq + max_new_tokens, window)
-    kv_final = kv_per_token * final * d.batch * local_layers
+    full = d.seq + max_new_tokens
+    final = full if not window else min(full, window)
+    # Layers that attend globally keep the whole sequence even beside sliding ones.
+    global_layers = min(arch.global_layers, local_layers) if window else 0
+    kv_final = (
+        kv_per_token * d.batch * (final * (local_layers - global_layers) + full * global_layers)
+    )
     # The layer's own temporaries around its input, the materialized causal mask eager
     # attention adds (one for all layers), and the last position's logits.
     mask = mask_bytes * d.batch * d.seq * d.seq
     # A serving engine reserves the cache of the tokens still to come before the
     # prefill runs (vLLM's blocks, a static cache): the prefill sees the final size.
+    # The logits the prefill returns: the last position's, or (tuple_per_step, before
+    # transformers had logits_to_keep) every position's, upcast to fp32.
+    positions = d.tokens if tuple_per_step else d.batch
+    logits = (matmul_bytes + FP32) * positions * width
+    kv_prompt = kv_per_token * min(d.seq, window or d.seq) * d.batch * local_layers
     prefill = InferencePeak(
         # Only k and v: Hugging Face's DynamicCache (transformers 5) concatenates them onto
         # an empty tensor, a copy, so a fused projection's output (GPT-2's c_attn) dies
         # with its layer rather than living on as the storage of cached views.
-        kv_cache=kv_final,
+        # tuple_per_step allocates only the prompt's cache here; it grows later.
+        kv_cache=kv_prompt if tuple_per_step else kv_final,
         # The layer input, and the embedding output the model's forward still holds.
         activations=layer.input + matmul_bytes * d.hidden_full,
-        temporary=layer.forward_peak + mask + (matmul_bytes + FP32) * d.batch * arch.vocab_size,
+        temporary=layer.forward_peak + mask + logits,
         phase="prefill",
     )
-    if max_new_tokens == 0:
-        return prefill
+    if max_new_tokens == 0 or (tuple_per_step and max_new_tokens == 1):
+        return prefill  # generate's prefill yields the first new token itself
+    if tuple_per_step:
+        # Each step returns a new tuple (every layer concatenated one token longer) while
+        # the loop holds the previous step's: at the end of the last step both caches are
+        # alive; at the end of the first, the prefill's outputs (their logits) still are.
+        step = kv_per_token * d.batch * local_layers
+        last = InferencePeak(
+            kv_cache=kv_final,
+            activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
+            temporary=kv_final - step + FP32 * d.batch * width,
+            phase="decode (previous cache held)",
+        )
+        first = InferencePeak(
+            kv_cache=kv_prompt + step,
+            activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
+            temporary=kv_prompt + FP32 * positions * width,
+            phase="decode (prefill outputs held)",
+        )
+        return max(prefill, first, last, key=lambda p: p.kv_cache + p.activations + p.temporary)
     # Generation appends to each layer's cache by concatenation: one layer's cache is
     # briefly held twice.
     one_layer = kv_final / max(local_layers, 1)
     decode = InferencePeak(
         kv_cache=kv_final,
         activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
-        temporary=one_layer + (matmul_bytes + FP32) * d.batch * arch.vocab_size,
+        temporary=one_layer + (matmul_bytes + FP32) * d.batch * width,
         phase="decode (cache full)",
     )
     return max(prefill, decode, key=lambda p: p.kv_cache + p.activations + p.temporary)

@@ -56,6 +56,8 @@ class Step(Record, kw_only=True):
     are recomputed in the backward instead of kept."""
 
     trainable: Trainable = msgspec.field(default_factory=Trainable)
+    compiled: bool = False
+    """``torch.compile``: fused elementwise ops keep only what a fused backward needs."""
 
 
 class LayerCost(Record, kw_only=True):
@@ -78,6 +80,10 @@ class LayerCost(Record, kw_only=True):
     input: float
     """The layer input: what full activation checkpointing keeps per layer."""
 
+    op_saved: float = 0.0
+    """What torchtitan's operator-level selective checkpointing keeps (``selective_op``):
+    the layer input and the outputs of attention and of every other matmul."""
+
 
 def _rms_norm(arch: Architecture, n: float, num: Numerics, trains: bool) -> float:
     """RMSNorm: an fp32 view of the input (the input itself when fp32) kept by pow and
@@ -85,8 +91,15 @@ def _rms_norm(arch: Architecture, n: float, num: Numerics, trains: bool) -> floa
     fp32 under autocast and in Gemma (``x * (1 + weight.float())``), else the dtype."""
     normalized = 0.0
     if trains:
-        normalized = FP32 if num.amp or arch.model_type in ("gemma", "gemma2") else num.matmul
+        normalized = FP32 if num.amp or _fp32_norm(arch) else num.matmul
     return (FP32 + normalized) * n
+
+
+def _fp32_norm(arch: Architecture) -> bool:
+    """RMSNorms that keep their normalized tensor in fp32 for the weight's gradient:
+    Gemma's ``x * (1 + weight.float())`` and OLMo 2's ``(weight * x).to(dtype)``, where
+    x is the fp32 normalized input."""
+    return arch.model_type in ("gemma", "gemma2", "gemma3_text", "olmo2")
 
 
 def _inputs(n: float, num: Numerics, readers: int) -> float:
@@ -126,8 +139,13 @@ def _core(
         v = m * d.query if repeated or math_fallback else v_storage
         if mla is not None:  # values of v_head_dim per head
             v = m * d.tokens * d.heads * mla.v_head_dim
-        fp32_softmax = arch.family in _FP32_SOFTMAX and not math_fallback
-        probs = (FP32 + (m if m != FP32 else 0)) * d.scores if fp32_softmax else m * d.scores
+        fp32_softmax = (
+            arch.family in _FP32_SOFTMAX or arch.model_type == "gpt_bigcode"
+        ) and not math_fallback
+        # The fp32 softmax output (its backward reads it), and its cast back to the
+        # activation dtype unless dropout follows (which keeps only its mask).
+        cast = m if m != FP32 and not dropout else 0
+        probs = (FP32 + cast) * d.scores if fp32_softmax else m * d.scores
         if arch.attention_softcap:
             probs += m * d.scores  # tanh keeps its output
         if dropout:
@@ -138,6 +156,10 @@ def _core(
         # converts to an fp32 copy (CUDA's kernel reads the half input directly).
         convert = FP32 * d.scores if fp32_softmax and m != FP32 and num.cpu else 0.0
         forward = (m + (FP32 if fp32_softmax else m)) * d.scores + convert
+        if math_fallback:
+            # SDPA's math path runs _safe_softmax, which holds a byte per score (the
+            # mask of -inf inputs) beside its output inside the kernel.
+            forward += d.scores
         if step.selective:
             probs = 0.0  # recomputed in the backward, so the backward holds them again
         saved = m * d.query + k + v + probs
@@ -210,7 +232,8 @@ def llama_layer(
         * rank_bytes
         * t.adapters("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
     )
-    qk_norm = (FP32 + m) * (d.query + d.key) if arch.qk_norm else 0.0
+    qk_normalized = FP32 if _fp32_norm(arch) or num.amp else m
+    qk_norm = (FP32 + qk_normalized) * (d.query + d.key) if arch.qk_norm else 0.0
     if arch.mla is not None:
         # Latent attention: the q and kv low-rank projections each go through an
         # RMSNorm (see _rms_norm) whose output the up-projection keeps.
@@ -246,15 +269,36 @@ def llama_layer(
         mlp_bw, mlp_fw = 2 * m * d.ffn, (4 if fused else 3) * m * d.ffn
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
-    return _cost(
-        arch,
-        d,
-        num,
-        saved=saved,
-        mlp_half=mlp_half,
-        mlp_bw=mlp_bw,
-        core_bw=core_bw,
-        forward=max(core_fw, mlp_fw),
+    if step.compiled and not moe_layer:
+        # Inductor fuses each norm (keeping its input and one fp32 rstd per token instead
+        # of an fp32 copy and the normalized tensor) and SiLU(gate) * up, which its
+        # backward recomputes from the gate and up projections (SiLU's output and the
+        # product, the down projection's input, are not kept).
+        fused_norm = m * e + FP32 * d.tokens
+        product = m * d.ffn if (t.saves("down_proj") and not t.upcast) else 0.0
+        fewer = (norm - fused_norm) + m * d.ffn + product
+        mlp_half -= fewer
+        saved -= fewer + (norm - fused_norm)
+    width = (
+        d.ffn
+        if not moe_layer
+        else d.tokens * (arch.moe.expert_intermediate_size if arch.moe else 0)
+    )
+    # torchtitan's op policy: outputs of SDPA (with its log-sum-exp) and of matmuls 1, 3,
+    # 5 and 7 in forward order (wq, wv, w1, w2) are kept; the rest is recomputed.
+    op_saved = num.residual * e + m * (d.query + d.key + d.query) + FP32 * d.lse + m * width + m * e
+    return msgspec.structs.replace(
+        _cost(
+            arch,
+            d,
+            num,
+            saved=saved,
+            mlp_half=mlp_half,
+            mlp_bw=mlp_bw,
+            core_bw=core_bw,
+            forward=max(core_fw, mlp_fw),
+        ),
+        op_saved=op_saved,
     )
 
 
@@ -281,7 +325,8 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
     )
     if family == "gpt2":
         # ln_1 input; c_attn's input; its q/k/v are views, copied for the batched matmul.
-        v_storage = m * d.key if eager else 3 * m * ef  # SDPA keeps the views: c_attn's output
+        # SDPA keeps the views: c_attn's output (q and, with multi-query, one k and v head)
+        v_storage = m * d.key if eager else m * (d.query + 2 * d.key)
         core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=v_storage)
         attn = r * e + qkv_in + core + m * d.query + mask
         mlp_half = r * e + fc_in + mlp + mask  # ln_2 input (residual sum)
@@ -311,6 +356,10 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
     # No-grad MLP: fc1's output and the activation's (GPT-2's written-out GELU holds
     # x, 0.5x and two temporaries at its deepest).
     mlp_fw = (4 if arch.activation == "gelu_new" else 2) * m * d.ffn
+    if family == "gpt2":
+        # GPT-2's block holds its attention output (a local) and the residual sum beside
+        # the MLP's input while the MLP runs.
+        mlp_fw += m * ef + r * e
     return _cost(
         arch,
         d,

@@ -47,10 +47,37 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         raise InvalidModel([("$.model.hints", "hints describe a bare parameters count")])
     if spec.hf_config is not None:
         arch, notes = from_hf_config(spec.hf_config)
-        return ResolvedModel(arch=arch, parameters=None, notes=notes)
-    if spec.name is not None:
-        return _preset_model(spec.name.lower())
-    return _bare_model(spec)
+        resolved = ResolvedModel(arch=arch, parameters=None, notes=notes)
+    elif spec.name is not None:
+        resolved = _preset_model(spec.name.lower())
+    else:
+        resolved = _bare_model(spec)
+    return _with_head(resolved, spec)
+
+
+def _with_head(resolved: ResolvedModel, spec: ModelSpec) -> ResolvedModel:
+    """The model with the head the request names (see ``ModelSpec.head``)."""
+    arch = resolved.arch
+    if spec.head is None or arch is None:
+        if spec.head is not None:
+            raise InvalidModel([("$.model.head", "needs a transformer architecture")])
+        return resolved
+    encoder = arch.family == "bert"
+    if spec.head == "masked_lm" and not encoder:
+        raise InvalidModel([("$.model.head", "masked_lm is BERT's and RoBERTa's head")])
+    if spec.head == "causal_lm" and encoder:
+        raise InvalidModel([("$.model.head", "BERT and RoBERTa end in masked_lm or a classifier")])
+    if spec.head == "token_classification" and arch.family == "opt":
+        raise InvalidModel([("$.model.head", "transformers has no token classifier for OPT")])
+    if spec.head in ("causal_lm", "masked_lm"):
+        return resolved
+    arch = msgspec.structs.replace(arch, head=spec.head, num_labels=spec.num_labels)
+    return msgspec.structs.replace(
+        resolved,
+        arch=arch,
+        counts=count_parameters(arch),
+        notes=[*resolved.notes, f"head: {spec.head} of {spec.num_labels} labels"],
+    )
 
 
 @cache

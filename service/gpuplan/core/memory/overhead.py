@@ -1,79 +1,174 @@
-"""Memory a job uses outside its tensors: CUDA/ROCm context, library workspaces,
-NCCL buffers and the caching allocator's slack.
+"""The measures a job is read by, beyond its tensors: reserved, device, required.
 
-Tensor accounting (``torch.cuda.max_memory_allocated``) sees none of this, and
-``nvidia-smi`` sees all of it. Figures and their sources (shared/reference/memory.md
-§4); none could be re-measured on a GPU for this release, so each is reported as an
-assumption.
+* ``peak_bytes``: tensor bytes at the peak, ``torch.cuda.max_memory_allocated``.
+* ``reserved_bytes``: the caching allocator's segments, ``torch.cuda.max_memory_reserved``:
+  the peak, the gap the allocator's segments leave above it (:mod:`reserve`), and the
+  cuBLAS workspaces, which are allocated through the same allocator.
+* ``device_bytes``: what ``nvidia-smi`` shows for the process: the reserved segments,
+  the CUDA (or ROCm) context with the kernels the job loaded, and NCCL's buffers, none
+  of which the allocator sees.
+* ``required_bytes``: ``device_bytes`` with the planning headroom.
+
+Every figure is data (``data/runtime.toml``) with its source, quote and measure.
 """
 
+import tomllib
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import msgspec
+
+from gpuplan.core.errors import DataError
 from gpuplan.core.record import Record
 
 MiB = 1 << 20
+ModuleLoading = Literal["lazy", "eager"]
+LAZY_SINCE = (11, 7)
+"""CUDA runtime version that introduced lazy module loading (NVIDIA CUDA Programming
+Guide, "Lazy Loading": "Lazy loading is available starting in CUDA runtime version 11.7")."""
 
-# PyTorch PR #86509: 287,047,680 B with lazy module loading (default since CUDA 11.7 /
-# torch 1.13); real processes load more kernels as they run; users report 300-700 MB.
-CUDA_CONTEXT = 512 * MiB
-# No measured figure in our sources for ROCm's context; HIP loads code objects eagerly.
-ROCM_CONTEXT = 768 * MiB
-# cuBLAS default workspace per handle (8,519,680 B) and the cuBLASLt workspace: 32 MiB
-# on sm90+, 4 MiB on sm80 with 24 GB or more, 1 MiB otherwise (PyTorch PR #120925).
-CUBLAS = 8_519_680
-# NCCL per communicator (NVIDIA/nccl#964, 4xA100 NVLink): 544 MB for 2 ranks, 688 MB more.
-NCCL_TWO_RANKS = 544_000_000
-NCCL_MORE_RANKS = 688_000_000
-# Caching-allocator slack (reserved - allocated): block rounding and fragmentation of
-# the memory that changes during the step. 5% is the low end of practitioners'
-# margins (Megatron 1.05x, EleutherAI 1.2x); uncalibrated here.
-FRAGMENTATION = 0.05
+
+class ContextFigure(Record):
+    runtime: Literal["cuda", "rocm"]
+    module_loading: ModuleLoading
+    scope: Literal["job", "bare"]
+    bytes: int
+    architecture: str
+    source: str
+    quote: str
+    measure: str
+
+
+class Workspace(Record):
+    cublas_bytes: int
+    hopper_bytes: int
+    source: str
+    quote: str
+    measure: str
+
+
+class Nccl(Record):
+    two_ranks_bytes: int
+    more_ranks_bytes: int
+    source: str
+    quote: str
+    measure: str
+
+
+class RuntimeData(Record):
+    context: list[ContextFigure]
+    workspace: Workspace
+    nccl: Nccl
+
+
+@cache
+def runtime_data() -> RuntimeData:
+    raw = resources.files("gpuplan.core.memory.data").joinpath("runtime.toml").read_text()
+    try:
+        return msgspec.convert(tomllib.loads(raw), RuntimeData)
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
+        raise DataError(f"core/memory/data/runtime.toml: {exc}") from exc
+
+
+@cache
+def context_figures(runtime: str, loading: ModuleLoading) -> list[ContextFigure]:
+    """The job-scope context figures of ``runtime`` under ``loading`` (any loading when
+    none is published for it)."""
+    rows = [c for c in runtime_data().context if c.runtime == runtime and c.scope == "job"]
+    return [c for c in rows if c.module_loading == loading] or rows
+
+
+def module_loading(cuda_version: str | None, requested: ModuleLoading) -> ModuleLoading:
+    """Lazy loading needs a CUDA 11.7+ runtime; before it every kernel loads eagerly."""
+    if cuda_version is None:
+        return requested
+    major, minor = (int(part) for part in cuda_version.split(".")[:2])
+    return "eager" if (major, minor) < LAZY_SINCE else requested
 
 
 class Overhead(Record, kw_only=True):
-    context: float
+    """Bytes a process holds beyond its tensors, on one GPU."""
+
     workspaces: float
+    """BLAS workspaces, inside the caching allocator (so in ``reserved_bytes``)."""
+
+    context: float
+    """CUDA/ROCm context with the job's kernels, outside the allocator."""
+
     nccl: float
-    allocator: float
+    """NCCL communicator buffers, outside the allocator."""
+
     notes: list[str]
 
     @property
-    def total(self) -> float:
-        return self.context + self.workspaces + self.nccl + self.allocator
+    def outside_allocator(self) -> float:
+        return self.context + self.nccl
+
+
+def workspace_bytes(architecture: str | None) -> int:
+    """One cuBLAS workspace: 32 MiB on Hopper (sm90), 8,519,680 B elsewhere."""
+    w = runtime_data().workspace
+    return w.hopper_bytes if "hopper" in (architecture or "").lower() else w.cublas_bytes
 
 
 def framework_overhead(
-    runtime: str, architecture: str | None, communicators: list[int], dynamic_bytes: float
+    runtime: str,
+    architecture: str | None,
+    communicators: list[int],
+    *,
+    handles: int = 2,
+    loading: ModuleLoading = "lazy",
 ) -> Overhead:
-    """Overhead for ``runtime`` on a GPU of ``architecture`` (e.g. "Hopper (GH100)")."""
+    """Overhead for ``runtime`` on a GPU of ``architecture``; see :func:`_overhead`."""
+    return _overhead(runtime, architecture, tuple(communicators), handles, loading)
+
+
+@cache
+def _overhead(
+    runtime: str,
+    architecture: str | None,
+    communicators: tuple[int, ...],
+    handles: int,
+    loading: ModuleLoading,
+) -> Overhead:
+    """Overhead for ``runtime`` on a GPU of ``architecture`` (e.g. "Hopper (GH100)").
+
+    ``handles``: cuBLAS handles the job uses, one per thread that runs matmuls (a
+    training step's backward runs on the autograd engine's thread: 2).
+    """
     if runtime == "cpu":
         return Overhead(
-            context=0,
             workspaces=0,
+            context=0,
             nccl=0,
-            allocator=0,
             notes=["runtime cpu: no framework overhead is added"],
         )
-    arch = (architecture or "").lower()
-    lt = (
-        32 * MiB
-        if any(a in arch for a in ("hopper", "blackwell"))
-        else 4 * MiB
-        if "ampere" in arch or "ada" in arch
-        else 1 * MiB
-    )
-    context = CUDA_CONTEXT if runtime == "cuda" else ROCM_CONTEXT
+    data = runtime_data()
+    figures = context_figures(runtime, loading)
+    context = sum(f.bytes for f in figures) // len(figures)
+    workspace = workspace_bytes(architecture)
+    groups = [c for c in communicators if c > 1]
     nccl = sum(
-        NCCL_TWO_RANKS if ranks == 2 else NCCL_MORE_RANKS for ranks in communicators if ranks > 1
+        data.nccl.two_ranks_bytes if ranks == 2 else data.nccl.more_ranks_bytes for ranks in groups
     )
     notes = [
-        f"framework overhead: {context / MiB:.0f} MiB {runtime.upper()} context, {(CUBLAS + lt) / MiB:.1f} MiB BLAS workspaces, "
-        f"{FRAGMENTATION:.0%} allocator slack on the {dynamic_bytes / MiB:.0f} MiB that change during the step"
-        + (f", {len([c for c in communicators if c > 1])} NCCL communicator(s)" if nccl else "")
-        + " (published figures, not calibrated on a GPU for this release)"
+        f"device_bytes adds the {runtime.upper()} context with the kernels a job loads, "
+        f"{context / MiB:.0f} MiB with {figures[0].module_loading} module loading (the mean of "
+        f"{len(figures)} published job figure(s), core/memory/data/runtime.toml)"
+        + (f", and {len(groups)} NCCL communicator(s), {nccl / 1e6:.0f} MB" if nccl else ""),
+        f"reserved_bytes includes {handles} cuBLAS workspace(s) of {workspace:,} B, "
+        "allocated through the caching allocator",
     ]
     return Overhead(
-        context=context,
-        workspaces=CUBLAS + lt,
-        nccl=nccl,
-        allocator=FRAGMENTATION * dynamic_bytes,
+        workspaces=float(handles * workspace),
+        context=float(context),
+        nccl=float(nccl),
         notes=notes,
     )
+
+
+def round_segment(nbytes: float) -> float:
+    """A request rounded as the allocator rounds a large one (2 MiB)."""
+    step = 2 * MiB
+    return -(-nbytes // step) * step

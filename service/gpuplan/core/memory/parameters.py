@@ -73,7 +73,7 @@ def _attention(arch: Architecture) -> int:
     if arch.output_bias:
         count += h
     if arch.qk_norm:
-        count += 2 * arch.head_dim
+        count += q + kv if arch.qk_norm_full else 2 * arch.head_dim
     return count
 
 
@@ -117,5 +117,15 @@ def count_parameters(arch: Architecture) -> ParameterCount:
     if arch.family == "bert":
         embedding += _norm(arch, h)  # embedding LayerNorm
         final = h * h + h + _norm(arch, h) + v  # MLM transform dense, its norm, decoder bias
+    if arch.classifier:
+        # A classifier replaces the language-model head (transformers' *ForSequence/
+        # TokenClassification): decoders' ``score`` has no bias for sequences; BERT pools
+        # the first token through a dense layer (RoBERTa's head has its own), and every
+        # token classifier has a bias.
+        labels = arch.num_labels
+        head = h * labels + (0 if arch.head == "sequence_classification" else labels)
+        final = _norm(arch, h) if arch.family != "bert" else 0
+        if arch.family == "bert" and arch.head == "sequence_classification":
+            head += h * h + h + labels
     total = embedding + head + final + sum(lp.attention + lp.mlp + lp.norms for lp in layers)
     return ParameterCount(total=total, embedding=embedding, head=head, final=final, layers=layers)

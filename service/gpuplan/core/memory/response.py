@@ -3,10 +3,13 @@ headroom, the fit on a GPU, and the seed guide's rule of thumb for comparison.
 """
 
 import math
+from functools import cache
+
+import msgspec
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.architecture import Architecture
-from gpuplan.core.memory.overhead import framework_overhead
+from gpuplan.core.memory.overhead import framework_overhead, module_loading, round_segment
 from gpuplan.core.memory.schema import (
     ArchitectureSummary,
     Breakdown,
@@ -32,10 +35,56 @@ class Peak(Record, kw_only=True):
     temporary: float
     kv_cache: float
     phase: str
+    allocator_gap: float = 0.0
+    """``max_memory_reserved - max_memory_allocated`` from the allocator replay."""
+
+    without_optimizer: bool = False
+    """The moment precedes the optimizer (a model being built): no optimizer states or
+    master copy exist yet."""
+
+
+_TRAINING_DEFAULTS = (
+    "batch_size",
+    "precision",
+    "optimizer",
+    "gradient_checkpointing",
+    "attention",
+    "gradient_accumulation_steps",
+)
+_INFERENCE_DEFAULTS = (
+    "batch_size",
+    "precision",
+    "attention",
+    "kv_cache_dtype",
+    "kv_cache_layout",
+    "max_new_tokens",
+)
+
+
+@cache
+def _workload_defaults() -> dict[str, object]:
+    """The schema's default of each workload field (read once: introspection is slow)."""
+    return {f.name: f.default for f in msgspec.structs.fields(Workload)}
+
+
+def defaults(w: Workload) -> str | None:
+    """A sentence listing the workload settings that are at their default values."""
+    known = _workload_defaults()
+    at_default = [
+        f"{name} {getattr(w, name)}"
+        for name in (_INFERENCE_DEFAULTS if w.mode == "inference" else _TRAINING_DEFAULTS)
+        if getattr(w, name) == known[name]
+    ]
+    if w.mode in ("finetune_lora", "finetune_qlora") and (w.lora is None or w.lora.rank == 16):
+        at_default.append("lora rank 16")
+    return f"defaults used: {', '.join(at_default)}" if at_default else None
 
 
 def describe(w: Workload, runtime: str) -> list[str]:
     notes = []
+    used = defaults(w)
+    if used:
+        notes.append(used)
     if w.mode == "inference":
         notes.append(
             "inference: a no-grad prefill that keeps its KV cache and the last position's logits"
@@ -64,6 +113,64 @@ def _b(value: float) -> int:
     return max(math.ceil(value), 0)
 
 
+class Measures(Record, kw_only=True):
+    """A job's bytes on one GPU by the tool that reads them (see overhead.py)."""
+
+    peak: int
+    reserved: int
+    device: int
+    required: int
+    workspaces: int
+    cache: int
+    context: int
+    nccl: int
+    notes: list[str]
+
+
+def measures(
+    peak_bytes: int,
+    allocator_gap: float,
+    *,
+    runtime: str,
+    architecture: str | None,
+    communicators: list[int],
+    training: bool,
+    cuda_version: str | None = None,
+    loading: str = "lazy",
+) -> Measures:
+    """``peak_bytes`` read as ``max_memory_reserved``, ``nvidia-smi`` and with headroom.
+
+    The recommendation's memory oracle re-prices a GPU-independent estimate with this
+    function, so a GPU changes only these terms.
+    """
+    load = module_loading(cuda_version, "eager" if loading == "eager" else "lazy")
+    overhead = framework_overhead(
+        runtime, architecture, communicators, handles=2 if training else 1, loading=load
+    )
+    notes = list(overhead.notes)
+    if load != loading:
+        notes.append(f"CUDA {cuda_version} predates lazy module loading (11.7): eager")
+    if runtime == "cpu":
+        reserved = device = peak_bytes
+        workspaces = cache = 0
+    else:
+        workspaces = _b(sum(round_segment(w) for w in [overhead.workspaces]))
+        cache = _b(allocator_gap)
+        reserved = peak_bytes + workspaces + cache
+        device = reserved + _b(overhead.outside_allocator)
+    return Measures(
+        peak=peak_bytes,
+        reserved=reserved,
+        device=device,
+        required=_b(device * (1 + HEADROOM)),
+        workspaces=workspaces,
+        cache=cache,
+        context=_b(overhead.context),
+        nccl=_b(overhead.nccl),
+        notes=notes,
+    )
+
+
 def respond(
     request: EstimateRequest,
     *,
@@ -77,41 +184,50 @@ def respond(
 ) -> EstimateResponse:
     w = request.workload
     p = w.parallelism
+    optimizer = 0.0 if peak.without_optimizer else states.optimizer
+    master = 0.0 if peak.without_optimizer else states.master
     peak_bytes = (
         states.weights
-        + states.optimizer
-        + states.master
+        + optimizer
+        + master
         + peak.gradients
         + peak.activations
         + peak.temporary
         + peak.kv_cache
     )
-    dynamic = peak.activations + peak.temporary + peak.gradients
-    overhead = framework_overhead(
-        request.runtime,
-        gpu.architecture if gpu else None,
-        [p.data, p.tensor, p.pipeline, p.expert],
-        dynamic,
+    measured = measures(
+        _b(peak_bytes),
+        peak.allocator_gap,
+        runtime=request.runtime,
+        architecture=gpu.architecture if gpu else None,
+        communicators=[p.data, p.tensor, p.pipeline, p.expert],
+        training=w.mode != "inference",
+        cuda_version=request.cuda_version,
+        loading=request.module_loading,
     )
     breakdown = Breakdown(
         weights_bytes=_b(states.weights),
         gradients_bytes=_b(peak.gradients),
-        optimizer_state_bytes=_b(states.optimizer),
-        master_weights_bytes=_b(states.master),
+        optimizer_state_bytes=_b(optimizer),
+        master_weights_bytes=_b(master),
         activations_bytes=_b(peak.activations),
         kv_cache_bytes=_b(peak.kv_cache),
         temporary_bytes=_b(peak.temporary),
-        framework_overhead_bytes=_b(overhead.total),
+        framework_overhead_bytes=measured.device - measured.peak,
+        workspace_bytes=measured.workspaces,
+        allocator_cache_bytes=measured.cache,
+        context_bytes=measured.context if request.runtime != "cpu" else 0,
+        communication_buffers_bytes=measured.nccl if request.runtime != "cpu" else 0,
     )
     return _finish(
         request,
         parameters=parameters,
         trainable=states.trainable,
         breakdown=breakdown,
-        peak_bytes=_b(peak_bytes),
+        measured=measured,
         phase=peak.phase,
         arch=arch,
-        assumptions=[*assumptions, *overhead.notes],
+        assumptions=[*assumptions, *measured.notes],
         warnings=warnings,
         gpu=gpu,
     )
@@ -123,15 +239,14 @@ def _finish(
     parameters: int,
     trainable: int,
     breakdown: Breakdown,
-    peak_bytes: int,
+    measured: Measures,
     phase: str,
     arch: Architecture | None,
     assumptions: list[str],
     warnings: list[str],
     gpu: GpuSpec | None,
 ) -> EstimateResponse:
-    total = peak_bytes + breakdown.framework_overhead_bytes
-    required = _b(total * (1 + HEADROOM))
+    required = measured.required
     fit = None
     if gpu is not None:
         usable = gpu.usable_memory_bytes
@@ -146,8 +261,10 @@ def _finish(
         method=request.method,
         parameters=parameters,
         trainable_parameters=trainable,
-        peak_bytes=peak_bytes,
-        total_bytes=total,
+        peak_bytes=measured.peak,
+        reserved_bytes=measured.reserved,
+        device_bytes=measured.device,
+        total_bytes=measured.device,
         required_bytes=required,
         headroom_fraction=HEADROOM,
         peak_phase=phase,
@@ -174,6 +291,21 @@ def _summary(arch: Architecture | None) -> ArchitectureSummary | None:
         num_experts=arch.moe.num_experts if arch.moe else 0,
         experts_per_token=arch.moe.experts_per_token if arch.moe else 0,
         tie_word_embeddings=arch.tie_word_embeddings,
+    )
+
+
+def _bare_measures(value: int) -> Measures:
+    """The rule of thumb has no measures beyond its one figure."""
+    return Measures(
+        peak=value,
+        reserved=value,
+        device=value,
+        required=_b(value * (1 + HEADROOM)),
+        workspaces=0,
+        cache=0,
+        context=0,
+        nccl=0,
+        notes=[],
     )
 
 
@@ -207,12 +339,13 @@ def rule_of_thumb(
         *assumptions,
         "rule of thumb: parameters x 2 bytes x parallel degree x 1.3, divided over the GPUs",
     ]
+    value = _b(per_gpu)
     return _finish(
         request,
         parameters=parameters,
         trainable=0,
         breakdown=breakdown,
-        peak_bytes=_b(per_gpu),
+        measured=_bare_measures(value),
         phase="rule of thumb",
         arch=arch,
         assumptions=notes,

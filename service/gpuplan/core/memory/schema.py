@@ -16,11 +16,17 @@ Precision = Literal["fp32", "fp16", "bf16", "amp_fp16", "amp_bf16", "fp8"]
 Optimizer = Literal[
     "adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"
 ]
-Checkpointing = Literal["none", "full", "selective"]
+Checkpointing = Literal["none", "full", "selective", "selective_op"]
+Framework = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
+ParameterInit = Literal["meta", "materialized"]
 Attention = Literal["eager", "sdpa", "flash"]
-Quantization = Literal["none", "int8", "int4", "nf4", "fp8"]
+Quantization = Literal["none", "int8", "int4", "nf4", "fp4", "fp8"]
 KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
+ModelHead = Literal["causal_lm", "masked_lm", "sequence_classification", "token_classification"]
+KvCacheLayout = Literal["preallocated", "tuple_per_step"]
+ModuleLoading = Literal["lazy", "eager"]
+CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
 
 Count = Annotated[int, msgspec.Meta(ge=1, le=1 << 20)]
@@ -67,6 +73,16 @@ class ModelSpec(Record):
     hints: ArchitectureHints | None = None
     """With ``parameters``: the shape, when known."""
 
+    head: ModelHead | None = None
+    """What the model ends in. Default: the architecture's usual head, ``masked_lm`` for
+    BERT and RoBERTa, ``causal_lm`` for the decoders. ``sequence_classification`` and
+    ``token_classification`` replace the vocabulary head by a classifier of
+    ``num_labels`` (transformers' ``*ForSequenceClassification``,
+    ``*ForTokenClassification``): its logits are small, which every BERT fine-tune is."""
+
+    num_labels: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 2
+    """Classes of a classification head."""
+
 
 class CpuOffload(Record):
     """ZeRO-Offload / FSDP CPU offload."""
@@ -78,7 +94,6 @@ class CpuOffload(Record):
     """Parameters live in host memory and are fetched per layer (ZeRO-3 / FSDP only)."""
 
 
-Framework = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 
 
@@ -94,10 +109,6 @@ class Parallelism(Record):
     """Expert-parallel ranks, carved out of the data-parallel ones (Megatron's EP): it
     divides ``data`` and the experts."""
 
-    context: Degree = 1
-    """Context-parallel ranks: each holds ``sequence_length / context`` tokens of every
-    sequence and exchanges keys and values with the others (ring or all-gather)."""
-
     virtual_stages: Degree = 1
     """Model chunks per pipeline rank of an interleaved schedule (Megatron's
     ``--num-layers-per-virtual-pipeline-stage``): the bubble shrinks by this factor."""
@@ -106,10 +117,6 @@ class Parallelism(Record):
     """``gpipe`` (all forwards, then all backwards), ``1f1b`` (one forward, one backward),
     or ``interleaved_1f1b`` with ``virtual_stages`` chunks per rank."""
 
-    framework: Framework | None = None
-    """What runs the job, and so what its communication overlaps: ``ddp``, ``fsdp2``,
-    ``deepspeed`` or ``megatron`` (docs/recommendation.md). Unset: ``fsdp2`` with
-    ``zero_stage`` 3, ``megatron`` with tensor or pipeline parallelism, else ``ddp``."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: norm and dropout activations split over the TP group."""
 
@@ -118,16 +125,49 @@ class Parallelism(Record):
     3 + parameters (FSDP FULL_SHARD)."""
 
     cpu_offload: CpuOffload = msgspec.field(default_factory=CpuOffload)
+    framework: Framework | None = None
+    """Whose conventions decide the dtypes of sharded states, gathered parameters and
+    reduced gradients. ``ddp``: PyTorch replicas (AMP keeps fp32 weights). ``fsdp2``:
+    ``fully_shard`` with a bf16 ``MixedPrecisionPolicy`` under ``amp_*`` (the sharded
+    fp32 parameters are the master copy, activations are bf16, gradients reduce in
+    fp32); ``zero_stage`` 3 (or 0) reshards after forward, 2 keeps layers gathered.
+    ``deepspeed``: bf16/fp16 parameters beside an fp32 master, fp32 gradient partitions
+    and its reduce bucket. ``megatron``: bf16 parameters and a full fp32 gradient buffer;
+    ``zero_stage`` ≥ 1 is its distributed optimizer. It also decides what the speed
+    model overlaps (docs/recommendation.md: tensor-parallel, gradient and gather traffic,
+    Megatron's fused kernels). Unset: the memory estimate follows ``deepspeed`` when
+    ``zero_stage`` > 0, else ``ddp``; the speed model times ZeRO-3 as ``fsdp2`` prefetches,
+    tensor, pipeline, context or expert parallel layouts with ``megatron``'s overlap (not
+    its fused kernels), ZeRO-1/2 as ``deepspeed`` and the rest as ``ddp``."""
+
+    init: ParameterInit = "meta"
+    """How a sharded model is built: ``meta`` (on the meta device, each rank materializing
+    only its shards, as torchtitan and DeepSpeed's ``zero.Init`` do) or ``materialized``
+    (the whole model is built on every GPU and sharded afterwards: a peak of the full
+    model's bytes before training starts)."""
+
+    context: Degree = 1
+    """Context parallelism: each GPU holds ``sequence_length / context`` tokens of every
+    sequence (ring attention passes the keys and values around); FSDP shards over the
+    data and context groups together. A GPU count is tensor x pipeline x data x context."""
 
 
 class Lora(Record):
     """LoRA adapters (PEFT)."""
 
     rank: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 16
-    target_modules: Annotated[
-        list[Annotated[str, msgspec.Meta(max_length=64)]], msgspec.Meta(min_length=1, max_length=32)
-    ] = msgspec.field(default_factory=lambda: ["q_proj", "v_proj"])
-    """Linear layers that get adapters, by their Hugging Face names (``all-linear`` for all)."""
+    target_modules: (
+        Annotated[
+            list[Annotated[str, msgspec.Meta(min_length=1, max_length=64)]],
+            msgspec.Meta(min_length=1, max_length=32),
+        ]
+        | None
+    ) = None
+    """Linear modules that get adapters, by their Hugging Face names (``q_proj``,
+    ``mlp.c_proj``), or ``all-linear`` (every linear but the output head). Each must name
+    a linear module of the model (422 otherwise, listing them). Default: PEFT's default
+    for the model type (``q_proj``, ``v_proj`` for Llama-style models, ``c_attn`` for
+    GPT-2, ``query_key_value`` for GPT-NeoX and Falcon, ``query``, ``value`` for BERT)."""
 
 
 class Workload(Record):
@@ -149,6 +189,45 @@ class Workload(Record):
 
     optimizer: Optimizer = "adamw"
     gradient_checkpointing: Checkpointing = "none"
+    """``full``: every checkpointed layer keeps only its input and recomputes the rest in
+    its backward. ``selective``: the attention core's s×s tensors are recomputed
+    (Korthikanti et al.). ``selective_op``: torchtitan's operator policy
+    (torchtitan/distributed/activation_checkpoint.py): a layer keeps the outputs of
+    attention and of every other matmul (q, v, the gate projection, the down
+    projection) and recomputes the rest."""
+
+    checkpoint_every_n_layers: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
+    """With ``full`` or ``selective_op``: checkpoint one layer in n (torchtitan's
+    ``selective_ac_option`` as an integer); the others keep all their activations."""
+
+    keep_outputs: bool = False
+    """Training: the loop holds the model's outputs through backward and the optimizer
+    step (``out = model(**batch); out.loss.backward(); opt.step()``), so the logits and,
+    without checkpointing, the KV cache a causal LM returns stay alive. ``false``: as
+    Hugging Face's ``Trainer``, which drops them once it has the loss."""
+
+    loss_chunks: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
+    """Training a causal LM: the loop computes cross-entropy itself from the model's
+    logits in this many chunks along the sequence, each upcast to fp32 on its own
+    (torchtune's ``CEWithChunkedOutputLoss``, litgpt's ``chunked_cross_entropy``), and
+    drops the logits before backward: the loss backward holds one chunk's gradients
+    rather than the whole fp32 logits' twice."""
+
+    optimizer_in_backward: bool = False
+    """Each parameter's optimizer step runs in its post-accumulate-grad hook during the
+    backward and frees its gradient (torchtune's ``optimizer_in_bwd``): no moment holds
+    every gradient, and there is no separate optimizer step."""
+
+    activation_offload: bool = False
+    """Saved activations move to CPU memory in the forward and come back in the backward
+    (torchtune's ``OffloadActivations``, prefetching the next layer's): on the GPU only
+    the layer being run holds its activations (and the loss its own)."""
+
+    compile: bool = False
+    """``torch.compile`` of the layers (Llama-style families): fused norms keep only
+    their input, the SwiGLU MLP only the gate and up projections (the product is
+    recomputed in the backward); the speed model's memory-bound kernels move less
+    (a factor fitted to published runs)."""
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
     log-sum-exp per query."""
@@ -159,7 +238,21 @@ class Workload(Record):
     """Adapters for ``finetune_lora``/``finetune_qlora`` (default: rank 16 on q_proj, v_proj)."""
 
     weight_quantization: Quantization = "none"
-    """Inference weight format (``finetune_qlora`` always uses nf4)."""
+    """Stored format of the linear layers' weights, for inference and ``finetune_qlora``
+    (whose default, ``none``, means ``nf4``). ``nf4``/``fp4``: bitsandbytes 4-bit, blocks
+    of 64 weights with an fp32 absmax each; ``int4``: GPTQ/AWQ-style groups of 128 with
+    fp16 scales and 4-bit zeros; ``int8``: LLM.int8 with an fp32 scale per row; ``fp8``:
+    one byte per weight. Embeddings and norms stay in the compute dtype."""
+
+    double_quantization: bool = False
+    """bitsandbytes ``bnb_4bit_use_double_quant`` (off by default in transformers'
+    ``BitsAndBytesConfig``; the QLoRA paper's recipe turns it on): each block's fp32
+    absmax is quantized to 8 bits in blocks of 256, 0.5 to 0.127 bits per weight."""
+
+    quantize_lm_head: bool = False
+    """Quantize the output head too. transformers keeps ``lm_head`` in 16-bit
+    (``modules_to_not_convert = ["lm_head"]``); a tied head is the embedding and is never
+    quantized."""
 
     kv_cache_dtype: KvCacheDtype = "auto"
     """``auto``: the activation type."""
@@ -167,9 +260,14 @@ class Workload(Record):
     max_new_tokens: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 0
     """Inference: cache room kept for this many generated tokens per sequence."""
 
-    compile: bool = False
-    """``torch.compile``: fused elementwise kernels move less memory (the speed model's
-    elementwise traffic shrinks by a factor fitted to published runs)."""
+    kv_cache_layout: KvCacheLayout = "preallocated"
+    """Inference: how the generation loop keeps its cache. ``preallocated``: a serving
+    engine's blocks or a static cache sized for the prompt and ``max_new_tokens``, and
+    logits of the last position only (vLLM; transformers' ``generate`` since 4.45).
+    ``tuple_per_step``: transformers before 4.36, whose every forward returns a new
+    tuple of concatenated keys and values while the loop still holds the previous one
+    (the cache is held twice at the end of a step), and whose prefill returns fp32
+    logits of every position."""
 
 
 class EstimateRequest(Record):
@@ -186,6 +284,16 @@ class EstimateRequest(Record):
     gpu: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
     """A catalog GPU (any lookup form): adds a fit verdict and GPU-specific overheads."""
 
+    cuda_version: CudaVersion | None = None
+    """The CUDA runtime the job's PyTorch was built with (``torch.version.cuda``), e.g.
+    ``12.4``. Before 11.7 every kernel loads into the context at start-up (eager module
+    loading), whatever ``module_loading`` says."""
+
+    module_loading: ModuleLoading = "lazy"
+    """``CUDA_MODULE_LOADING``: ``lazy`` (PyTorch sets it since 1.13; the Linux driver
+    default since CUDA 12.2) loads kernels as they first run; ``eager`` loads all of them
+    into the context at start-up, which ``device_bytes`` shows (data/runtime.toml)."""
+
 
 class Breakdown(Record):
     """Bytes per component at the peak, on one GPU."""
@@ -198,6 +306,19 @@ class Breakdown(Record):
     kv_cache_bytes: int
     temporary_bytes: int
     framework_overhead_bytes: int
+    """Everything beyond the tensors: ``device_bytes - peak_bytes``, the sum of the four below."""
+
+    workspace_bytes: int = 0
+    """cuBLAS workspaces, allocated through the caching allocator."""
+
+    allocator_cache_bytes: int = 0
+    """Segments the caching allocator holds beyond the peak (cached free blocks, splits)."""
+
+    context_bytes: int = 0
+    """CUDA/ROCm context with the kernels the job loads, outside the allocator."""
+
+    communication_buffers_bytes: int = 0
+    """NCCL communicator buffers, outside the allocator."""
 
 
 class ArchitectureSummary(Record):
@@ -236,13 +357,22 @@ class EstimateResponse(Record):
 
     trainable_parameters: int
     peak_bytes: int
-    """Tensor bytes at the peak: what ``torch.cuda.max_memory_allocated`` reports."""
+    """Tensor bytes at the peak: compare with ``torch.cuda.max_memory_allocated``."""
+
+    reserved_bytes: int
+    """The caching allocator's segments at their most: compare with
+    ``torch.cuda.max_memory_reserved`` (``peak_bytes``, the cuBLAS workspaces and the
+    blocks the allocator keeps cached beside them)."""
+
+    device_bytes: int
+    """What ``nvidia-smi`` shows for the process at the peak: ``reserved_bytes`` plus the
+    CUDA context with the job's kernels and NCCL's buffers."""
 
     total_bytes: int
-    """``peak_bytes`` plus framework overhead (context, workspaces, NCCL, allocator)."""
+    """Deprecated: the same as ``device_bytes``."""
 
     required_bytes: int
-    """``total_bytes`` plus the planning headroom (20%)."""
+    """``device_bytes`` plus the planning headroom (20%): what a GPU must have usable."""
 
     headroom_fraction: float
     peak_phase: str

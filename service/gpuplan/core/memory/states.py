@@ -8,20 +8,57 @@ precision keep half-precision weights and gradients beside an fp32 master, 2 + 2
 """
 
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.record import Record
 
-# Bytes per weight of the stored format (bitsandbytes NF4 with double-quantized
-# absmax: 4 bits + 8-bit absmax per 64 weights + fp32 per 256 blocks).
-QUANTIZED_BYTES = {
-    "int8": 1.0 + 4 / 4096,
-    "int4": 0.5 + 1 / 64 + 4 / (64 * 256),
-    "nf4": 0.5 + 1 / 64 + 4 / (64 * 256),
-    "fp8": 1.0,
-}
+BNB_BLOCK = 64
+"""bitsandbytes 4-bit: weights per absmax block (``quantize_4bit``'s default blocksize,
+bitsandbytes/functional.py at 95f9af3)."""
 
-ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BNB_NESTED_BLOCK = 256
+"""Double quantization: absmax values per 8-bit block (``quantize_blockwise(_absmax -
+offset, blocksize=256)``, same file)."""
+
+GPTQ_GROUP = 128
+
+
+def quantized_bytes(fmt: str, *, double_quantization: bool = False) -> float:
+    """Stored bytes per weight of ``fmt``.
+
+    * ``nf4``/``fp4`` (bitsandbytes): packed 4-bit weights (0.5 B) and an fp32 absmax
+      per block of 64; with double quantization an 8-bit absmax per block and an fp32
+      one per 256 blocks (the QLoRA paper, section 3: 0.5 bits per weight become 0.127).
+    * ``int4`` (GPTQ, auto_gptq/nn_modules/qlinear/qlinear_exllama.py at 129fa4b):
+      ``qweight`` int32 of in/8 x out (0.5 B), ``qzeros`` int32 of in/128 x out/8 and
+      ``scales`` fp16 of in/128 x out per group of 128.
+    * ``int8`` (LLM.int8): one byte and an fp32 scale per output row (read as per
+      4096 weights); ``fp8``: one byte.
+    """
+    if fmt in ("nf4", "fp4"):
+        if double_quantization:
+            return 0.5 + 1 / BNB_BLOCK + 4 / (BNB_BLOCK * BNB_NESTED_BLOCK)
+        return 0.5 + 4 / BNB_BLOCK
+    if fmt == "int4":
+        return 0.5 + (2 + 0.5) / GPTQ_GROUP
+    if fmt == "int8":
+        return 1.0 + 4 / 4096
+    if fmt == "fp8":
+        return 1.0
+    return 0.0
+
+
+def quantization_of(w: Workload) -> str:
+    """The stored format of the linear layers' weights (``none``: the compute dtype)."""
+    if w.mode == "finetune_qlora":
+        return "nf4" if w.weight_quantization == "none" else w.weight_quantization
+    return w.weight_quantization if w.mode == "inference" else "none"
+
+
+def bnb_4bit(w: Workload) -> bool:
+    """bitsandbytes 4-bit weights, which dequantize per matmul and load via 16-bit."""
+    return quantization_of(w) in ("nf4", "fp4")
 
 
 class ModelStates(Record, kw_only=True):
@@ -39,27 +76,15 @@ class ModelStates(Record, kw_only=True):
     """Extra bytes inside ``optimizer.step()``."""
 
     gather: float
-    """ZeRO-3 / FSDP all-gather buffers for the layers being computed."""
+    """ZeRO-3 / FSDP all-gather buffers for the layers being computed, and a framework's
+    persistent communication buffers (DeepSpeed's reduce bucket)."""
+
+    reduce: float = 0.0
+    """Bytes a layer's backward adds to reduce its gradients (FSDP2: the unsharded
+    gradients in the compute dtype and their fp32 copy for reduce-scatter)."""
 
     largest_layer: float
     """Bytes of the largest layer's weights in compute precision."""
-
-
-def lora_parameters(arch: Architecture, targets: frozenset[str], rank: int) -> int:
-    """Adapter parameters: rank × (in + out) for each adapted linear of every layer."""
-    h, q, kv, f = arch.hidden_size, arch.q_dim, arch.kv_dim, arch.intermediate_size
-    shapes = {
-        "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
-        "gate_proj": (h, f), "up_proj": (h, f), "down_proj": (f, h),
-    }  # fmt: skip
-    per_layer = sum(rank * (i + o) for name, (i, o) in shapes.items() if name in targets)
-    return per_layer * arch.num_layers
-
-
-def adapted_modules(targets: list[str]) -> frozenset[str]:
-    if "all-linear" in targets:
-        return frozenset(ALL_LINEAR)
-    return frozenset(targets)
 
 
 def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -> tuple[int, int]:
@@ -90,54 +115,159 @@ class _Bytes(Record, kw_only=True):
     grads: float
     states: float
     master: float
+    grad_partition: float = 0.0
+    """DeepSpeed: the fp32 gradients of the rank's partition, for the optimizer step."""
+
+
+def framework_of(w: Workload) -> str:
+    """The framework whose conventions apply: given, or DeepSpeed's for ZeRO (and for fp8,
+    whose Transformer Engine recipe keeps an fp32 master), else DDP's."""
+    p = w.parallelism
+    if p.framework is not None:
+        return p.framework
+    training = w.mode != "inference"
+    return "deepspeed" if training and (p.zero_stage > 0 or w.precision == "fp8") else "ddp"
+
+
+def shard_stage(w: Workload) -> int:
+    """The ZeRO stage in effect: FSDP2 always shards parameters (3) unless asked to keep
+    them gathered from forward to backward (2)."""
+    p = w.parallelism
+    if framework_of(w) == "fsdp2":
+        return 3 if p.zero_stage in (0, 3) else p.zero_stage
+    return p.zero_stage
+
+
+def shard_degree(w: Workload) -> int:
+    """Ranks a sharded state is split over: FSDP2 shards over data x context."""
+    p = w.parallelism
+    return p.data * (p.context if framework_of(w) == "fsdp2" else 1)
+
+
+def compute_bytes(w: Workload) -> float:
+    """Bytes of a weight as the matmuls read it (fp32 only for fp32 training)."""
+    return 4.0 if w.precision == "fp32" else 2.0
 
 
 def _bytes_per_parameter(w: Workload) -> _Bytes:
     """The framework conventions behind the byte counts (see the module docstring)."""
-    p = w.parallelism
     training = w.mode != "inference"
     half = 4.0 if w.precision == "fp32" else 2.0
-    deepspeed_style = training and (p.zero_stage > 0 or w.precision == "fp8")
     if w.mode in ("finetune_lora", "finetune_qlora"):
-        # PEFT keeps adapters in fp32 (autocast_adapter_dtype); the base is frozen.
-        return _Bytes(weights=half, grads=4.0, states=4.0, master=0.0)
+        # PEFT keeps adapters in fp32 (autocast_adapter_dtype); the base is frozen, in
+        # fp32 under autocast (amp_*) and in the training dtype otherwise.
+        base = 4.0 if w.precision.startswith("amp_") else half
+        return _Bytes(weights=base, grads=4.0, states=4.0, master=0.0)
     if not training:
         return _Bytes(weights=half, grads=0.0, states=0.0, master=0.0)
-    if deepspeed_style:
-        return _Bytes(weights=half, grads=half, states=4.0, master=4.0 if half == 2 else 0.0)
+    framework = framework_of(w)
+    stored = 4.0 if w.precision.startswith("amp_") or w.precision == "fp32" else 2.0
+    if framework == "fsdp2" and w.precision == "fp8":
+        stored = 4.0  # torchao float8 with FSDP2: fp32 shards, bf16 and fp8 compute
+    if framework == "fsdp2":
+        # fully_shard keeps parameters in their own dtype (fp32 under a bf16 mixed-precision
+        # policy): the shards are the optimizer's parameters, no separate master copy.
+        return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
+    if framework == "deepspeed":
+        # DeepSpeed docs (memory.rst): 2 B fp16/bf16 parameters and gradients, and per
+        # rank fp32 parameters, gradients and Adam's two moments of its partition.
+        return _Bytes(
+            weights=half,
+            grads=half,
+            states=4.0,
+            master=4.0 if half == 2 else 0.0,
+            grad_partition=4.0 if half == 2 else 0.0,
+        )
+    if framework == "megatron":
+        # Megatron-LM: bf16 parameters, a full fp32 main-gradient buffer, fp32 master
+        # parameters and Adam moments (sharded by its distributed optimizer).
+        return _Bytes(weights=half, grads=4.0, states=4.0, master=4.0 if half == 2 else 0.0)
     # PyTorch: AMP trains fp32 weights; pure precisions keep Adam's moments in the
     # parameter dtype.
-    weights = 4.0 if w.precision.startswith("amp_") or w.precision == "fp32" else 2.0
-    return _Bytes(weights=weights, grads=weights, states=weights, master=0.0)
+    return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
+
+
+def _buffers(
+    w: Workload,
+    *,
+    in_layers: int,
+    largest: float,
+    gathered: float,
+    trainable_local: float,
+    weight_bytes: float,
+    grad_bytes: float,
+    root: float,
+) -> tuple[float, float]:
+    """(all-gather and communication buffers alive throughout, a layer backward's extra)."""
+    stage, framework, dp = shard_stage(w), framework_of(w), shard_degree(w)
+    training = w.mode != "inference"
+    compute = compute_bytes(w)
+    gather, reduce = 0.0, 0.0
+    if stage >= 3:
+        gather = 2 * gathered  # the layer being computed and the one prefetched
+        if framework == "deepspeed":
+            # ZeRO-3 keeps fetched parameters resident up to stage3_max_live_parameters
+            # (default 1e9 elements, released only beyond it or past max_reuse_distance).
+            gather = max(
+                gather, min(DEEPSPEED_MAX_LIVE * compute, in_layers * gathered / max(largest, 1.0))
+            )
+    elif framework == "fsdp2" and stage == 2 and dp > 1:
+        # reshard_after_forward=False: every layer stays gathered from its forward on.
+        gather = in_layers * gathered / max(largest, 1.0)
+    if framework == "fsdp2" and dp > 1:
+        # The root module (embeddings, final norm, head) is not resharded after its
+        # forward (fully_shard's default for the root: reshard_after_forward=None means
+        # "False for root modules"): its parameters stay gathered through the step.
+        gather += root * compute
+    if framework == "fsdp2" and dp > 1 and w.mode == "training":
+        # A layer's unsharded gradients in the compute dtype, cast to the reduce dtype
+        # (fp32 under a mixed-precision policy) for reduce-scatter.
+        reduce = largest * (compute + (4.0 if weight_bytes == 4.0 and compute == 2.0 else 0.0))
+    if framework == "deepspeed" and training and stage >= 1:
+        gather += min(DEEPSPEED_REDUCE_BUCKET, trainable_local) * grad_bytes
+    return gather, reduce
+
+
+DEEPSPEED_MAX_LIVE = 1_000_000_000
+"""``stage3_max_live_parameters`` default (same file: ``Field(pp_int(1e9), ...)``, "The
+maximum number of parameters resident per GPU before releasing")."""
+
+DEEPSPEED_REDUCE_BUCKET = 500_000_000
+"""DeepSpeed's ``reduce_bucket_size`` default, in elements (deepspeed/runtime/zero/config.py
+at 1b88ac3: ``reduce_bucket_size: int = Field(pp_int(5e8), ge=0)``, "Number of elements
+reduced/allreduced at a time")."""
 
 
 def model_states(
     arch: Architecture, counts: ParameterCount, w: Workload, *, runtime: str
 ) -> ModelStates:
     p = w.parallelism
-    dp = p.data
+    dp = shard_degree(w)
+    stage = shard_stage(w)
+    framework = framework_of(w)
     local, in_layers = _local_parameters(arch, counts, w)
     largest = counts.largest_layer / p.tensor
     training = w.mode != "inference"
     per = _bytes_per_parameter(w)
-    compute = 4.0 if w.precision == "fp32" else 2.0
-    quantized = (
-        "nf4"
-        if w.mode == "finetune_qlora"
-        else (w.weight_quantization if w.mode == "inference" else "none")
-    )
+    compute = compute_bytes(w)
+    quantized = quantization_of(w)
     if quantized != "none":
-        # Linear weights take the stored format; embeddings, head and norms stay in
-        # the compute dtype (bitsandbytes skips them).
-        weights = in_layers * QUANTIZED_BYTES[quantized] + (local - in_layers) * compute
+        # Linear weights take the stored format; embeddings, norms and (unless asked)
+        # the head stay in the compute dtype (bitsandbytes skips them).
+        stored = quantized_bytes(quantized, double_quantization=w.double_quantization)
+        head = counts.head / p.tensor if w.quantize_lm_head else 0.0
+        weights = (in_layers + head) * stored + (local - in_layers - head) * compute
+        gathered = largest * stored
     else:
         weights = local * per.weights
+        # torchao's float8 with FSDP2 all-gathers weights already cast to fp8
+        # (enable_fsdp_float8_all_gather, its tensorwise recipe).
+        gathered = largest * (1.0 if w.precision == "fp8" and framework == "fsdp2" else compute)
     trainable, trainable_local = 0, 0.0
     if w.mode in ("finetune_lora", "finetune_qlora"):
         rank = w.lora.rank if w.lora else 16
-        trainable = lora_parameters(
-            arch, adapted_modules(w.lora.target_modules if w.lora else ["q_proj", "v_proj"]), rank
-        )
+        targets, _ = lora_targets(arch, w.lora.target_modules if w.lora else None)
+        trainable = lora_parameters(arch, targets, rank)
         trainable_local = trainable / (p.tensor * p.pipeline)
         weights += trainable_local * 4.0
         biggest = float(max(arch.hidden_size, arch.intermediate_size) * rank)
@@ -149,22 +279,35 @@ def model_states(
     gradients = trainable_local * per.grads
     optimizer = trainable_local * _optimizer_states(w.optimizer, per.states) if training else 0.0
     master = trainable_local * per.master
+    partition = trainable_local * per.grad_partition if training else 0.0
     temp = (
         _optimizer_temporary(w.optimizer, runtime, trainable_local, biggest, per.states)
         if training
         else 0.0
     )
-    if training and p.zero_stage >= 1:
-        optimizer, master, temp = optimizer / dp, master / dp, temp / dp
-    if training and p.zero_stage >= 2:
+    if framework == "deepspeed" and w.optimizer in ("adam", "adamw"):
+        temp = 0.0  # DeepSpeed's FusedAdam updates in place (multi-tensor apply)
+    if training and stage >= 1:
+        optimizer, master, temp, partition = optimizer / dp, master / dp, temp / dp, partition / dp
+    if training and stage >= 2:
+        # Stage 2 partitions gradients (ZeRO-2 reduces each bucket to the rank that owns
+        # it: DeepSpeed's estimator still counts 2 B for every gradient, an upper bound).
         gradients /= dp
-    gather = 0.0
-    if p.zero_stage >= 3:
+    gather, reduce = _buffers(
+        w,
+        in_layers=in_layers,
+        largest=largest,
+        gathered=gathered,
+        trainable_local=trainable_local,
+        weight_bytes=per.weights,
+        grad_bytes=per.grads,
+        root=(counts.embedding + counts.head + counts.final) / p.tensor,
+    )
+    if stage >= 2 and dp > 1 and (stage >= 3 or framework == "fsdp2"):
         weights /= dp
-        gather = 2 * largest * compute  # the layer being computed and the one prefetched
     if p.cpu_offload.optimizer:
-        optimizer = master = temp = 0.0
-    if p.cpu_offload.parameters and p.zero_stage >= 3:
+        optimizer = master = temp = partition = 0.0
+    if p.cpu_offload.parameters and stage >= 3:
         weights = 0.0
     return ModelStates(
         parameters_local=local,
@@ -173,8 +316,10 @@ def model_states(
         gradients=gradients,
         optimizer=optimizer,
         master=master,
-        optimizer_temporary=temp,
+        # DeepSpeed builds its partition's fp32 gradients for the step (and frees them).
+        optimizer_temporary=temp + partition,
         gather=gather,
+        reduce=reduce,
         largest_layer=largest * compute,
     )
 

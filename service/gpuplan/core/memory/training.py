@@ -37,20 +37,29 @@ def training_peak(
     head: HeadCost,
     *,
     checkpointing: str,
+    every: int = 1,
     accumulation_steps: int,
     in_flight: int,
     residual_grad: float,
     head_grads: float,
     tied_embedding_grad: float,
+    held: float = 0.0,
+    offload: bool = False,
+    in_backward: float = -1.0,
 ) -> Moment:
     """The largest moment; ``layers`` and ``grads`` in forward order, one per local layer.
 
     ``in_flight``: micro-batches whose activations one GPU holds at once (1F1B pipeline
-    schedules keep up to the pipeline depth on the first stage).
+    schedules keep up to the pipeline depth on the first stage). ``held``: bytes the loop
+    keeps from the forward to the end of the step (the model's outputs). ``offload``:
+    layers' saved activations wait in CPU memory; a layer's come back for its backward,
+    the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
+    the backward (these bytes of temporaries at a time), so gradients do not pile up.
     """
-    full = checkpointing == "full"
-    kept = [(lc.input if full else lc.saved) * in_flight for lc in layers]
-    total_grads = states.gradients
+    checkpointed_any = checkpointing in ("full", "selective_op")
+    kept = _kept(layers, checkpointing, every, in_flight, offload=offload)
+    stepping = in_backward >= 0
+    total_grads = 0.0 if stepping else states.gradients
     # After the first micro-step of an accumulation, all gradients exist throughout,
     # and each backward adds a fresh gradient into them.
     accumulating = accumulation_steps > 1
@@ -70,10 +79,11 @@ def training_peak(
             phase="backward (loss)",
             gradients=start,
             activations=activations,
-            temporary=head.loss_backward + states.gather,
+            temporary=head.loss_backward + states.gather + held,
         )
     )
-    so_far = total_grads if accumulating else head_grads
+    so_far = total_grads if accumulating else (0.0 if stepping else head_grads)
+    step_temp = max(in_backward, 0.0)
     below = sum(kept)
     layer_peak: tuple[float, tuple[float, float, float]] = (-1.0, (0.0, 0.0, 0.0))
     # The backward walks the layers top-down. Along a run of identical layers every
@@ -89,30 +99,39 @@ def training_peak(
             skipped = index - position  # identical layers already walked in this run
             lc, lg = layers[position], grads[position]
             below_here = below - kept[position] * (skipped + 1)
-            done = so_far + (0.0 if accumulating else (lg.mlp + lg.attention) * skipped)
-            # Under full checkpointing the layer's activations are recomputed now.
-            own = lc.saved + (lc.input if full else 0.0)
+            done = so_far + (0.0 if accumulating or stepping else (lg.mlp + lg.attention) * skipped)
+            # A checkpointed layer's activations are recomputed now: all of them beside
+            # what it kept (its input under full checkpointing; under the op policy the
+            # kept outputs are among them).
+            recomputed = checkpointed_any and position % every == 0
+            own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
+            if offload and position > 0:
+                own += layers[position - 1].saved  # the next layer's, prefetched
             fresh_mlp = lg.mlp if accumulating else 0.0
             fresh_attn = lg.attention if accumulating else 0.0
-            mlp_grads = done + (0.0 if accumulating else lg.mlp)
+            mlp_grads = done + (0.0 if accumulating or stepping else lg.mlp)
             # The MLP half of the layer's backward, then its attention half.
             for moment in (
                 (
                     mlp_grads,
                     below_here + own + head.embedding_saved,
-                    residual_grad + lc.mlp_backward + fresh_mlp + states.gather,
+                    residual_grad + lc.mlp_backward + fresh_mlp + states.gather + states.reduce,
                 ),
                 (
                     mlp_grads + (0.0 if accumulating else lg.attention),
                     below_here + own - lc.mlp_saved + head.embedding_saved,
-                    residual_grad + lc.attention_backward + fresh_attn + states.gather,
+                    residual_grad
+                    + lc.attention_backward
+                    + fresh_attn
+                    + states.gather
+                    + states.reduce,
                 ),
             ):
                 total = moment[0] + moment[1] + moment[2]
                 if total > layer_peak[0]:
                     layer_peak = (total, moment)
         below -= kept[index] * run
-        if not accumulating:
+        if not accumulating and not stepping:
             so_far += (grads[index].mlp + grads[index].attention) * run
         index -= run
     if layer_peak[0] >= 0:
@@ -123,18 +142,38 @@ def training_peak(
             phase="backward (embedding)",
             gradients=total_grads,
             activations=head.embedding_saved,
-            temporary=tied_embedding_grad,
+            temporary=tied_embedding_grad + held + step_temp,
         )
     )
-    moments.append(
-        Moment(
-            phase="optimizer step",
-            gradients=total_grads,
-            activations=0.0,
-            temporary=states.optimizer_temporary,
+    if not stepping:
+        moments.append(
+            Moment(
+                phase="optimizer step",
+                gradients=total_grads,
+                activations=0.0,
+                temporary=states.optimizer_temporary + held,
+            )
         )
-    )
     return max(moments, key=lambda mo: mo.gradients + mo.activations + mo.temporary)
+
+
+def _kept(
+    layers: list[LayerCost], checkpointing: str, every: int, in_flight: int, *, offload: bool
+) -> list[float]:
+    """Bytes each layer keeps from its forward to its backward. Checkpointed layers (one
+    in ``every``) keep their input (full) or the op policy's outputs (selective_op) and
+    hold all their activations again in their backward; offloaded ones keep nothing here."""
+    if offload:
+        return [0.0 for _ in layers]
+    if checkpointing == "full":
+        return [
+            (lc.input if i % every == 0 else lc.saved) * in_flight for i, lc in enumerate(layers)
+        ]
+    if checkpointing == "selective_op":
+        return [
+            (lc.op_saved if i % every == 0 else lc.saved) * in_flight for i, lc in enumerate(layers)
+        ]
+    return [lc.saved * in_flight for lc in layers]
 
 
 def _same(

@@ -10,7 +10,8 @@ numbers. The model FLOPs utilization (MFU) of the step is a result: model FLOPs 
 attention, no recomputation) over the step's time and the GPUs' peak.
 
 Recomputation (``gradient_checkpointing``) is timed apart, at the same rates: full
-repeats the forward, selective the attention core. Communication of each kind of
+repeats the forward, selective the attention core, ``selective_op`` the memory-bound
+kernels (in one layer in ``checkpoint_every_n_layers``). Communication of each kind of
 parallelism is timed on its link (:mod:`gpuplan.core.perf.comm`) and what the framework
 cannot hide behind compute stays on the critical path. A pipeline idles
 ``(p − 1) / (v · m)`` of its compute (Narayanan et al. 2021: ``v`` virtual stages,
@@ -38,6 +39,9 @@ class StepShape(Record, kw_only=True):
     """Micro-batches per optimizer step on each data-parallel rank."""
 
     checkpointing: str
+    checkpoint_every: int = 1
+    """With ``full`` or ``selective_op``: one layer in this many is checkpointed."""
+
     causal_skip: bool
     frozen_base: bool
     """LoRA/QLoRA: no weight gradients for the base (4N a token instead of 6N)."""
@@ -160,12 +164,17 @@ class MicroBatch(NamedTuple):
         rest = self.attention_s + self.elementwise_s + self.launch_s
         return self.gemm_s * self.forward_gemm_share + rest / 3
 
-    def recompute_s(self, checkpointing: str) -> float:
-        """Full repeats the forward; selective repeats the attention core's forward."""
+    def recompute_s(self, checkpointing: str, every: int = 1) -> float:
+        """Full repeats the forward; selective the attention core's forward;
+        ``selective_op`` (torchtitan's operator policy, which keeps every matmul's and
+        attention's output) the rest of the forward: its memory-bound kernels. With one
+        layer in ``every`` checkpointed, a share of that."""
         if checkpointing == "full":
-            return self.forward_s
+            return self.forward_s / every
         if checkpointing == "selective":
             return self.attention_s / 3
+        if checkpointing == "selective_op":
+            return (self.elementwise_s + self.launch_s) / 3 / every
         return 0.0
 
 
@@ -226,7 +235,8 @@ def _micro_comm(
     # backward (all-reduces, or with sequence parallelism an all-gather and a
     # reduce-scatter each: the same bytes); a full recompute repeats the forward two.
     message = local_tokens * shape.hidden_size * shape.activation_bytes
-    collectives = 4 + (2 if shape.checkpointing == "full" else 0)
+    # A full recompute repeats the forward's two in the checkpointed layers.
+    collectives = 4 + (2 / shape.checkpoint_every if shape.checkpointing == "full" else 0)
     tensor = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
     # Context parallelism: each layer gathers every rank's keys and values forward and
     # reduce-scatters their gradients backward, behind the attention compute.
@@ -268,7 +278,7 @@ def training_step(
     lay = layout
     m = shape.accumulation
     micro = micro_batch(t, shape, lay, rates, framework)
-    recompute = micro.recompute_s(shape.checkpointing)
+    recompute = micro.recompute_s(shape.checkpointing, shape.checkpoint_every)
     tensor, context, expert, pipeline = _micro_comm(shape, lay, links, micro.attention_s)
     micro_exposed = (
         framework.tensor_exposed * tensor

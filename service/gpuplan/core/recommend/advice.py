@@ -103,8 +103,8 @@ class _Advisor:
         if job.kind == "inference":
             laid = with_layout(w, layout)
             base = self.oracle.response(laid)
-            total = self.oracle.total(laid, self.gpu)
-            if base is None or total is None:
+            m = self.oracle.measures(laid, self.gpu)
+            if base is None or m is None:
                 return None
             plan = serve_option(
                 job,
@@ -115,7 +115,8 @@ class _Advisor:
                     job,
                     laid,
                     self.gpu,
-                    total=total,
+                    total=m.device,
+                    required=m.required,
                     weights=base.breakdown.weights_bytes,
                     kv=base.breakdown.kv_cache_bytes,
                 ),

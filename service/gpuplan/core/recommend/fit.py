@@ -1,23 +1,20 @@
 """Memory of a layout on a GPU, from the estimator, memoized within one request.
 
-The estimator's answer for a layout depends on the GPU only through its framework
-overhead (the BLAS workspace is 32 MiB on Hopper and Blackwell, 4 MiB on Ampere and
-Ada, 1 MiB before; ROCm's context is larger than CUDA's). So the search runs the
-estimator once per layout, without a GPU, and re-prices that one term per GPU with
-the estimator's own overhead function and headroom: the result equals
+The estimator's answer for a layout depends on the GPU only through the measures
+around its tensors (the cuBLAS workspace is 32 MiB on Hopper, 8.1 MiB elsewhere;
+ROCm's context is larger than CUDA's). So the search runs the estimator once per
+layout, without a GPU, and re-prices those terms per GPU with the estimator's own
+``measures`` function: the result equals
 ``estimate(request with gpu=…).required_bytes`` (tests/test_recommend.py checks it).
 A bound on estimator calls keeps every request finite.
 """
-
-import math
 
 import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.overhead import framework_overhead
-from gpuplan.core.memory.response import HEADROOM
+from gpuplan.core.memory.response import Measures, measures
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
 from gpuplan.core.perf.step import StepLinks, StepShape
 from gpuplan.core.recommend.schema import ParallelLayout
@@ -37,7 +34,7 @@ class MemoryOracle:
         self._model = model
         self._catalog = catalog
         self._responses: dict[bytes, EstimateResponse | None] = {}
-        self._total: dict[tuple[bytes, str, str], int] = {}
+        self._measures: dict[tuple[bytes, str, str], Measures | None] = {}
         self._laid: dict[tuple[int, bytes], tuple[Workload, Workload, bytes]] = {}
         self.calls = 0
         self.exhausted = False
@@ -86,31 +83,40 @@ class MemoryOracle:
         self._responses[key] = result
         return result
 
-    def total(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
-        """``total_bytes`` on ``gpu``: the peak plus the framework overhead of its runtime
-        (ROCm for AMD, CUDA otherwise), before the planning headroom."""
+    def measures(
+        self, workload: Workload, gpu: GpuSpec, key: bytes | None = None
+    ) -> Measures | None:
+        """The estimate's measures on ``gpu`` (its runtime: ROCm for AMD, CUDA
+        otherwise): what depends on the GPU is re-priced, the rest estimated once."""
         key = key if key is not None else msgspec.json.encode(workload)
         runtime = runtime_of(gpu)
         memo = (key, gpu.architecture, runtime)
-        if memo in self._total:
-            return self._total[memo]
+        if memo in self._measures:
+            return self._measures[memo]
         base = self.response(workload, key)
         if base is None:
             return None
-        b = base.breakdown
         p = workload.parallelism
-        dynamic = b.activations_bytes + b.temporary_bytes + b.gradients_bytes
-        overhead = framework_overhead(
-            runtime, gpu.architecture, [p.data, p.tensor, p.pipeline, p.expert], dynamic
+        value = measures(
+            base.peak_bytes,
+            base.breakdown.allocator_cache_bytes,
+            runtime=runtime,
+            architecture=gpu.architecture,
+            communicators=[p.data, p.tensor, p.pipeline, p.expert],
+            training=workload.mode != "inference",
         )
-        value = base.peak_bytes + max(math.ceil(overhead.total), 0)
-        self._total[memo] = value
+        self._measures[memo] = value
         return value
 
+    def total(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
+        """``device_bytes`` on ``gpu`` (what nvidia-smi shows), before the headroom."""
+        m = self.measures(workload, gpu, key)
+        return None if m is None else m.device
+
     def required(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
-        """``required_bytes`` on ``gpu``: the total with the planning headroom."""
-        total = self.total(workload, gpu, key)
-        return None if total is None else max(math.ceil(total * (1 + HEADROOM)), 0)
+        """``required_bytes`` on ``gpu``: ``device_bytes`` with the planning headroom."""
+        m = self.measures(workload, gpu, key)
+        return None if m is None else m.required
 
 
 def runtime_of(gpu: GpuSpec) -> str:

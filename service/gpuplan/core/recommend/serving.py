@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.efficiency import efficiency_data
@@ -60,9 +59,9 @@ def serving_options(
             continue
         layout = ParallelLayout(tensor=tp, pipeline=1, data=1, zero_stage=0)
         workload, key = oracle.laid_out(job.workload, layout)
-        total = oracle.total(workload, gpu, key)
+        m = oracle.measures(workload, gpu, key)
         base = oracle.response(workload, key)
-        if total is None or base is None:
+        if m is None or base is None:
             continue
         option = serve_option(
             job,
@@ -73,7 +72,8 @@ def serving_options(
                 job,
                 workload,
                 gpu,
-                total=total,
+                total=m.device,
+                required=m.required,
                 weights=base.breakdown.weights_bytes,
                 kv=base.breakdown.kv_cache_bytes,
             ),
@@ -111,12 +111,20 @@ class ReplicaMemory(NamedTuple):
     """Tokens of a finished sequence (prompt + output)."""
 
     estimate_bytes: int
-    """The estimator's ``required_bytes`` (planning headroom included) of the workload as
-    written: what decides the fit, as it does for a CI plan's ``fits`` target."""
+    """The estimator's ``required_bytes`` (``device_bytes`` with the planning headroom) of
+    the workload as written: what decides the fit, as it does for a CI plan's ``fits``."""
 
     @classmethod
     def of(
-        cls, job: Job, w: Workload, gpu: GpuSpec, *, total: int, weights: int, kv: int
+        cls,
+        job: Job,
+        w: Workload,
+        gpu: GpuSpec,
+        *,
+        total: int,
+        required: int,
+        weights: int,
+        kv: int,
     ) -> "ReplicaMemory":
         """From the estimate of ``w.batch_size`` sequences of ``prompt + output`` tokens."""
         serving = efficiency_data().serving
@@ -129,7 +137,7 @@ class ReplicaMemory(NamedTuple):
             budget_bytes=gpu.usable_memory_bytes * serving.memory_fraction,
             mean_tokens=math.ceil((job.prompt_tokens + job.output_tokens / 2) / block) * block,
             full_tokens=full,
-            estimate_bytes=math.ceil(total * (1 + HEADROOM)),
+            estimate_bytes=required,
         )
 
     @property

@@ -226,6 +226,7 @@ def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
         seq=w.sequence_length or 1,
         accumulation=w.gradient_accumulation_steps,
         checkpointing=w.gradient_checkpointing,
+        checkpoint_every=w.checkpoint_every_n_layers,
         causal_skip=w.attention != "eager",
         frozen_base=w.mode in ("finetune_lora", "finetune_qlora"),
         hidden_size=arch.hidden_size if arch else 0,

@@ -100,17 +100,23 @@ class CachingAllocator:
 
     def malloc(self, nbytes: int) -> _Block | None:
         """Serve a request; ``None`` for an empty tensor (no memory, like CUDA's)."""
-        if nbytes == 0:
+        if nbytes <= 0:
             return None
-        size = round_size(nbytes)
+        # round_size and segment_size, inlined: the estimator replays thousands of these.
+        size = MIN_BLOCK if nbytes < MIN_BLOCK else -(-nbytes // MIN_BLOCK) * MIN_BLOCK
         small = size <= SMALL_SIZE
         pool = self._free[small]
         index = bisect.bisect_left(pool, (size, -1, -1))
         if index < len(pool):
-            block = self._by_key[pool[index]]
-            self._remove(block)
+            key = pool.pop(index)
+            block = self._by_key.pop(key)
         else:
-            grown = segment_size(size)
+            if small:
+                grown = SMALL_BUFFER
+            elif size < MIN_LARGE_ALLOC:
+                grown = LARGE_BUFFER
+            else:
+                grown = -(-size // ROUND_LARGE) * ROUND_LARGE
             block = _Block(segment=self.segments, offset=0, size=grown, small=small)
             self.segments += 1
             self.reserved += grown

@@ -7,11 +7,13 @@ create optimizer state and warm caches, and a first step without optimizer state
 is not the steady state a job lives in.
 """
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gpuplan.core.memory.overhead import CUBLAS, framework_overhead
+from gpuplan.core.memory.overhead import framework_overhead, workspace_bytes
+from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.trace.allocator import CachingAllocator, _Block
 from gpuplan.core.trace.log import Category, Event, Op, Phase, TraceLog
 from gpuplan.core.trace.schema import (
@@ -70,13 +72,13 @@ def _replay_allocator(events: list[Event]) -> tuple[dict[int, int], CachingAlloc
 def _cuda(
     log: TraceLog, mode: TraceMode, architecture: str | None, communicators: list[int]
 ) -> _Cuda:
-    overhead = framework_overhead("cuda", architecture, communicators, 0)
     # One cuBLAS handle per (thread, stream): the forward runs on the caller's thread,
     # the backward on the autograd engine's device thread.
     threads = 2 if mode == "training" else 1
-    lt = int(overhead.workspaces) - CUBLAS
+    overhead = framework_overhead("cuda", architecture, communicators, handles=threads)
+    workspace = workspace_bytes(architecture)
     workspaces: list[Event] = [
-        (Op.ALLOC, -1 - i, n, Category.OTHER, -1) for i, n in enumerate([CUBLAS, lt] * threads)
+        (Op.ALLOC, -1 - i, workspace, Category.OTHER, -1) for i in range(threads)
     ]
     events = workspaces + list(log.events)
     sizes, allocator = _replay_allocator(events)
@@ -84,15 +86,13 @@ def _cuda(
         "runtime cuda: allocations replayed through a model of the CUDA caching allocator "
         "(512-byte blocks; 2 MiB small-pool and 20 MiB large-pool segments; best-fit "
         "splitting; no memory limit, so no cache flushes); not yet validated on a real GPU",
-        f"cuBLAS ({CUBLAS} B) and cuBLASLt ({lt} B) workspaces for {threads} thread(s) are "
-        "allocated through the caching allocator (unverified: one handle per thread)",
-        f"CUDA context {int(overhead.context) >> 20} MiB"
-        + (f" and NCCL buffers {int(overhead.nccl)} B" if overhead.nccl else "")
-        + " added to total_bytes (published figures, not calibrated on a GPU for this release)",
+        f"cuBLAS workspaces ({workspace} B, cuBLASLt sharing them) for {threads} thread(s) are "
+        "allocated through the caching allocator (one handle per thread)",
+        *overhead.notes[:1],
         "tensors were faked on the CPU: kernels with CUDA-specific workspaces "
         "(cuDNN, flash attention) are accounted as their CPU versions",
     ]
-    return _Cuda(events, sizes, allocator, int(overhead.context + overhead.nccl), notes)
+    return _Cuda(events, sizes, allocator, int(overhead.outside_allocator), notes)
 
 
 def _find_peak(events: list[Event], size_of: SizeOf) -> _Peak:
@@ -199,6 +199,8 @@ def analyze(
         trainable_parameters=log.trainable_parameters,
         peak_bytes=peak.bytes,
         reserved_bytes=reserved,
+        device_bytes=reserved + outside,
+        required_bytes=math.ceil((reserved + outside) * (1 + HEADROOM)),
         total_bytes=reserved + outside,
         peak_phase=peak.phase.name.lower(),
         breakdown=TraceBreakdown(

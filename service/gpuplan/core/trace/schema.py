@@ -58,6 +58,12 @@ class TraceWorkload(Record):
     with ``fsdp``, rank 0 of a 2-D mesh: TP within groups of this many ranks, FSDP
     across ``fsdp`` groups."""
 
+    keep_outputs: bool = False
+    """Training: the loop holds the model's output (logits, a causal LM's KV cache)
+    through backward and the optimizer step, as ``out = model(**batch);
+    out.loss.backward(); opt.step()`` does; by default it drops it once it has the loss,
+    as Hugging Face's ``Trainer``."""
+
     new_tokens: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
     """Inference only: greedy decode steps after the prefill, one token each, reusing and
     growing its KV cache (the peak is then often at the last step)."""
@@ -73,6 +79,8 @@ def workload_conflicts(workload: TraceWorkload) -> list[tuple[str, str]]:
     conflicts = []
     if workload.new_tokens and workload.mode != "inference":
         conflicts.append(("new_tokens", "decode steps need mode 'inference'"))
+    if workload.keep_outputs and workload.mode == "inference":
+        conflicts.append(("keep_outputs", "applies to training (inference keeps its cache)"))
     return conflicts
 
 
@@ -136,8 +144,15 @@ class TraceResult(Record):
     """``cuda``: peak of the caching allocator's segments (``max_memory_reserved``);
     ``cpu``: equal to ``peak_bytes``."""
 
+    device_bytes: int
+    """What ``nvidia-smi`` would show: ``reserved_bytes`` plus what no allocator sees
+    (the CUDA context with the job's kernels, NCCL buffers); ``cpu``: ``peak_bytes``."""
+
+    required_bytes: int
+    """``device_bytes`` plus the planning headroom (20%), as the estimator's."""
+
     total_bytes: int
-    """``reserved_bytes`` plus what no allocator sees (the CUDA context)."""
+    """Deprecated: the same as ``device_bytes``."""
 
     peak_phase: str
     breakdown: TraceBreakdown
