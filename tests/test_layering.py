@@ -47,8 +47,9 @@ MAY_IMPORT = {
     "fleet": {"fleet", "core"},
     "trace": {"trace", "core"},
     "agent": {"agent", "core", "fleet"},
-    "api": {"api", "config", "core", "fleet", "trace"},
-    "cli": {"cli", "agent", "config", "core", "fleet", "trace"},
+    "jobs": {"jobs", "core", "trace"},
+    "api": {"api", "config", "core", "fleet", "jobs", "trace"},
+    "cli": {"cli", "agent", "config", "core", "fleet", "jobs", "trace"},
 }
 """docs/architecture.md's table: the gpuplan packages each package may import."""
 
