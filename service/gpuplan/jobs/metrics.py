@@ -17,6 +17,8 @@ from gpuplan.jobs.queue import KINDS, PRIORITIES, JobQueue
 DURATION_BUCKETS_SECONDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 STATUSES = ("submitted", "cached", "cancelled", "succeeded", "failed", "retried")
+RUN_ENDS = ("succeeded", "failed", "retried", "cancelled")
+"""How a run on a worker ends (the duration's ``status``)."""
 
 
 class JobMetrics:
@@ -52,6 +54,8 @@ class JobMetrics:
         for kind in KINDS:
             for status in STATUSES:
                 self.jobs.labels(kind, status)
+            for status in RUN_ENDS:
+                self.duration.labels(kind, status)
             for priority in PRIORITIES:
                 self.queued.labels(kind, priority).set(0)
             self.oldest.labels(kind).set(0)

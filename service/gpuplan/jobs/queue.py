@@ -46,6 +46,9 @@ Failure = Literal["error", "timeout", "lost", "cancelled", "vanished"]
 RETRIES = 1
 """A job whose worker dies under it runs once more, then fails."""
 
+STOP_WAIT_SECONDS = 5.0
+"""How long cancelling a running job waits for its worker to stop it."""
+
 FUNCTIONS: Mapping[str, str] = {"trace": "gpuplan.jobs.tasks.trace_job"}
 """The function a worker's child runs for each kind (imported there, by name)."""
 
@@ -196,6 +199,12 @@ class JobQueue:
         if record.status == "running":
             with contextlib.suppress(InvalidJobOperation):  # it finished in between
                 send_stop_job_command(self.redis, job_id, serializer=JSONSerializer)
+            # The worker kills the child as it hears the command: answer once it has.
+            deadline = time.monotonic() + STOP_WAIT_SECONDS
+            while job.get_status(refresh=True) == JobStatus.STARTED:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
         else:
             with contextlib.suppress(InvalidJobOperation):
                 job.cancel()

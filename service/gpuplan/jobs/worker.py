@@ -196,7 +196,10 @@ def run(config: WorkerConfig, password: str | None = None) -> int:
         )
         left = None if config.max_jobs is None else config.max_jobs - done
         started = time.monotonic()
-        worker.work(burst=config.burst, max_jobs=left, logging_level=config.log_level.upper())
+        try:
+            worker.work(burst=config.burst, max_jobs=left, logging_level=config.log_level.upper())
+        except (RedisError, OSError) as exc:  # Redis went away while RQ said goodbye
+            log.warning("worker loop ended on a Redis error: %s", exc)
         done += worker.successful_job_count + worker.failed_job_count
         # RQ's record of a SIGTERM or SIGINT (idle: a date; busy: also the flag).
         stopped = worker._stop_requested or worker._shutdown_requested_date is not None
