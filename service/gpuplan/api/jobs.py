@@ -182,7 +182,7 @@ async def wait(state: Runtime, job_id: str, seconds: float) -> JobRecord:
         if record.status in ("succeeded", "failed", "expired") or loop.time() >= deadline:
             return record
         await asyncio.sleep(min(pause, max(deadline - loop.time(), 0.0)))
-        pause = min(pause * 1.5, 0.25)
+        pause = min(pause * 1.5, 0.1)
 
 
 def unavailable(detail: str) -> ApiProblem:
