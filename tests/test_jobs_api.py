@@ -164,3 +164,55 @@ def test_queue_outage_is_503(own_redis: object, key_prefix: str) -> None:
         body = problem(response, 503, "job queue")
         assert body["type"] == "urn:gpuplan:problem:queue-unavailable"
         assert response.headers["retry-after"] == "5"
+
+
+def test_with_a_queue_the_api_needs_no_torch(redis_url: str, key_prefix: str) -> None:
+    """The API image has no torch: with a job queue, traces are queued, never run here."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+sys.modules["torch"] = None  # `import torch` fails, as in the API image
+sys.modules["transformers"] = None
+from litestar.testing import TestClient
+from gpuplan.api.app import create_app
+from tests.helpers import job_settings
+settings = job_settings({redis_url!r}, {key_prefix!r}, trace_timeout_seconds=1.0)
+with TestClient(app=create_app(settings)) as client:
+    queued = client.post("/v1/memory/trace", json={BODY!r}, headers={{"Prefer": "respond-async"}})
+    waited = client.post("/v1/memory/trace", json={BODY!r})
+print(queued.status_code, waited.status_code, waited.json()["type"])
+"""
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+    finally:
+        drop_jobs(redis_url, key_prefix)
+    # Queued (202); waited a second for a worker that is not there (504), never 501.
+    assert out.split() == ["202", "504", "urn:gpuplan:problem:trace-timeout"]
+
+
+def test_a_worker_runs_only_gpuplan_job_functions(redis_url: str, key_prefix: str) -> None:
+    """A job naming any other function (written straight into Redis) fails unrun."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    from gpuplan.jobs.queue import connect, queue_names
+    from gpuplan.jobs.worker import TraceWorker
+
+    connection = connect(redis_url, 5.0)
+    name = queue_names(f"{key_prefix}jobs:")[1]
+    job = Queue(name, connection=connection, serializer=JSONSerializer).enqueue(
+        "os.getcwd", job_id=new_id("trace")
+    )
+    try:
+        TraceWorker([name], connection=connection, serializer=JSONSerializer).work(burst=True)
+        job.refresh()  # type: ignore[no-untyped-call]
+        assert job.get_status() == "failed"
+        result = job.latest_result()
+        assert result is not None
+        assert "not a gpuplan job" in (result.exc_string or "")
+    finally:
+        drop_jobs(redis_url, key_prefix)

@@ -168,6 +168,12 @@ def test_a_warm_worker_answers_a_small_trace_in_under_two_seconds(
                 times.append(time.perf_counter() - started)
                 assert response.status_code == 200, response.text
                 assert response.json()["parameters"] < 100_000
+            # A config transformers refuses: the worker's answer, the synchronous 422.
+            refused = client.post("/v1/memory/trace", json=body({**SMALL, "vocab_size": "many"}))
+            assert refused.status_code == 422, refused.text
+            assert refused.json()["type"] in (
+                "urn:gpuplan:problem:invalid-model", "urn:gpuplan:problem:untraceable"
+            )  # fmt: skip
             api_metrics = client.get("/metrics").text
         print("end-to-end seconds", times)
         assert min(times) < 2.0, times
@@ -184,7 +190,7 @@ def test_a_warm_worker_answers_a_small_trace_in_under_two_seconds(
     finally:
         workers.stop()
         drop_jobs(redis_url, key_prefix)
-    assert 'gpuplan_jobs_total{kind="trace",status="submitted"} 3.0' in api_metrics
+    assert 'gpuplan_jobs_total{kind="trace",status="submitted"} 4.0' in api_metrics
     assert 'gpuplan_jobs_total{kind="trace",status="succeeded"} 3.0' in worker_metrics
     assert 'gpuplan_job_duration_seconds_count{kind="trace",status="succeeded"} 3.0' in (
         worker_metrics
@@ -413,3 +419,17 @@ def test_the_cli_waits_on_a_job_with_a_progress_line(
 def test_workers_listen_highest_priority_first() -> None:
     names = queue_names("p:")
     assert names == ["p:trace:high", "p:trace:normal", "p:trace:low"]
+
+
+def test_the_cli_traces_on_a_server_without_a_queue(tmp_path: Path) -> None:
+    """Such a server refuses `Prefer: respond-async` (501): the CLI asks again without it."""
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(SMALL))
+    with serving() as base:
+        process = subprocess.run(
+            [sys.executable, "-m", "gpuplan", "trace", str(config), "--api", base,
+             "--sequence-length", "16", "--format", "json"],
+            capture_output=True, timeout=120, check=False,
+        )  # fmt: skip
+    assert process.returncode == 0, process.stderr
+    assert json.loads(process.stdout)["parameters"] == 53440

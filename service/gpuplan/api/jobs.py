@@ -132,15 +132,24 @@ def failure(record: JobRecord) -> GpuplanError | None:
 def view(record: JobRecord) -> JobView:
     result: TraceResult | msgspec.UnsetType = msgspec.UNSET
     problem: Problem | msgspec.UnsetType = msgspec.UNSET
-    if record.status == "succeeded":
-        result = msgspec.convert(record.answer["result"], TraceResult)
     error = failure(record)
+    if record.status == "succeeded":
+        try:
+            result = msgspec.convert(record.answer["result"], TraceResult)
+        except msgspec.ValidationError:
+            # A worker of another build answered (a rolling upgrade): say so, never a 500.
+            error = ApiProblem(
+                f"job {record.id}'s answer comes from a worker of another gpuplan build; "
+                "submit it again",
+                status=500,
+                kind="job-failed",
+            )
     if error is not None:
         problem = problem_of(error)
     return JobView(
         id=record.id,
         kind="trace",
-        status=record.status,
+        status="failed" if error is not None else record.status,
         priority=record.priority if record.priority in ("high", "low") else "normal",  # type: ignore[arg-type]
         submitted_at=record.submitted_at,
         started_at=record.started_at,

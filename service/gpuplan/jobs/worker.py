@@ -30,7 +30,7 @@ from rq.serializers import JSONSerializer
 
 from gpuplan.jobs.config import WorkerConfig
 from gpuplan.jobs.metrics import JobMetrics
-from gpuplan.jobs.queue import JobQueue, connect, queue_names
+from gpuplan.jobs.queue import FUNCTIONS, JobQueue, connect, queue_names
 
 log = logging.getLogger("gpuplan.jobs")
 
@@ -87,12 +87,27 @@ def warm_up(preload: tuple[str, ...] = PRELOADED) -> float:
     return time.perf_counter() - started
 
 
+class KnownJob(Job):
+    """A job that runs only one of our job functions.
+
+    RQ imports a job's function by the name stored with it; a writer of the Redis could
+    store any importable name. A worker runs the names of
+    :data:`gpuplan.jobs.queue.FUNCTIONS` and fails every other job unrun.
+    """
+
+    def perform(self) -> Any:
+        if self.func_name not in FUNCTIONS.values():
+            raise PermissionError(f"job {self.id} names {self.func_name!r}, not a gpuplan job")
+        return super().perform()
+
+
 class TraceWorker(Worker):
     """RQ's forking worker, counting what it runs and quick to notice a lost peer."""
 
     def __init__(
         self, *args: Any, metrics: JobMetrics | None = None, lost_after: int = 30, **kwargs: Any
     ) -> None:
+        kwargs.setdefault("job_class", KnownJob)
         super().__init__(*args, **kwargs)
         self.metrics = metrics
         self.lost_after = lost_after

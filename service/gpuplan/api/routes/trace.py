@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from litestar import Request
+from litestar import Request, Response
 from redis.exceptions import RedisError
 
 import gpuplan
 from gpuplan.api import jobs
-from gpuplan.api.problems import ApiProblem
+from gpuplan.api.problems import ApiProblem, Problem
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
 from gpuplan.core.errors import InvalidRequest
@@ -212,6 +212,15 @@ async def trace_memory(
                 kind="async-unavailable",
             )
         return await _in_process(request, state, body, key)
+    return await _queued(state, body, key, query.priority, respond_async)  # type: ignore[return-value]
+
+
+async def _queued(
+    state: Runtime, body: TraceRequest, key: str, priority: jobs.Priority, respond_async: bool
+) -> TraceResult | Response[jobs.JobView]:
+    """The trace as a job: 202 at once, or its answer once a worker has run it."""
+    settings = state.settings
+    assert state.jobs is not None
     payload = TracePayload(
         request=body,
         probe_budget_bytes=settings.trace_probe_budget_bytes,
@@ -225,19 +234,22 @@ async def trace_memory(
         "trace",
         msgspec.to_builtins(payload),
         timeout_seconds=settings.trace_timeout_seconds,
-        priority=query.priority,
+        priority=priority,
     )
     state.job_metrics.count("trace", "submitted")
     if respond_async:
         record = await jobs.call(state, state.jobs.get, job_id)
         assert record is not None  # we just made it
-        return jobs.accepted(record)  # type: ignore[return-value]
+        return jobs.accepted(record)
     record = await jobs.wait(state, job_id, settings.trace_timeout_seconds)
-    if record.status == "succeeded":
-        return msgspec.convert(record.answer["result"], TraceResult)
-    error = jobs.failure(record)
+    answered = jobs.view(record)
+    if isinstance(answered.result, TraceResult):
+        return answered.result
+    error = jobs.failure(record)  # the error itself: a refusal keeps its fields' paths
     if error is not None:
         raise error
+    if isinstance(answered.problem, Problem):  # an answer another build wrote
+        raise ApiProblem(answered.problem.detail, status=500, kind="job-failed")
     raise ApiProblem(
         f"the trace did not finish within {settings.trace_timeout_seconds:g} s (setting "
         f"GPUPLAN_TRACE_TIMEOUT_SECONDS); it is still {record.status} as job {job_id}: "
