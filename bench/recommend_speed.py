@@ -85,6 +85,11 @@ CASES: dict[str, dict[str, Any]] = {
             "parallelism": {"tensor": 4, "pipeline": 2, "data": 8, "zero_stage": 1},
         },
     },
+    "llama-2-70b pretraining up to 8,192 GPUs, fastest": {
+        **_train("llama-2-70b", "fastest", gradient_checkpointing="full"),
+        "training": {"training_tokens": 2 * 10**12, "global_batch_size": 1024},
+        "constraints": {"max_gpus_per_job": 8192},
+    },
     "mixtral-8x7b training, balanced, hybrid": {
         **_train("mixtral-8x7b", "balanced", gradient_checkpointing="full"),
         "constraints": {"deployment": "hybrid"},

@@ -14,7 +14,7 @@ from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, 
 from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
 from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
 from gpuplan.core.perf.flops import token_flops
-from gpuplan.core.perf.step import Rates, StepLayout, StepLinks, StepShape, training_step
+from gpuplan.core.perf.step import Rates, StepLinks, StepShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
@@ -220,8 +220,10 @@ def test_the_global_batch_stays_the_job_on_every_count() -> None:
         assert lay.micro_batch_size * lay.gradient_accumulation_steps * lay.data == 512
 
 
-def test_any_gpu_count_can_be_planned() -> None:
-    body = train("llama-2-70b", global_batch=768, gradient_checkpointing="full")
+@pytest.mark.parametrize("global_batch", [768, 1024])
+def test_any_gpu_count_can_be_planned(global_batch: int) -> None:
+    # 1024 sequences do not split over 3 data-parallel ranks: the pipeline takes the 3.
+    body = train("llama-2-70b", global_batch=global_batch, gradient_checkpointing="full")
     for count in (48, 96, 192, 768):
         body["constraints"] = {
             "include": ["h100-sxm5-80gb"],
@@ -231,6 +233,7 @@ def test_any_gpu_count_can_be_planned() -> None:
         r = recommend(req(**body), CATALOG).recommendations[0]
         assert r.fits, (count, r.reasons)
         assert r.count == count
+        assert layout(r).global_batch_size == global_batch
     # Without an explicit list, whole-node counts between powers of two are reachable.
     from gpuplan.core.recommend.schema import Constraints
     from gpuplan.core.recommend.training import counts
@@ -238,6 +241,50 @@ def test_any_gpu_count_can_be_planned() -> None:
     every = counts(Constraints(max_gpus_per_job=8192))
     assert {1, 3, 7, 8, 24, 48, 96, 192, 768, 8192} <= set(every)
     assert 9 not in every  # above a node, whole nodes only
+
+
+def test_nodes_of_72_reach_thousands_of_gpus() -> None:
+    body = train("llama-2-70b", global_batch=4096, gradient_checkpointing="full")
+    body["objective"] = "fastest"
+    body["constraints"] = {
+        "include": ["gb200-186gb"],
+        "gpus_per_node": 72,
+        "max_gpus_per_job": 8192,
+    }
+    r = recommend(req(**body), CATALOG).recommendations[0]
+    assert r.fits
+    assert r.count >= 1000
+    assert r.count % 72 == 0
+
+
+def test_a_wide_bound_stays_cheap_to_search() -> None:
+    # 65,536 one-GPU nodes: the grid of counts is computed, not listed.
+    body = train("llama-2-7b", global_batch=4096)
+    body["objective"] = "fastest"
+    body["constraints"] = {
+        "include": ["h100-sxm5-80gb"],
+        "gpus_per_node": 1,
+        "max_gpus_per_job": 65536,
+    }
+    answer = recommend(req(**body), CATALOG)
+    assert answer.search.plans_considered < 200
+
+
+def test_a_given_layout_over_the_bounds_says_so() -> None:
+    body = train("llama-2-7b", global_batch=64)
+    body["workload"].update(batch_size=1, parallelism={"data": 64, "zero_stage": 3})
+    body["layout"] = "given"
+    body["constraints"] = {
+        "include": ["h100-sxm5-80gb", "rtx-4090-24gb"],
+        "max_gpus_per_job": 32,
+        "required_interconnect": "nvlink",
+    }
+    plans = by_gpu(recommend(req(**body), CATALOG))
+    h100, rtx = plans["h100-sxm5-80gb"], plans["rtx-4090-24gb"]
+    assert h100.score == 0
+    assert [b.constraint for b in h100.breaches] == ["constraints.max_gpus_per_job"]
+    assert h100.breaches[0].factor == 2
+    assert "constraints.required_interconnect" in [b.constraint for b in rtx.breaches]
 
 
 def test_layout_given_times_exactly_the_request_and_answers_when_it_does_not_fit() -> None:
@@ -441,7 +488,7 @@ def test_tensor_parallel_over_pcie_is_penalized() -> None:
 
     def step(link: Link) -> float:
         return training_step(
-            t, _shape(), StepLayout(tensor=8), rates=_rates("h100-sxm5-80gb"),
+            t, _shape(), Parallelism(tensor=8), rates=_rates("h100-sxm5-80gb"),
             links=_links(link), framework=framework("ddp"),
         ).seconds  # fmt: skip
 
@@ -459,11 +506,18 @@ def test_recompute_is_timed_apart_and_not_counted_in_the_mfu() -> None:
 
     def step(checkpointing: str) -> Any:
         return training_step(
-            t, _shape(checkpointing=checkpointing), StepLayout(), rates=_rates("a100-sxm4-80gb"),
+            t, _shape(checkpointing=checkpointing), Parallelism(), rates=_rates("a100-sxm4-80gb"),
             links=_links(NVLINK), framework=framework("fsdp2"),
         )  # fmt: skip
 
     plain, full, sel = step("none"), step("full"), step("selective")
+    # A frozen base (LoRA) has no weight-gradient GEMMs: its forward is half of them.
+    lora = training_step(
+        t, _shape(checkpointing="full", frozen_base=True), Parallelism(),
+        rates=_rates("a100-sxm4-80gb"), links=_links(NVLINK), framework=framework("fsdp2"),
+    )  # fmt: skip
+    assert lora.recompute_s > full.recompute_s * 0.9
+    assert lora.compute_s < full.compute_s * 0.8
     assert plain.recompute_s == 0
     assert full.recompute_s == pytest.approx(full.compute_s / 3)  # one more forward
     assert 0 < sel.recompute_s < 0.25 * full.recompute_s  # the attention core only
@@ -479,7 +533,7 @@ def test_an_interleaved_schedule_shrinks_the_bubble() -> None:
 
     def bubble(virtual: int) -> float:
         return training_step(
-            t, _shape(accumulation=8), StepLayout(pipeline=4, virtual_stages=virtual),
+            t, _shape(accumulation=8), Parallelism(pipeline=4, virtual_stages=virtual),
             rates=_rates("h100-sxm5-80gb"), links=_links(NVLINK), framework=framework("megatron"),
         ).bubble_s  # fmt: skip
 
@@ -498,7 +552,7 @@ def test_fp8_is_faster_but_far_from_twice() -> None:
             peak_flops=gpu.peak_flops["fp8" if fp8 else "bf16"],
         )  # fmt: skip
         return training_step(
-            t, _shape(), StepLayout(), rates=rates, links=_links(NVLINK),
+            t, _shape(), Parallelism(), rates=rates, links=_links(NVLINK),
             framework=framework("fsdp2"),
         ).seconds  # fmt: skip
 

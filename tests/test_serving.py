@@ -63,7 +63,12 @@ def test_the_70b_question_answers_a_few_nodes_at_a_real_batch() -> None:
 
 
 def test_the_kv_cache_left_after_the_weights_sets_the_concurrency() -> None:
-    c = on(SEVENTY_B, "a100-sxm4-80gb")
+    four = {
+        **SEVENTY_B,
+        "workload": {**SEVENTY_B["workload"], "parallelism": {"tensor": 4, "data": 3}},
+        "layout": "given",
+    }
+    c = on(four, "a100-sxm4-80gb")
     lat = latency(c)
     assert lat.limited_by == "kv_cache"
     assert lat.concurrency == lat.kv_cache_sequences
@@ -299,3 +304,73 @@ def test_a_plan_file_times_its_own_layout(client: TestClient[Litestar]) -> None:
     assert top["count"] == 6
     assert top["layout"]["zero_stage"] == 2
     assert top["step"]["compute_s"] > 0
+
+
+def test_a_step_carries_its_prompt_chunks_beside_the_decodes() -> None:
+    # A short-prompt, short-answer job: each step reads the weights once for every
+    # sequence and the prompt chunks of the arriving ones together.
+    small: dict[str, Any] = {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 16},
+        "inference": {"prompt_tokens": 16, "output_tokens": 16},
+    }
+    lat = latency(on(small, "h100-sxm5-80gb"))
+    assert lat.time_per_output_token_s < 0.2
+    # A prompt four times longer costs more per step: the prompts are computed, not only read.
+    longer = {**small, "inference": {"prompt_tokens": 64, "output_tokens": 16}}
+    assert latency(on(longer, "h100-sxm5-80gb")).time_per_output_token_s > (
+        lat.time_per_output_token_s
+    )
+
+
+def test_the_first_token_waits_for_a_whole_step() -> None:
+    body = {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 1024},
+        "inference": {"prompt_tokens": 1024, "output_tokens": 16},
+    }
+    lat = latency(on(body, "h100-sxm5-80gb"))
+    assert lat.time_to_first_token_s >= 0.95 * lat.time_per_output_token_s
+    # Decodes and prompt chunks share vLLM's token budget per step (8,192 on an H100).
+    assert lat.concurrency * (1 + 1024 / 16) <= 8192
+    assert lat.limited_by == "token_budget"
+
+
+def test_one_output_token_is_the_first_token() -> None:
+    body = {**SEVENTY_B, "inference": {**SEVENTY_B["inference"], "output_tokens": 1}}
+    lat = latency(on(body, "h100-sxm5-80gb"))
+    assert lat.request_latency_s == pytest.approx(lat.time_to_first_token_s)
+
+
+def test_serving_keeps_to_the_allowed_counts() -> None:
+    body = {**SEVENTY_B, "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [16]}}
+    assert ask(body).recommendations[0].count == 16
+
+
+def test_a_count_over_the_bound_is_refused(client: TestClient[Litestar]) -> None:
+    body = {**SEVENTY_B, "constraints": {"gpu_counts": [8, 128], "max_gpus_per_job": 64}}
+    problem_at(client.post("/v1/recommendations", json=body), "$.constraints.gpu_counts[1]")
+
+
+def test_pipeline_serving_is_refused_as_given(client: TestClient[Litestar]) -> None:
+    body = {
+        **SEVENTY_B,
+        "workload": {**SEVENTY_B["workload"], "parallelism": {"tensor": 2, "pipeline": 4}},
+        "layout": "given",
+    }
+    problem_at(client.post("/v1/recommendations", json=body), "$.workload.parallelism.pipeline")
+
+
+def test_a_given_global_batch_must_be_the_layouts(client: TestClient[Litestar]) -> None:
+    body = {
+        "model": {"name": "llama-2-7b"},
+        "workload": {
+            "mode": "training",
+            "sequence_length": 2048,
+            "batch_size": 2,
+            "parallelism": {"data": 8},
+        },
+        "training": {"training_tokens": 10**9, "global_batch_size": 1024},
+        "layout": "given",
+    }
+    problem_at(client.post("/v1/recommendations", json=body), "$.training.global_batch_size")

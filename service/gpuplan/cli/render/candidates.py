@@ -5,8 +5,16 @@ from gpuplan.core.recommend.schema import Advice, ParallelLayout, RecommendRespo
 
 
 def layout(lay: ParallelLayout | None, missing: str = "-") -> str:
-    """``t2p1d4z3``: tensor, pipeline, data parallel degrees and ZeRO stage."""
-    return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}" if lay else missing
+    """``t2p1d4z3``: tensor, pipeline, data parallel degrees and ZeRO stage, then context
+    (``c``), virtual stages (``v``) and expert (``e``) degrees where they are above 1."""
+    if lay is None:
+        return missing
+    extra = "".join(
+        f"{letter}{n}"
+        for letter, n in (("c", lay.context), ("v", lay.virtual_stages), ("e", lay.expert))
+        if n > 1
+    )
+    return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}{extra}"
 
 
 def advice_line(a: Advice, times: str = "x") -> str:
@@ -26,7 +34,13 @@ def table(response: RecommendResponse) -> str:
     ]
     for i, r in enumerate(response.recommendations, 1):
         tput = r.throughput.value if r.throughput else None
-        fit = "" if r.fits else " (no fit)"
+        fit = (
+            " (no fit)"
+            if not r.fits
+            else f" (misses {', '.join(b.constraint for b in r.breaches)})"
+            if r.breaches
+            else ""
+        )
         if serving:
             lat = r.latency
             middle = (

@@ -29,12 +29,11 @@ class Sized(Record, kw_only=True):
 def layouts_at(job: Job, count: int, c: Constraints) -> list[tuple[ParallelLayout, int]]:
     """``(layout sized, replicas)`` the recommendation would consider at ``count`` GPUs."""
     if job.kind != "inference":
-        # The ladder is built for powers of two; at other counts a layout must still
-        # use every GPU (tensor x pipeline x data = count).
+        # Every layout of the ladder uses every GPU (tensor x pipeline x data x context).
         return [
             (lay, 1)
             for lay in training_ladder(job, count, c)
-            if lay.tensor * lay.pipeline * lay.data == count
+            if lay.tensor * lay.pipeline * lay.data * lay.context == count
         ]
     arch = job.arch
     out = [(ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0), count)]

@@ -66,6 +66,10 @@ class Kernels(Record, kw_only=True):
     """GEMM width (hidden size per tensor-parallel rank) at which a GEMM reaches half its
     plateau: ``efficiency(w) = plateau · w / (w + half_width)``."""
 
+    gemm_half_tokens: Annotated[float, msgspec.Meta(gt=0)]
+    """Rows (tokens) at which a GEMM reaches half its plateau: a decode step of a few
+    sequences or a short prompt leaves most of the GPU's tiles idle."""
+
     elementwise_bytes_per_hidden: Annotated[float, msgspec.Meta(ge=0)]
     """Bytes memory-bound kernels move per token, per layer, per unit of width (hidden
     plus the MLP's active width) in 16-bit activations, forward and backward."""
@@ -151,6 +155,10 @@ class Serving(Record, kw_only=True):
     large_gpu_excludes: list[str]
     """Words of a GPU id that keep the smaller cap although the memory is large."""
 
+    max_batched_tokens: Annotated[int, msgspec.Meta(ge=1)]
+    """Tokens one engine step takes at most (``max_num_batched_tokens``)."""
+
+    large_gpu_max_batched_tokens: Annotated[int, msgspec.Meta(ge=1)]
     kv_block_tokens: Annotated[int, msgspec.Meta(ge=1)]
     """Tokens per KV-cache block: a sequence holds whole blocks."""
 
@@ -161,11 +169,17 @@ class Serving(Record, kw_only=True):
     verified: bool
     source: str
 
-    def max_concurrency(self, gpu: GpuSpec) -> int:
-        large = gpu.usable_memory_bytes >= self.large_gpu_min_memory_bytes and not any(
+    def large(self, gpu: GpuSpec) -> bool:
+        """Whether vLLM gives ``gpu`` its larger defaults."""
+        return gpu.usable_memory_bytes >= self.large_gpu_min_memory_bytes and not any(
             word in gpu.id for word in self.large_gpu_excludes
         )
-        return self.large_gpu_max_sequences if large else self.max_sequences
+
+    def max_concurrency(self, gpu: GpuSpec) -> int:
+        return self.large_gpu_max_sequences if self.large(gpu) else self.max_sequences
+
+    def token_budget(self, gpu: GpuSpec) -> int:
+        return self.large_gpu_max_batched_tokens if self.large(gpu) else self.max_batched_tokens
 
 
 class EfficiencyData(Record, kw_only=True):

@@ -1,24 +1,27 @@
 """How fast one replica serves, the way continuous-batching servers serve.
 
-A server (vLLM, TGI, TensorRT-LLM, SGLang) keeps up to ``B`` sequences in flight: every
-engine step decodes one token for each of them and fits the prefill of newly arrived
-requests in beside (chunked prefill). So, per replica of ``tp`` GPUs:
+A server (vLLM, TGI, TensorRT-LLM, SGLang) keeps up to ``B`` sequences in flight. Every
+engine step decodes one token for each of them and fits prompt tokens of newly arrived
+requests beside them (chunked prefill), up to a token budget per step. One step on a
+replica of ``tp`` GPUs therefore:
 
-- a decode step reads every local weight once and each sequence's KV cache, so it
-  takes ``max(bytes / (bandwidth x MBU), FLOPs / (peak x GEMM efficiency))`` plus a
-  launch cost per layer and the tensor-parallel all-reduces: batching amortizes the
-  weight reads until compute takes over (the roofline's ridge);
-- a prefill of ``s`` prompt tokens is compute-bound like a training forward (or, for a
-  short prompt, bound by reading the weights once);
-- in steady state ``B / o`` new requests start each step (``o`` output tokens each),
-  so a step also carries their prefill: time per output token
-  ``TPOT = decode(B) + prefill · B / o``, throughput ``B / TPOT`` tokens/s, and a request
-  waits its own prefill plus a step for its first token (TTFT).
+- reads every local weight once, and each decoding sequence's KV cache at its mean
+  context (prompt + half the output), at the bandwidth x MBU;
+- computes the decode tokens and the step's prompt tokens through the model's kernels
+  (GEMMs at the efficiency of their width, attention over the context, the memory-bound
+  kernels, fused as serving engines fuse them);
+- takes the larger of the two (the roofline: batching amortizes the weight reads until
+  compute takes over), plus a host and launch cost per layer and the tensor-parallel
+  all-reduces of the step's tokens.
 
-The concurrency ``B`` is chosen by :mod:`gpuplan.core.recommend.serving` from the KV
-cache that fits and the latency targets.
+In steady state ``B / o`` requests finish per step and as many start, so a step carries
+``B · s / o`` prompt tokens on average: the time per output token (TPOT) is that step,
+the throughput ``B / TPOT``. A new request's prompt goes through in chunks of the budget
+left beside the decodes; its time to first token (TTFT) is those steps (queueing aside).
+The concurrency ``B`` is chosen by :mod:`gpuplan.core.recommend.serving`.
 """
 
+import math
 from typing import Literal, NamedTuple
 
 from gpuplan.core.perf.comm import Link, all_reduce_seconds
@@ -40,10 +43,14 @@ class ServeShape(Record, kw_only=True):
     activation_bytes: int
     causal_skip: bool
     weights_bytes: float
-    """Weights one GPU of the replica reads each decode step."""
+    """Weights one GPU of the replica reads each step."""
 
     kv_bytes_per_token: float
     """KV cache one GPU holds per token of one sequence."""
+
+    token_budget: int
+    """Tokens one engine step takes at most, decodes and prompt chunks together
+    (vLLM's ``max_num_batched_tokens``)."""
 
 
 class Replica(NamedTuple):
@@ -52,18 +59,17 @@ class Replica(NamedTuple):
     tp: int
     rates: Rates
     mbu: float
-    """Share of the bandwidth a decode step's reads reach."""
+    """Share of the bandwidth a step's reads reach."""
 
     link: Link
 
 
 class Served(NamedTuple):
-    """One replica at concurrency ``batch``."""
+    """One replica at concurrency ``batch``, in steady state."""
 
     batch: int
-    prefill_s: float
-    decode_step_s: float
-    decode_bound: Bound
+    step_s: float
+    bound: Bound
     time_to_first_token_s: float
     time_per_output_token_s: float
     output_tokens_per_s: float
@@ -71,74 +77,114 @@ class Served(NamedTuple):
     model_flops_per_s: float
 
 
-def prefill_seconds(t: TokenFlops, shape: ServeShape, r: Replica) -> float:
-    """One request's prompt through the replica: a training forward's kernels."""
-    tp, rates, link = r.tp, r.rates, r.link
+def step_seconds(
+    t: TokenFlops, shape: ServeShape, r: Replica, *, decode: int, prompt: float
+) -> tuple[float, Bound]:
+    """One engine step: a token for each of ``decode`` sequences and ``prompt`` prompt
+    tokens beside them (``prompt`` may be an average over steps).
+
+    The GEMMs take the step's decode and prompt rows together, so they last as long as
+    the larger of reading the weights and their FLOPs; attention runs apart, reading each
+    decoding sequence's KV cache and computing the prompt tokens' scores; the memory-bound
+    kernels are fused as serving engines fuse them (forward only).
+    """
+    rates, tp, k = r.rates, r.tp, r.rates.kernels
     s = shape.prompt_tokens
-    gemm_flops = 2 * t.matmul_parameters * s / tp
-    attention_flops = (
+    context = s + shape.output_tokens / 2
+    bandwidth = rates.bandwidth_bytes_per_s * r.mbu
+    weights = shape.weights_bytes / bandwidth
+    kv = decode * shape.kv_bytes_per_token * context / bandwidth
+    # The steps that carry a prompt carry a chunk of it (at most the budget beside the
+    # decodes): their GEMMs have that many rows and more.
+    chunk = max(prompt, min(s, max(shape.token_budget - decode, 1))) if prompt > 0 else 0.0
+    gemm_flops = 2 * t.matmul_parameters * (decode + prompt) / tp
+    prompt_attention = (
         (forward_flops_per_token(t, s, causal_skip=shape.causal_skip) - 2 * t.matmul_parameters)
-        * s
+        * prompt
         / tp
     )
     if rates.mfu is not None:
-        compute = (gemm_flops + attention_flops) / (rates.peak_flops * rates.mfu)
+        gemm = gemm_flops / (rates.peak_flops * rates.mfu)
+        attention = prompt_attention / (rates.peak_flops * rates.mfu)
+        elementwise = 0.0
     else:
-        k, gen = rates.kernels, rates.generation
-        gemm = gemm_flops / (rates.peak_flops * gemm_efficiency(rates, shape.hidden_size / tp))
-        attention = attention_flops / (rates.attention_peak_flops * gen.attention_efficiency)
-        # Serving engines run fused kernels (as torch.compile would): forward only.
-        traffic = s * shape.num_layers * (shape.hidden_size + shape.mlp_width) / tp
+        gen = rates.generation
+        width = shape.hidden_size / tp
+        # Rows of a skinny decode-only GEMM leave tensor cores idle, but the weight reads
+        # bound that step anyway: its FLOPs are timed at the wide plateau.
+        rows = chunk + decode if prompt > 0 else math.inf
+        gemm = gemm_flops / (rates.peak_flops * gemm_efficiency(rates, width, rows))
+        attention = prompt_attention / (rates.attention_peak_flops * gen.attention_efficiency)
+        traffic = (decode + prompt) * shape.num_layers * (shape.hidden_size + shape.mlp_width) / tp
         traffic *= k.elementwise_bytes_per_hidden / 3 * k.compile_elementwise_factor
         traffic *= shape.activation_bytes / 2
         elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
-        launch = shape.num_layers * k.layer_overhead_seconds / 3 * k.compile_elementwise_factor
-        compute = gemm + attention + elementwise + launch
-    reads = shape.weights_bytes / (
-        rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
-    )
-    message = s * shape.hidden_size * shape.activation_bytes
-    return max(compute, reads) + shape.num_layers * 2 * all_reduce_seconds(message, tp, link)
+    launches = shape.num_layers * k.decode_overhead_seconds
+    if prompt > 0:
+        launches += (
+            min(1.0, prompt / chunk)
+            * shape.num_layers
+            * k.layer_overhead_seconds
+            / 3
+            * k.compile_elementwise_factor
+        )
+    message = (decode + prompt) * shape.hidden_size * shape.activation_bytes
+    comm = shape.num_layers * 2 * all_reduce_seconds(message, tp, r.link)
+    seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
+    return seconds, "memory" if weights + kv >= gemm + attention else "compute"
 
 
-def decode_seconds(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> tuple[float, Bound]:
-    """One engine step: a token for each of ``batch`` sequences at the mean context."""
-    tp, rates, mbu, link = r
-    context = shape.prompt_tokens + shape.output_tokens / 2
-    read = shape.weights_bytes + batch * shape.kv_bytes_per_token * context
-    memory = read / (rates.bandwidth_bytes_per_s * mbu)
-    flops = batch * forward_flops_per_token(t, context, causal_skip=False) / tp
-    efficiency = (
-        rates.mfu if rates.mfu is not None else gemm_efficiency(rates, shape.hidden_size / tp)
-    )
-    compute = flops / (rates.peak_flops * efficiency)
-    message = batch * shape.hidden_size * shape.activation_bytes
-    extra = shape.num_layers * (
-        rates.kernels.decode_overhead_seconds + 2 * all_reduce_seconds(message, tp, link)
-    )
-    return max(memory, compute) + extra, "memory" if memory >= compute else "compute"
+def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> float:
+    """A new prompt in chunks of the budget left beside the decodes, one step each; in
+    steady state each of those steps also carries the other arrivals' prompt tokens, and
+    the first token comes at the end of the last."""
+    s, o = shape.prompt_tokens, max(shape.output_tokens, 1)
+    others = max(batch - 1, 0)
+    room = max(shape.token_budget - others, 1)
+    chunks = math.ceil(s / room)
+    prompt = max(s / chunks, others * s / o)
+    step, _ = step_seconds(t, shape, r, decode=others, prompt=prompt)
+    return chunks * step
 
 
-def serve(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> Served:
-    """One replica serving ``batch`` sequences at once, in steady state."""
+def serve(
+    t: TokenFlops, shape: ServeShape, r: Replica, batch: int, *, static: bool = False
+) -> Served:
+    """One replica serving ``batch`` sequences at once, in steady state.
+
+    ``static``: the whole batch starts together (a static batch, as FasterTransformer or
+    DeepSpeed-Inference run it): one prefill of every prompt, then ``o`` decode steps
+    with nothing beside them, and the batch's time over its tokens.
+    """
     o = max(shape.output_tokens, 1)
-    prefill = prefill_seconds(t, shape, r)
-    step, bound = decode_seconds(t, shape, r, batch)
-    tpot = step + prefill * batch / o
-    tokens_per_s = batch / tpot
     s = shape.prompt_tokens
+    if static:
+        prefill, _ = step_seconds(t, shape, r, decode=0, prompt=batch * s)
+        step, bound = step_seconds(t, shape, r, decode=batch, prompt=0)
+        ttft, tpot = prefill, step
+        tokens_per_s = batch * o / (prefill + (o - 1) * step)
+    else:
+        step, bound = step_seconds(t, shape, r, decode=batch, prompt=batch * s / o)
+        ttft, tpot = time_to_first_token(t, shape, r, batch), step
+        tokens_per_s = batch / step
+    requests = tokens_per_s / o
     flops_per_request = s * forward_flops_per_token(
         t, s, causal_skip=shape.causal_skip
     ) + o * forward_flops_per_token(t, s + o / 2, causal_skip=False)
-    requests = tokens_per_s / o
     return Served(
         batch=batch,
-        prefill_s=prefill,
-        decode_step_s=step,
-        decode_bound=bound,
-        time_to_first_token_s=prefill + step,
+        step_s=step,
+        bound=bound,
+        time_to_first_token_s=ttft,
         time_per_output_token_s=tpot,
         output_tokens_per_s=tokens_per_s,
         requests_per_s=requests,
         model_flops_per_s=requests * flops_per_request,
     )
+
+
+def budget_concurrency(shape: ServeShape) -> int:
+    """The most sequences whose steady-state decodes and prompt chunks fit the budget:
+    ``B · (1 + s / o) ≤ budget``."""
+    o = max(shape.output_tokens, 1)
+    return max(int(shape.token_budget / (1 + shape.prompt_tokens / o)), 1)

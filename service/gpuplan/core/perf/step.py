@@ -17,14 +17,14 @@ cannot hide behind compute stays on the critical path. A pipeline idles
 ``m`` micro-batches per step).
 """
 
-from typing import Literal, NamedTuple
+import math
+from typing import NamedTuple
 
+from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.record import Record
-
-Schedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
 
 
 class StepShape(Record, kw_only=True):
@@ -68,18 +68,6 @@ class StepShape(Record, kw_only=True):
     compile: bool
     vision: bool = False
     """A convolutional model: matmuls only, at the vision share of the GEMM efficiency."""
-
-
-class StepLayout(Record, kw_only=True):
-    tensor: int = 1
-    pipeline: int = 1
-    data: int = 1
-    context: int = 1
-    expert: int = 1
-    virtual_stages: int = 1
-    schedule: Schedule = "1f1b"
-    zero_stage: int = 0
-    offload_optimizer: bool = False
 
 
 class StepLinks(Record, kw_only=True):
@@ -133,14 +121,16 @@ class Step(Record, kw_only=True):
     """Model FLOPs of the step / (seconds x GPUs x matmul peak)."""
 
 
-def gemm_efficiency(r: Rates, width: float) -> float:
-    """The share of the peak a GEMM of ``width`` reaches (a model of unknown width,
-    a bare parameter count or a vision preset, is taken at the plateau)."""
-    gen = r.generation
+def gemm_efficiency(r: Rates, width: float, tokens: float) -> float:
+    """The share of the peak a GEMM of ``width`` (hidden size per tensor-parallel rank)
+    over ``tokens`` rows reaches: the plateau, less where either dimension is too small
+    to fill the GPU's tiles and waves (``x / (x + half)`` in each). A model of unknown
+    width (a bare parameter count, a vision preset) is taken at the plateau's width."""
+    gen, k = r.generation, r.kernels
     plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
-    if width <= 0:
-        return plateau
-    return plateau * width / (width + r.kernels.gemm_half_width)
+    wide = width / (width + k.gemm_half_width) if width > 0 else 1.0
+    tall = 1.0 if math.isinf(tokens) else tokens / (tokens + k.gemm_half_tokens)
+    return plateau * wide * tall
 
 
 class MicroBatch(NamedTuple):
@@ -151,23 +141,36 @@ class MicroBatch(NamedTuple):
     attention_s: float
     elementwise_s: float
     launch_s: float
+    forward_gemm_share: float = 1 / 3
+    """Share of the GEMM time that is forward: 2N of 6N, or 2N of 4N with a frozen base
+    (LoRA computes no weight gradients for it)."""
 
     @property
     def compute_s(self) -> float:
         return self.gemm_s + self.attention_s + self.elementwise_s + self.launch_s
 
+    @property
+    def backward_s(self) -> float:
+        return self.compute_s - self.forward_s
+
+    @property
+    def forward_s(self) -> float:
+        """The forward: its GEMMs, a third of attention (forward 1, backward 2), and a
+        third of the memory-bound kernels and launches."""
+        rest = self.attention_s + self.elementwise_s + self.launch_s
+        return self.gemm_s * self.forward_gemm_share + rest / 3
+
     def recompute_s(self, checkpointing: str) -> float:
-        """Full repeats the forward (a third of everything but the backward's share);
-        selective repeats the attention core's forward."""
+        """Full repeats the forward; selective repeats the attention core's forward."""
         if checkpointing == "full":
-            return self.compute_s / 3
+            return self.forward_s
         if checkpointing == "selective":
             return self.attention_s / 3
         return 0.0
 
 
 def micro_batch(
-    t: TokenFlops, shape: StepShape, lay: StepLayout, rates: Rates, framework: Framework
+    t: TokenFlops, shape: StepShape, lay: Parallelism, rates: Rates, framework: Framework
 ) -> MicroBatch:
     """The compute of one micro-batch on one GPU, by kind of kernel."""
     # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
@@ -178,11 +181,22 @@ def micro_batch(
     weights = (4 if shape.frozen_base else 6) * t.matmul_parameters * local_tokens / shard
     full = forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
     attention = 3 * (full - 2 * t.matmul_parameters) * local_tokens / shard
+    forward_share = 1 / 2 if shape.frozen_base else 1 / 3
     if rates.mfu is not None:
         rate = rates.peak_flops * rates.mfu
-        return MicroBatch(weights + attention, weights / rate, attention / rate, 0.0, 0.0)
+        return MicroBatch(
+            weights + attention, weights / rate, attention / rate, 0.0, 0.0, forward_share
+        )
     gen, k = rates.generation, rates.kernels
-    gemm = weights / (rates.peak_flops * gemm_efficiency(rates, shape.hidden_size / lay.tensor))
+    gemm = weights / (
+        rates.peak_flops
+        * gemm_efficiency(
+            # A convolution's GEMM rows are the batch times every output pixel.
+            rates,
+            shape.hidden_size / lay.tensor,
+            math.inf if shape.vision else local_tokens,
+        )
+    )
     attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
     traffic = 0.0
     if not shape.vision:
@@ -199,11 +213,11 @@ def micro_batch(
     if shape.compile:
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
     elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
-    return MicroBatch(weights + attention, gemm, attention_s, elementwise, launch)
+    return MicroBatch(weights + attention, gemm, attention_s, elementwise, launch, forward_share)
 
 
 def _micro_comm(
-    shape: StepShape, lay: StepLayout, links: StepLinks, attention_s: float
+    shape: StepShape, lay: Parallelism, links: StepLinks, attention_s: float
 ) -> tuple[float, float, float, float]:
     """(tensor, context exposed, expert, pipeline) seconds of one micro-batch's traffic."""
     local_tokens = shape.batch_size * shape.seq / lay.context
@@ -239,7 +253,7 @@ def _micro_comm(
 def training_step(
     t: TokenFlops,
     shape: StepShape,
-    layout: StepLayout,
+    layout: Parallelism,
     *,
     rates: Rates,
     links: StepLinks,
@@ -272,6 +286,7 @@ def training_step(
         links=links,
         framework=framework,
         busy_micro=micro.compute_s + recompute,
+        backward_micro=micro.backward_s + recompute,
         comm_overlap=comm_overlap,
     )
     optimizer = _optimizer_seconds(shape, lay, rates, links)
@@ -294,14 +309,18 @@ def training_step(
 
 def _data_exposed(
     shape: StepShape,
-    lay: StepLayout,
+    lay: Parallelism,
     *,
     links: StepLinks,
     framework: Framework,
     busy_micro: float,
+    backward_micro: float,
     comm_overlap: float | None,
 ) -> float:
-    """Data-parallel traffic left on the critical path after the framework's overlap."""
+    """Data-parallel traffic left on the critical path after the framework's overlap.
+
+    What a bucket or a prefetch hides behind cannot hide the last one: at least one
+    layer's share of the traffic stays exposed, whatever the overlap."""
     if lay.data <= 1:
         return 0.0
     m = shape.accumulation
@@ -316,22 +335,29 @@ def _data_exposed(
         per_micro = 2 * all_gather_seconds(held * shape.gather_bytes, lay.data, links.data)
         per_micro += all_gather_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
         hidden = busy_micro * framework.gather_hidden_share
-        return m * (max(0.0, per_micro - hidden) + per_micro / max(layers, 1))
-    # DDP, ZeRO-1/2, Megatron's distributed optimizer: one gradient all-reduce (or
-    # reduce-scatter and parameter all-gather: the same bytes) a step, in layer-sized
-    # buckets behind the last micro-batch's backward; the last bucket cannot hide.
-    traffic = all_reduce_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
+        return m * max(per_micro - hidden, per_micro / max(layers, 1))
     share = comm_overlap if comm_overlap is not None else framework.data_hidden_share
-    hidden = busy_micro * 2 / 3 * share
-    return max(0.0, traffic - hidden) + traffic / max(layers, 1)
+    hidden = backward_micro * share
+    if lay.zero_stage == 2:
+        # ZeRO-2 (DeepSpeed stage 2, FSDP SHARD_GRAD_OP) reduce-scatters the gradients
+        # into their owners' shards every micro-batch, behind its backward, and gathers
+        # the updated parameters once a step.
+        scatter = all_gather_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
+        gather = all_gather_seconds(trainable * shape.weight_bytes, lay.data, links.data)
+        return m * max(scatter - hidden, scatter / max(layers, 1)) + gather
+    # DDP, ZeRO-1, Megatron's distributed optimizer: one gradient all-reduce (or
+    # reduce-scatter and parameter all-gather: the same bytes) a step, in layer-sized
+    # buckets behind the last micro-batch's backward.
+    traffic = all_reduce_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
+    return max(traffic - hidden, traffic / max(layers, 1))
 
 
-def _optimizer_seconds(shape: StepShape, lay: StepLayout, rates: Rates, links: StepLinks) -> float:
+def _optimizer_seconds(shape: StepShape, lay: Parallelism, rates: Rates, links: StepLinks) -> float:
     """The optimizer step reads and writes its states once (memory-bound); offloaded to
     the host, the gradients go down and the updated weights come back instead."""
     shards = lay.tensor * lay.pipeline * (lay.data if lay.zero_stage >= 1 else 1)
     local = shape.trainable_parameters / shards
-    if lay.offload_optimizer:
+    if lay.cpu_offload.optimizer:
         return max(
             transfer_seconds(local * shape.gradient_bytes, links.host),
             transfer_seconds(local * shape.weight_bytes, links.host),

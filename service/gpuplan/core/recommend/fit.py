@@ -19,7 +19,7 @@ from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
-from gpuplan.core.perf.step import StepLinks
+from gpuplan.core.perf.step import StepLinks, StepShape
 from gpuplan.core.recommend.schema import ParallelLayout
 
 MAX_ESTIMATES = 400
@@ -45,6 +45,8 @@ class MemoryOracle:
         """Links of a (GPU, layout), for the speed model; kept here as a per-request memo."""
         self.ladders: dict[int, list[ParallelLayout]] = {}
         """The search's layouts at a GPU count (they do not depend on the GPU)."""
+        self.shapes: dict[bytes, StepShape] = {}
+        """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
 
     def laid_out(self, workload: Workload, layout: ParallelLayout) -> tuple[Workload, bytes]:
         """``with_layout(workload, layout)`` and its memo key, built once per request."""

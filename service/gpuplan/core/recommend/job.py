@@ -108,6 +108,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
     iv = request.inference or InferenceVolume()
     prompt = iv.prompt_tokens or w.sequence_length or 1
     output = iv.output_tokens or w.max_new_tokens or DEFAULT_OUTPUT_TOKENS
+    errors += _layout_errors(request)
     try:
         # The request's own layout is checked whatever the mode: the search times it too.
         check_workload(arch, w, vision=model.vision is not None)
@@ -161,6 +162,43 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         measured=measured,
         prices=prices,
     )
+
+
+def _layout_errors(request: RecommendRequest) -> list[tuple[str, str]]:
+    """What contradicts the layout the request fixes or the counts it allows."""
+    errors = []
+    c, w, p = request.constraints, request.workload, request.workload.parallelism
+    for i, n in enumerate(c.gpu_counts):
+        if n > c.max_gpus_per_job:
+            errors.append(
+                (
+                    f"$.constraints.gpu_counts[{i}]",
+                    f"{n} is over max_gpus_per_job {c.max_gpus_per_job}",
+                )
+            )
+    if request.layout != "given":
+        return errors
+    if w.mode == "inference":
+        for name in ("pipeline", "context"):
+            if getattr(p, name) > 1:
+                errors.append(
+                    (
+                        f"$.workload.parallelism.{name}",
+                        "a serving plan is replicas (data) of tensor-parallel GPUs; "
+                        f"{name} parallel serving is not modelled",
+                    )
+                )
+    tv = request.training
+    written = w.batch_size * w.gradient_accumulation_steps * p.data
+    if tv is not None and tv.global_batch_size is not None and tv.global_batch_size != written:
+        errors.append(
+            (
+                "$.training.global_batch_size",
+                f"layout given: the global batch is batch_size x gradient_accumulation_steps x "
+                f"parallelism.data = {written}, not {tv.global_batch_size}",
+            )
+        )
+    return errors
 
 
 def _training_tokens(request: RecommendRequest, errors: list[tuple[str, str]]) -> float:

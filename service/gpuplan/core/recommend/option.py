@@ -88,6 +88,34 @@ def breach(
     )
 
 
+def layout_breaches(gpu: GpuSpec, count: int, c: Constraints) -> list[Breach]:
+    """What a layout the request fixed (``layout: given``) misses of the constraints the
+    search would have kept to."""
+    out = []
+    if count > c.max_gpus_per_job:
+        out.append(
+            breach(
+                "constraints.max_gpus_per_job",
+                count,
+                c.max_gpus_per_job,
+                "GPUs",
+                f"needs {count} GPUs, over max_gpus_per_job {c.max_gpus_per_job}",
+            )
+        )
+    if count > 1 and c.required_interconnect == "nvlink" and gpu.interconnect.gpu_link is None:
+        out.append(
+            Breach(
+                constraint="constraints.required_interconnect",
+                actual=None,
+                limit=1.0,
+                unit="link",
+                factor=UNKNOWN_FACTOR,
+                detail=f"{gpu.id} has no NVLink or Infinity Fabric for {count} GPUs",
+            )
+        )
+    return out
+
+
 def memory_breach(required: int, usable: int) -> Breach:
     """A plan that does not fit; ``required`` 0: the estimator refused its layout."""
     if required <= 0:

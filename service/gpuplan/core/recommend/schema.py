@@ -129,10 +129,11 @@ class InferenceVolume(Record, kw_only=True):
 class Efficiency(Record, kw_only=True):
     """Overrides of the speed model's defaults (docs/recommendation.md)."""
 
-    mfu: Fraction | None = None
-    """Model FLOPs utilization for training and prefill, all GPUs."""
+    mfu: Annotated[float, msgspec.Meta(ge=0.01, le=1)] | None = None
+    """Model FLOPs utilization for training and prefill, all GPUs: replaces the kernel
+    model (model FLOPs at peak x mfu; recomputation, communication, bubbles still added)."""
 
-    mbu: Fraction | None = None
+    mbu: Annotated[float, msgspec.Meta(ge=0.01, le=1)] | None = None
     """Memory-bandwidth utilization of decode, all GPUs."""
 
     comm_overlap: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
@@ -243,6 +244,7 @@ class StepTime(Record, kw_only=True):
 ConcurrencyLimit = Literal[
     "kv_cache",
     "max_concurrency",
+    "token_budget",
     "batch_size",
     "max_time_to_first_token_s",
     "max_time_per_output_token_s",
@@ -257,9 +259,10 @@ class Latency(Record, kw_only=True):
 
     limited_by: ConcurrencyLimit
     """What stops the concurrency growing: the KV cache left after the weights, the
-    server's sequence cap, an explicit ``batch_size``, or a latency target."""
+    server's sequence cap, its token budget per step (decodes and the prompt chunks of
+    arriving requests must fit it), an explicit ``batch_size``, or a latency target."""
 
-    kv_cache_sequences: int
+    kv_cache_sequences: int | None
     """Sequences the paged KV cache holds at their mean length (prompt + half the output)."""
 
     time_to_first_token_s: float
@@ -306,7 +309,10 @@ class Candidate(Record, kw_only=True):
     fits: bool
     layout: ParallelLayout | None
     required_bytes_per_gpu: int
-    """The estimator's ``required_bytes`` (with its 20% headroom) for one GPU of the layout."""
+    """Training, and a plan that does not fit: the estimator's ``required_bytes`` (with its
+    20% headroom) for one GPU of the layout. Serving: what one GPU of a replica holds at
+    the planned concurrency (weights, runtime, and the KV cache of its sequences in flight
+    at their mean length), within the server's share of the GPU."""
 
     usable_memory_bytes: int
     memory_utilization: float

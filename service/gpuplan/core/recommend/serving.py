@@ -16,11 +16,11 @@ from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.efficiency import efficiency_data
-from gpuplan.core.perf.serve import Replica, Served, ServeShape, serve
+from gpuplan.core.perf.serve import Replica, Served, ServeShape, budget_concurrency, serve
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, breach, memory_breach, priced
+from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
 from gpuplan.core.recommend.schema import (
     ConcurrencyLimit,
     Constraints,
@@ -56,6 +56,8 @@ def serving_options(
     for tp in degrees:
         if not given and not multi_gpu_allowed(gpu, tp, c):
             break
+        if not given and c.gpu_counts and not any(n % tp == 0 for n in c.gpu_counts):
+            continue
         layout = ParallelLayout(tensor=tp, pipeline=1, data=1, zero_stage=0)
         workload, key = oracle.laid_out(job.workload, layout)
         total = oracle.total(workload, gpu, key)
@@ -131,11 +133,12 @@ class ReplicaMemory(NamedTuple):
         )
 
     @property
-    def sequences(self) -> int:
-        """Sequences in flight the cache holds at their mean length."""
-        room = self.budget_bytes - self.static_bytes
+    def sequences(self) -> int | None:
+        """Sequences in flight the cache holds at their mean length; None for a model
+        whose cache is not known (a bare parameter count)."""
         if self.per_token_bytes <= 0:
-            return 1 << 30 if room > 0 else 0
+            return None
+        room = self.budget_bytes - self.static_bytes
         return max(int(room // (self.per_token_bytes * self.mean_tokens)), 0)
 
     def resident(self, sequences: int, *, static_batch: bool) -> int:
@@ -183,7 +186,19 @@ def choose_concurrency(
             low = mid
         else:
             high = mid
-    return run(low), missed
+    # The target that one more sequence would miss is the one that binds.
+    return run(low), _breach(run(high), iv) or missed
+
+
+def _allowed_replicas(needed: int, tp: int, c: Constraints) -> int:
+    """``needed`` replicas, or with ``constraints.gpu_counts`` the fewest replicas of an
+    allowed count that are enough (else the most an allowed count holds)."""
+    if not c.gpu_counts:
+        return needed
+    options = sorted({n // tp for n in c.gpu_counts if n % tp == 0 and n >= tp})
+    if not options:
+        return needed
+    return next((r for r in options if r >= needed), options[-1])
 
 
 def serve_option(
@@ -215,22 +230,32 @@ def serve_option(
         causal_skip=w.attention != "eager",
         weights_bytes=memory.weights_bytes,
         kv_bytes_per_token=memory.per_token_bytes,
+        token_budget=efficiency_data().serving.token_budget(gpu),
     )
     replica = Replica(tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link)
 
+    static_batch = w.batch_size > 1
+
     def run(batch: int) -> Served:
-        return serve(job.flops, shape, replica, batch)
+        return serve(job.flops, shape, replica, batch, static=static_batch)
 
     held = memory.sequences
-    static_batch = w.batch_size > 1
     limit: ConcurrencyLimit
     fits = memory.estimate_bytes <= gpu.usable_memory_bytes
     if static_batch:
         s, limit = run(w.batch_size), "batch_size"
         required = memory.resident(w.batch_size, static_batch=True)
     else:
-        server_cap = iv.max_concurrency or efficiency_data().serving.max_concurrency(gpu)
-        cap, limit = (held, "kv_cache") if held < server_cap else (server_cap, "max_concurrency")
+        kv: list[tuple[int, ConcurrencyLimit]] = [] if held is None else [(held, "kv_cache")]
+        limits: list[tuple[int, ConcurrencyLimit]] = [
+            *kv,
+            (
+                iv.max_concurrency or efficiency_data().serving.max_concurrency(gpu),
+                "max_concurrency",
+            ),
+            (budget_concurrency(shape), "token_budget"),
+        ]
+        cap, limit = min(limits, key=lambda pair: pair[0])
         s, limit = choose_concurrency(run, max(cap, 1), limit, iv)
         required = memory.resident(s.batch, static_batch=False)
     if not fits:
@@ -241,7 +266,7 @@ def serve_option(
         else 1
     )
     # A replica that does not fit is shown alone: how many it would take says nothing.
-    replicas = replicas or (needed if fits else 1)
+    replicas = replicas or (_allowed_replicas(needed, tp, c) if fits else 1)
     count = replicas * tp
     layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
@@ -259,23 +284,14 @@ def serve_option(
         )
     reasons.append(
         f"{replicas} replica(s) of {tp} GPU(s), each {s.batch} sequences in flight "
-        f"(limited by {limit}; the KV cache holds {held}): {s.requests_per_s:.3g} requests/s, "
+        f"(limited by {limit}; the KV cache holds {held if held is not None else 'an unknown number'}): "
+        f"{s.requests_per_s:.3g} requests/s, "
         f"{s.output_tokens_per_s:,.0f} output tokens/s, TTFT {s.time_to_first_token_s * 1000:.0f} ms, "
-        f"TPOT {s.time_per_output_token_s * 1000:.1f} ms; decode is {s.decode_bound}-bound"
+        f"TPOT {s.time_per_output_token_s * 1000:.1f} ms; decode is {s.bound}-bound"
         + (f" (tensor parallel over {link.kind})" if tp > 1 else "")
     )
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
-    if count > c.max_gpus_per_job:
-        breaches.append(
-            breach(
-                "constraints.max_gpus_per_job",
-                count,
-                c.max_gpus_per_job,
-                "GPUs",
-                f"needs {count} GPUs for {job.requests_per_second:g} requests/s, over "
-                f"max_gpus_per_job {c.max_gpus_per_job}",
-            )
-        )
+    breaches += layout_breaches(gpu, count, c)
     if replicas < needed and job.requests_per_second and fits:
         served = replicas * s.requests_per_s
         breaches.append(
@@ -304,7 +320,9 @@ def serve_option(
                 )
             )
     reasons += [b.detail for b in breaches if b.constraint != "memory"]
-    request_latency = s.time_to_first_token_s + job.output_tokens * s.time_per_output_token_s
+    request_latency = (
+        s.time_to_first_token_s + max(job.output_tokens - 1, 0) * s.time_per_output_token_s
+    )
     option = Option(
         gpu=gpu,
         count=count,
@@ -324,7 +342,7 @@ def serve_option(
             request_latency_s=request_latency,
             output_tokens_per_s=s.output_tokens_per_s,
             requests_per_s=s.requests_per_s,
-            decode_bound=s.decode_bound,
+            decode_bound=s.bound,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
         reasons=reasons,

@@ -33,12 +33,12 @@ from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link, group_link
-from gpuplan.core.perf.efficiency import efficiency_data, framework
-from gpuplan.core.perf.step import Step, StepLayout, StepLinks, StepShape, training_step
+from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
+from gpuplan.core.perf.step import Step, StepLinks, StepShape, training_step
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, memory_breach, priced
+from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, priced
 from gpuplan.core.recommend.schema import (
     Constraints,
     Objective,
@@ -53,7 +53,7 @@ LONG_SEQUENCE = 16_384
 CONTEXT_CHUNK = 8_192
 """Context parallelism splits a long sequence into chunks of about this many tokens."""
 
-REFINE_LIMIT = 48
+REFINE_LIMIT = 16
 """Most whole-node counts tried around the coarse sweep's best."""
 
 
@@ -109,7 +109,7 @@ def default_framework(layout: ParallelLayout) -> FrameworkName:
         return "fsdp2"
     if layout.tensor > 1 or layout.pipeline > 1 or layout.context > 1 or layout.expert > 1:
         return "megatron"
-    return "ddp"
+    return "deepspeed" if layout.zero_stage in (1, 2) else "ddp"
 
 
 def split_batch(global_batch: int, data: int, micro: int) -> tuple[int, int] | None:
@@ -173,17 +173,17 @@ def training_ladder(job: Job, count: int, c: Constraints) -> list[ParallelLayout
             rungs.append(
                 ParallelLayout(tensor=t, pipeline=1, data=dp, zero_stage=3 if dp > 1 else 0)
             )
-            pp = max(
-                (
-                    p
-                    for p in range(2, min(count // t, arch.num_layers) + 1)
-                    if (count // t) % p == 0
-                ),
-                default=1,
-                key=lambda p: (p & (p - 1) == 0, p),
-            )
-            if pp > 1:
-                dp = count // (t * pp)
+            # Tensor x pipeline: the split of the rest whose data-parallel ranks divide
+            # the global batch with the fewest stages (the smallest bubble), and the one
+            # with the most (the least memory per GPU).
+            rest = count // t
+            splits = [
+                (pp, rest // pp)
+                for pp in range(2, min(rest, arch.num_layers) + 1)
+                if rest % pp == 0 and job.global_batch % (rest // pp) == 0
+            ]
+            chosen = sorted({splits[0], splits[-1]}) if splits else []
+            for pp, dp in chosen:
                 rungs.append(
                     ParallelLayout(
                         tensor=t,
@@ -195,11 +195,11 @@ def training_ladder(job: Job, count: int, c: Constraints) -> list[ParallelLayout
                 )
             seq = job.workload.sequence_length or 0
             if seq >= LONG_SEQUENCE:
-                cp = min(count // t, 1 << max(0, math.ceil(math.log2(seq / CONTEXT_CHUNK))))
-                while cp > 1 and (count // t) % cp:
+                cp = min(rest, 1 << max(0, math.ceil(math.log2(seq / CONTEXT_CHUNK))))
+                while cp > 1 and (rest % cp or job.global_batch % (rest // cp)):
                     cp //= 2
                 if cp > 1:
-                    dp = count // (t * cp)
+                    dp = rest // cp
                     rungs.append(
                         ParallelLayout(
                             tensor=t, pipeline=1, data=dp, context=cp, zero_stage=1 if dp > 1 else 0
@@ -246,20 +246,6 @@ def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
     )
 
 
-def step_layout(layout: ParallelLayout, w: Workload) -> StepLayout:
-    return StepLayout(
-        tensor=layout.tensor,
-        pipeline=layout.pipeline,
-        data=layout.data,
-        context=layout.context,
-        expert=layout.expert,
-        virtual_stages=layout.virtual_stages,
-        schedule=w.parallelism.pipeline_schedule,
-        zero_stage=layout.zero_stage,
-        offload_optimizer=layout.cpu_offload_optimizer,
-    )
-
-
 def _links(
     gpu: GpuSpec, layout: ParallelLayout, c: Constraints, oracle: MemoryOracle | None
 ) -> StepLinks:
@@ -301,6 +287,16 @@ def _links(
     return links
 
 
+def _framework(job: Job, layout: ParallelLayout) -> Framework:
+    """The framework a layout is timed with. Megatron's fused kernels are assumed only
+    when the request names it: a tensor-parallel layout the search chose may run on
+    anything, and a job must not get faster per GPU by being spread over more of them."""
+    chosen = framework(default_framework(layout))
+    if job.given.framework is None and chosen.elementwise_factor != 1.0:
+        return msgspec.structs.replace(chosen, elementwise_factor=1.0)
+    return chosen
+
+
 def time_training(
     job: Job,
     ctx: GpuContext,
@@ -312,14 +308,21 @@ def time_training(
 ) -> Timing:
     """Job seconds, trained tokens/s, delivered model FLOP/s and the step of ``layout``."""
     assert ctx.rates is not None
-    laid = oracle.laid_out(job.workload, layout)[0] if oracle else with_layout(job.workload, layout)
+    if oracle is None:
+        laid = with_layout(job.workload, layout)
+        shape = step_shape(job, laid, trainable)
+    else:
+        laid, key = oracle.laid_out(job.workload, layout)
+        shape = oracle.shapes.get(key) or oracle.shapes.setdefault(
+            key, step_shape(job, laid, trainable)
+        )
     step = training_step(
         job.flops,
-        step_shape(job, laid, trainable),
-        step_layout(layout, laid),
+        shape,
+        laid.parallelism,
         rates=ctx.rates,
         links=_links(ctx.gpu, layout, c, oracle),
-        framework=framework(default_framework(layout)),
+        framework=_framework(job, layout),
         comm_overlap=job.overlap,
     )
     tokens_per_s = step.tokens / step.seconds
@@ -328,31 +331,34 @@ def time_training(
     )
 
 
-def counts(c: Constraints) -> list[int]:
-    """The GPU counts the search may answer, smallest first."""
+def counts(c: Constraints) -> Iterator[int]:
+    """The GPU counts the search may answer, smallest first: every count inside a node,
+    whole nodes above (or exactly ``constraints.gpu_counts``)."""
     if c.gpu_counts:
-        return sorted({n for n in c.gpu_counts if n <= c.max_gpus_per_job})
+        yield from sorted(set(c.gpu_counts))
+        return
     node = c.gpus_per_node
-    within = list(range(1, min(node, c.max_gpus_per_job) + 1))
-    return within + list(range(2 * node, c.max_gpus_per_job + 1, node))
+    yield from range(1, min(node, c.max_gpus_per_job) + 1)
+    yield from range(2 * node, c.max_gpus_per_job + 1, node)
 
 
-def _coarse(all_counts: list[int], node: int) -> list[int]:
-    """Every count inside a node, and a geometric grid of whole-node counts above."""
-    picked = [n for n in all_counts if n <= node]
-    nodes = [n for n in all_counts if n > node]
-    step = 1.0
-    while nodes:
-        target = node * step
-        best = min(nodes, key=lambda n: (abs(n - target), n))
-        if not picked or best > picked[-1]:
-            picked.append(best)
-        step *= 1.5 if step < 2 else 1.4142
-        if node * step > nodes[-1] * 1.5:
-            break
-    if nodes and nodes[-1] not in picked:
-        picked.append(nodes[-1])
-    return sorted(set(picked))
+def _coarse(c: Constraints) -> list[int]:
+    """A geometric grid of the counts: 1, 2, 3, 4, 6, 8, 12, 16, 24, … (powers of two and
+    three times them) inside a node, rounded to whole nodes above, and the largest count.
+    Computed, not picked from the list of every count (a 65,536-GPU bound is a long
+    list); the search refines around its best."""
+    node, top = c.gpus_per_node, c.max_gpus_per_job
+    picked = {min(node, top)}
+    if top >= 2 * node:
+        picked.add(top // node * node)
+    k = 0
+    while (1 << k) <= top:
+        for n in (1 << k, 3 << k >> 1 if k else 1):
+            whole = n if n <= node else max(2, round(n / node)) * node
+            if whole <= top:
+                picked.add(whole)
+        k += 1
+    return sorted(picked)
 
 
 def training_options(
@@ -369,7 +375,6 @@ def training_options(
     miss = Option(gpu=gpu, count=1, layout=None, required=0, fits=False, admissible=False)
     bounds = _replica_bounds(oracle, job, gpu)
     tried: dict[int, Option | None] = {}
-    all_counts = counts(c)
 
     def at(count: int) -> Option | None:
         nonlocal miss
@@ -394,7 +399,7 @@ def training_options(
                 )
         return tried[count]
 
-    coarse = all_counts if c.gpu_counts else _coarse(all_counts, c.gpus_per_node)
+    coarse = list(counts(c)) if c.gpu_counts else _coarse(c)
     best: Option | None = None
     first_fit: int | None = None
     stale = 0
@@ -414,22 +419,26 @@ def training_options(
             if stale >= 3 and objective in ("fastest", "balanced"):
                 break
     if best is not None and not c.gpu_counts:
-        for count in _around(best.count, all_counts, coarse):
+        for count in _around(best.count, coarse, c.gpus_per_node):
             if multi_gpu_allowed(gpu, count, c):
                 at(count)
     options = [o for o in tried.values() if o is not None]
     return options, miss
 
 
-def _around(count: int, all_counts: list[int], coarse: list[int]) -> Iterator[int]:
+def _around(count: int, coarse: list[int], node: int) -> Iterator[int]:
     """Every count strictly between the coarse neighbours of ``count`` (at most
     :data:`REFINE_LIMIT`, spread evenly when there are more)."""
     i = coarse.index(count)
     low = coarse[i - 1] if i else 0
     high = coarse[i + 1] if i + 1 < len(coarse) else count
-    between = [n for n in all_counts if low < n < high and n not in coarse]
-    stride = max(1, math.ceil(len(between) / REFINE_LIMIT))
-    yield from between[::stride]
+    inside = range(low + 1, min(high, node + 1))
+    above = range(max(2 * node, (low // node + 1) * node), high, node)
+    between = [r for r in (inside, above) if len(r)]
+    total = sum(len(r) for r in between)
+    stride = max(1, math.ceil(total / REFINE_LIMIT))
+    for r in between:
+        yield from (n for n in r[::stride] if n not in coarse)
 
 
 def _option_at(
@@ -545,15 +554,20 @@ def given_option(
     option = _option(
         job, ctx, c, count=count, layout=layout, required=required, timing=timing, fits=fits
     )
+    reasons = list(option.reasons)
     if not fits:
-        why = (
+        reasons.insert(
+            0,
             f"does not fit: needs {required / 2**30:.1f} GiB per GPU, "
             f"{ctx.gpu.usable_memory_bytes / 2**30:.1f} GiB usable (timed as given)"
             if required
-            else "the estimator refused this layout (timed as given)"
+            else "the estimator refused this layout (timed as given)",
         )
-        option = msgspec.structs.replace(option, admissible=False, reasons=[why, *option.reasons])
-    return option
+    breaches = [*option.breaches, *layout_breaches(ctx.gpu, count, c)]
+    reasons += [b.detail for b in breaches if b.constraint != "memory"]
+    return msgspec.structs.replace(
+        option, admissible=option.admissible and not breaches, reasons=reasons, breaches=breaches
+    )
 
 
 def _fit_at(
