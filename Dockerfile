@@ -1,6 +1,8 @@
 # gpuplan images. `docker build .` builds the API (the last stage);
-# `docker build --target agent .` builds the GPU agent, which adds torch.
-# Every dependency ships as a wheel, so no stage needs a compiler.
+# `docker build --target agent .` builds the GPU agent, which adds torch;
+# `docker build --target worker .` builds the job worker, which adds CPU torch and
+# transformers (the trace extra). Every dependency ships as a wheel, so no stage needs
+# a compiler.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -14,6 +16,14 @@ FROM build AS build-agent
 # PyPI's default torch wheel for linux x86_64 is the CUDA build the agent needs on GPU nodes.
 # The agent extra adds nvidia-ml-py (NVML); without it the agent falls back to CPU mode.
 RUN /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt ".[torch]" ".[agent]"
+
+FROM build AS build-worker
+# Traces run on fake tensors: no GPU, so the CPU build of torch (a tenth of the CUDA
+# wheel's size) from PyTorch's CPU wheel index, then the trace extra (transformers).
+ARG TORCH_VERSION=2.13.0
+RUN /opt/gpuplan/bin/pip install --no-cache-dir \
+        --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
+    && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt ".[trace]"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/gpuplan/bin:$PATH \
@@ -29,6 +39,14 @@ COPY --from=build-agent /opt/gpuplan /opt/gpuplan
 USER 10001:10001
 EXPOSE 9400
 CMD ["gpuplan", "agent"]
+
+FROM runtime AS worker
+COPY --from=build-worker /opt/gpuplan /opt/gpuplan
+USER 10001:10001
+# transformers never reaches the hub; its caches go to the pod's writable /tmp.
+ENV HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/tmp/huggingface HOME=/tmp
+EXPOSE 9500
+CMD ["gpuplan", "worker"]
 
 FROM runtime AS api
 COPY --from=build /opt/gpuplan /opt/gpuplan

@@ -45,6 +45,8 @@ class RedisServer:
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.process: subprocess.Popen[bytes] | None = None
+        self.args = ["--save", "", "--appendonly", "no"]
+        """Options after the port: no persistence unless a test asks for it."""
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -57,10 +59,7 @@ class RedisServer:
                 str(self.port),
                 "--bind",
                 "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
         )

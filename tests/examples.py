@@ -14,6 +14,7 @@ import sys
 import uuid
 from pathlib import Path
 
+import msgspec
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
@@ -24,6 +25,9 @@ from tests.helpers import TINY_LLAMA, publish_snapshots
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "service" / "gpuplan" / "api" / "examples"
 DOC = ROOT / "docs" / "api-examples.md"
+
+JOB_PATH = "/v1/jobs/{id}"
+"""Stands for a job's path until a recording submits one."""
 
 REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     "healthz": ("Liveness", ExampleRequest(method="GET", path="/healthz")),
@@ -142,6 +146,14 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
             },
         ),
     ),
+    "get_job": (
+        "A trace submitted with `Prefer: respond-async`, after a worker ran it",
+        ExampleRequest(method="GET", path=JOB_PATH),
+    ),
+    "cancel_job": (
+        "Cancelling a trace still in the queue",
+        ExampleRequest(method="DELETE", path=JOB_PATH),
+    ),
     "list_nodes": ("The live fleet", ExampleRequest(method="GET", path="/v1/fleet/nodes")),
     "get_node": ("One live node", ExampleRequest(method="GET", path="/v1/fleet/nodes/node-a")),
     "fleet_flops": (
@@ -215,6 +227,33 @@ def render_doc(examples: dict[str, Example]) -> str:
     return "\n".join(out)
 
 
+def _job_paths(redis_url: str, prefix: str) -> dict[str, str]:
+    """Two traces submitted asynchronously to a queue of the recording's own: one run by a
+    worker (in burst mode, here), one left queued to be cancelled."""
+    from rq.serializers import JSONSerializer
+
+    from gpuplan.jobs.queue import connect, queue_names
+    from gpuplan.jobs.worker import TraceWorker
+
+    settings = Settings(
+        answer_cache_bytes=0,
+        redis_url=redis_url,
+        job_queue=True,
+        job_queue_prefix=prefix,
+        trace_cache_ttl_seconds=0,
+    )
+    body = REQUESTS["trace_memory"][1].body
+    with TestClient(create_app(settings)) as client:
+        ran = client.post("/v1/memory/trace", json=body, headers={"Prefer": "respond-async"})
+        connection = connect(redis_url, 5.0)
+        worker = TraceWorker(queue_names(prefix), connection=connection, serializer=JSONSerializer)
+        worker.work(burst=True)
+        waiting = client.post(
+            "/v1/memory/trace?priority=low", json=body, headers={"Prefer": "respond-async"}
+        )
+    return {"get_job": ran.headers["location"], "cancel_job": waiting.headers["location"]}
+
+
 def record() -> dict[str, Example]:
     from tests.agent_fixtures import snapshot
 
@@ -225,19 +264,28 @@ def record() -> dict[str, Example]:
     )
     plain = Settings(answer_cache_bytes=0)
     fleet = Settings(answer_cache_bytes=0, redis_url=redis_url, fleet_key_prefix=prefix)
+    jobs_prefix = f"gpuplan-examples:{uuid.uuid4().hex}:jobs:"
+    jobs = Settings(
+        answer_cache_bytes=0, redis_url=redis_url, job_queue=True, job_queue_prefix=jobs_prefix
+    )
+    paths = _job_paths(redis_url, jobs_prefix)
     found = {}
-    with TestClient(create_app(plain)) as pure, TestClient(create_app(fleet)) as live:
+    with (
+        TestClient(create_app(plain)) as pure,
+        TestClient(create_app(fleet)) as live,
+        TestClient(create_app(jobs)) as queued,
+    ):
         for name, (summary, request) in REQUESTS.items():
             client = pure if name in FROM_REQUEST_ALONE else live
-            found[name] = Example(
-                summary=summary, request=request, response=answer(client, request)
-            )
+            asked = request
+            if name in paths:
+                client = queued
+                asked = msgspec.structs.replace(request, path=paths[name])
+            found[name] = Example(summary=summary, request=asked, response=answer(client, asked))
     return found
 
 
 def main() -> None:
-    import msgspec
-
     examples = record()
     for name, example in examples.items():
         text = msgspec.json.format(msgspec.json.encode(example), indent=2).decode()

@@ -57,3 +57,29 @@ def test_serve_refuses_a_bad_catalog_file(
     assert result.exit_code == 2
     assert "h100-sxm5-80gb" in result.output
     assert "tdp_watts" in result.output
+
+
+def test_the_progress_line_is_drawn_on_a_terminal_only() -> None:
+    import io
+
+    from gpuplan.cli.remote import Progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    progress = Progress("gpuplan trace", terminal)
+    progress.show("queued")
+    progress.show("running")
+    progress.done("done")
+    text = terminal.getvalue()
+    assert text.startswith("\rgpuplan trace: queued (0 s)")
+    assert "\rgpuplan trace: running (0 s)" in text
+    # The last state overwrites a longer one in full, then the line ends.
+    assert text.endswith("\rgpuplan trace: done (0 s)   \n")
+    pipe = io.StringIO()
+    silent = Progress("gpuplan plan", pipe)
+    silent.show("queued")
+    silent.done("done")
+    assert pipe.getvalue() == ""

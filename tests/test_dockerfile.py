@@ -51,6 +51,19 @@ def test_agent_target_adds_torch() -> None:
     assert any(line.startswith("USER 10001") for line in stages["agent"])
 
 
+def test_worker_target_adds_cpu_torch_and_the_trace_extra() -> None:
+    stages = _stages()
+    build = " ".join(stages["build-worker"])
+    assert "download.pytorch.org/whl/cpu" in build
+    assert "torch==${TORCH_VERSION}" in build
+    assert "[trace]" in build
+    assert any("--from=build-worker" in line for line in stages["worker"])
+    assert any(line.startswith("USER 10001") for line in stages["worker"])
+    assert 'CMD ["gpuplan", "worker"]' in stages["worker"]
+    # The API image stays without torch: its stage copies the plain build only.
+    assert not any("build-worker" in line or "build-agent" in line for line in stages["api"])
+
+
 def test_final_images_install_no_compiler() -> None:
     text = DOCKERFILE.read_text()
     assert not re.search(r"\b(gcc|g\+\+|build-essential|clang)\b", text)

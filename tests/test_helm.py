@@ -30,7 +30,8 @@ CHART = ROOT / "deploy" / "helm" / "gpuplan"
 VALUE_FILES = sorted((CHART / "ci").glob("*-values.yaml"))
 # The chart's kubeVersion floor and the newest schema kubernetes-validate ships.
 KUBE_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
-OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+OPERATOR_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject"}
+"""Kinds of CRDs (the Prometheus Operator's, KEDA's): no Kubernetes schema to check."""
 RELEASE, NAMESPACE = "demo", "gpuplan"
 
 
@@ -110,8 +111,8 @@ def test_default_install_is_the_api_alone() -> None:
 def test_full_values_render_every_part() -> None:
     kinds = {doc["kind"] for doc in _render("full-values.yaml")}
     assert {"DaemonSet", "Ingress", "ServiceMonitor", "PodMonitor", "PrometheusRule"} <= kinds
-    assert len(_objects("full-values.yaml", "Deployment")) == 2  # the API and Redis
-    assert len(_objects("full-values.yaml", "NetworkPolicy")) == 3
+    assert len(_objects("full-values.yaml", "Deployment")) == 3  # the API, workers and Redis
+    assert len(_objects("full-values.yaml", "NetworkPolicy")) == 4
 
 
 def _container(workload: dict[str, Any]) -> dict[str, Any]:
@@ -243,7 +244,8 @@ def test_api_environment_is_accepted_by_the_settings_loader() -> None:
 def test_fixed_replicas_without_autoscaling() -> None:
     deployment = _one("external-redis-values.yaml", "Deployment", "api")
     assert deployment["spec"]["replicas"] == 3
-    assert not _objects("external-redis-values.yaml", "HorizontalPodAutoscaler")
+    scaled = _objects("external-redis-values.yaml", "HorizontalPodAutoscaler")
+    assert [h["metadata"]["labels"]["app.kubernetes.io/component"] for h in scaled] == ["worker"]
 
 
 def test_service_and_pdb_select_the_api_pods() -> None:
@@ -316,6 +318,89 @@ def test_existing_secret_is_referenced_not_created() -> None:
     assert env["GPUPLAN_REDIS_URL"]["secretKeyRef"]["name"] == "ops-redis"
 
 
+def _worker_environment(container: dict[str, Any]) -> dict[str, str]:
+    """The worker container's plain variables, and stand-ins for those a pod fills in."""
+    env: dict[str, str] = {}
+    for item in container["env"]:
+        env[item["name"]] = item.get("value", "redis://redis.example.com:6379/0")
+    env["GPUPLAN_WORKER_NAME"] = "demo-gpuplan-worker-abc"
+    return env
+
+
+@pytest.mark.parametrize("case", ["full-values.yaml", "external-redis-values.yaml"])
+def test_worker_deployment_reads_the_api_s_queue(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuplan.cli.commands.worker import worker_command
+
+    worker = _one(case, "Deployment", "worker")
+    container = _container(worker)
+    assert container["args"] == ["gpuplan", "worker"]
+    assert container["ports"] == [{"name": "metrics", "containerPort": 9500, "protocol": "TCP"}]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+    assert "startupProbe" in container
+    pod = worker["spec"]["template"]["spec"]
+    # SIGTERM lets the running job finish within its time limit.
+    limit = _values(case).get("worker", {}).get("traceTimeoutSeconds", 120)
+    assert pod["terminationGracePeriodSeconds"] > limit
+    # The real command reads the worker's variables.
+    for name, value in _worker_environment(container).items():
+        monkeypatch.setenv(name, value)
+    context = worker_command.make_context("worker", [])
+    assert context.params["queue_prefix"] == "gpuplan:jobs:"
+    assert context.params["metrics_port"] == 9500
+    # The API is told to queue, on the same prefix, with the same time limit.
+    api = _env(_container(_one(case, "Deployment", "api")))
+    assert api["GPUPLAN_JOB_QUEUE"] == "true"
+    assert api["GPUPLAN_JOB_QUEUE_PREFIX"] == context.params["queue_prefix"]
+    assert float(api["GPUPLAN_TRACE_TIMEOUT_SECONDS"]) == limit
+    env = {k: v for k, v in api.items() if isinstance(v, str)}
+    env["GPUPLAN_REDIS_URL"] = "redis://redis.example.com:6379/0"
+    env.pop("GPUPLAN_CATALOG_FILE", None)
+    env.pop("GPUPLAN_API_TOKENS_FILE", None)
+    assert load_settings(env).job_queue is True
+
+
+def test_no_worker_no_queue() -> None:
+    api = _env(_container(_one("default", "Deployment", "api")))
+    assert "GPUPLAN_JOB_QUEUE" not in api
+    assert not [d for d in _render("default") if d["kind"] == "ScaledObject"]
+
+
+def test_workers_scale_on_queue_depth_with_keda_else_on_cpu() -> None:
+    from gpuplan.jobs.queue import queue_names
+
+    (scaled,) = _objects("full-values.yaml", "ScaledObject")
+    worker = _one("full-values.yaml", "Deployment", "worker")
+    assert scaled["spec"]["scaleTargetRef"]["name"] == worker["metadata"]["name"]
+    assert "replicas" not in worker["spec"]
+    assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (0, 20)
+    lists = [t["metadata"]["listName"] for t in scaled["spec"]["triggers"]]
+    assert lists == [f"rq:queue:{name}" for name in queue_names("gpuplan:jobs:")]
+    for trigger in scaled["spec"]["triggers"]:
+        assert trigger["type"] == "redis"
+        assert trigger["metadata"]["address"] == "demo-gpuplan-redis.gpuplan.svc:6379"
+    hpas = _objects("full-values.yaml", "HorizontalPodAutoscaler")
+    assert [h["metadata"]["labels"]["app.kubernetes.io/component"] for h in hpas] == ["api"]
+    # Without KEDA: an HPA on CPU.
+    (hpa,) = [
+        h
+        for h in _objects("external-redis-values.yaml", "HorizontalPodAutoscaler")
+        if h["metadata"]["labels"]["app.kubernetes.io/component"] == "worker"
+    ]
+    assert hpa["spec"]["metrics"][0]["resource"]["name"] == "cpu"
+    assert not _objects("external-redis-values.yaml", "ScaledObject")
+
+
+def test_worker_pod_monitor_labels_the_workers_job() -> None:
+    monitor = _one("full-values.yaml", "PodMonitor", "worker")
+    worker = _one("full-values.yaml", "Deployment", "worker")
+    pod_labels = worker["spec"]["template"]["metadata"]["labels"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert {"targetLabel": "job", "replacement": "gpuplan-worker"} in endpoint["relabelings"]
+
+
 def test_internal_redis_is_one_hardened_instance_only_our_pods_reach() -> None:
     redis = _one("full-values.yaml", "Deployment", "redis")
     assert redis["spec"]["replicas"] == 1
@@ -326,7 +411,7 @@ def test_internal_redis_is_one_hardened_instance_only_our_pods_reach() -> None:
     components = sorted(
         p["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for p in peers
     )
-    assert components == ["agent", "api"]
+    assert components == ["agent", "api", "worker"]
     assert policy["spec"]["egress"] == []
 
 
@@ -340,7 +425,12 @@ def test_network_policies_allow_only_our_ports_dns_and_redis(case: str) -> None:
         component = policy["metadata"]["labels"]["app.kubernetes.io/component"]
         spec = policy["spec"]
         assert set(spec["policyTypes"]) == {"Ingress", "Egress"}
-        served = {"api": ("TCP", "http"), "agent": ("TCP", "metrics"), "redis": ("TCP", "redis")}
+        served = {
+            "api": ("TCP", "http"),
+            "agent": ("TCP", "metrics"),
+            "worker": ("TCP", "metrics"),
+            "redis": ("TCP", "redis"),
+        }
         assert [port for rule in spec["ingress"] for port in _ports(rule)] == [served[component]]
         if component == "redis":
             continue
@@ -379,7 +469,7 @@ def test_service_monitor_scrapes_the_api_service() -> None:
 
 
 def test_pod_monitor_scrapes_the_agents() -> None:
-    monitor = _one("full-values.yaml", "PodMonitor")
+    monitor = _one("full-values.yaml", "PodMonitor", "agent")
     daemonset = _one("full-values.yaml", "DaemonSet", "agent")
     pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
@@ -448,6 +538,15 @@ def test_chart_copies_equal_their_sources(source: Path, packaged: Path) -> None:
         ({"api": {"corsAllowOrigins": ["dash.example.com"]}}, "/api/corsAllowOrigins/0"),
         ({"api": {"auth": {"existingSecret": "s", "existingSecretKey": ""}}}, "existingSecretKey"),
         ({"api": {"answerCacheBytes": -1}}, "/api/answerCacheBytes"),
+        ({"worker": {"enabled": True}}, "worker.enabled needs a Redis"),
+        ({"worker": {"queuePrefix": "has space"}}, "/worker/queuePrefix"),
+        (
+            {
+                "worker": {"enabled": True, "autoscaling": {"keda": {"assumeCRDs": True}}},
+                "redis": {"external": {"enabled": True, "url": "redis://r:6379/0"}},
+            },
+            "worker.autoscaling.keda.address",
+        ),
     ],
 )
 def test_bad_values_are_refused_with_a_message(values: dict[str, Any], message: str) -> None:

@@ -36,6 +36,14 @@ def test_core_imports_with_torch_unavailable() -> None:
     _imported_after(statement)  # raises CalledProcessError if any core module needs torch
 
 
+def test_the_job_queue_imports_no_web_framework_and_no_torch() -> None:
+    """The API imports the queue's client; workers import torch in their children only."""
+    imported = _imported_after(
+        "import gpuplan.jobs.queue, gpuplan.jobs.tasks, gpuplan.jobs.metrics, gpuplan.jobs.worker"
+    )
+    assert not imported & {"litestar", "torch", "transformers", "click"}, imported
+
+
 def test_serve_path_leaves_prometheus_client_unimported() -> None:
     imported = _imported_after("import gpuplan.cli, gpuplan.config.settings, gpuplan.api.server")
     assert "prometheus_client" not in imported
@@ -47,8 +55,9 @@ MAY_IMPORT = {
     "fleet": {"fleet", "core"},
     "trace": {"trace", "core"},
     "agent": {"agent", "core", "fleet"},
-    "api": {"api", "config", "core", "fleet", "trace"},
-    "cli": {"cli", "agent", "config", "core", "fleet", "trace"},
+    "jobs": {"jobs", "core", "trace"},
+    "api": {"api", "config", "core", "fleet", "jobs", "trace"},
+    "cli": {"cli", "agent", "config", "core", "fleet", "jobs", "trace"},
 }
 """docs/architecture.md's table: the gpuplan packages each package may import."""
 

@@ -103,8 +103,11 @@ def test_unknown_model_type_is_422_naming_the_config() -> None:
     assert problem["errors"][0]["path"] == "$.model.hf_config"
 
 
-def test_time_limit_kills_the_worker() -> None:
-    with TestClient(app=create_app(Settings(trace_timeout_seconds=0.3))) as client:
+def test_time_limit_kills_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The cost predictor would refuse a second's limit (a process start alone costs
+    # more); without the start counted, the trace runs and is killed at the limit.
+    monkeypatch.setattr(trace_route, "PROCESS_START_SECONDS", 0.0)
+    with TestClient(app=create_app(Settings(trace_timeout_seconds=1.0))) as client:
         response = client.post("/v1/memory/trace", json=BODY)
     assert response.status_code == 504
     assert response.json()["type"] == "urn:gpuplan:problem:trace-timeout"

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from gpuplan.api.answer_cache import serve_repeats
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.api.problems import PROBLEMS, answer_problem
-from gpuplan.api.routes import ci, docs, fleet, gpus, health, memory, meta, mig, ui
+from gpuplan.api.routes import ci, docs, fleet, gpus, health, jobs, memory, meta, mig, ui
 from gpuplan.api.routes import recommend as recommend_routes
 from gpuplan.api.routes import trace as trace_route
 from gpuplan.api.runtime import Runtime, runtime_of
@@ -21,6 +21,7 @@ from gpuplan.api.security import Guard
 from gpuplan.config.catalog import load_catalog
 from gpuplan.config.settings import Settings, api_tokens, load_settings, redis_password
 from gpuplan.fleet.connection import connect
+from gpuplan.jobs import queue as job_queue
 
 ROUTES: tuple[HTTPRouteHandler, ...] = (
     health.healthz,
@@ -35,6 +36,8 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     fleet.fleet_flops,
     memory.list_models,
     trace_route.trace_memory,
+    jobs.get_job,
+    jobs.cancel_job,
     mig.mig_profiles,
     mig.mig_validate,
     mig.mig_plan,
@@ -58,20 +61,28 @@ def create_app(settings: Settings | None = None) -> Litestar:
 
 @asynccontextmanager
 async def _redis_lifespan(app: Litestar) -> AsyncGenerator[None, None]:
-    """Open the Redis client on the app's own event loop, and close it there."""
+    """Open the Redis client on the app's own event loop, and close it there; and the
+    job queue's (blocking) client, when there is a queue."""
     state = runtime_of(app)
-    if state.settings.redis_url is not None:
-        state.redis = connect(
-            state.settings.redis_url,
-            state.settings.redis_timeout_seconds,
-            password=redis_password(state.settings),
-        )
+    settings = state.settings
+    if settings.redis_url is not None:
+        password = redis_password(settings)
+        state.redis = connect(settings.redis_url, settings.redis_timeout_seconds, password)
+        if settings.job_queue:
+            state.jobs = job_queue.JobQueue(
+                job_queue.connect(settings.redis_url, settings.redis_timeout_seconds, password),
+                settings.job_queue_prefix,
+                settings.job_result_ttl_seconds,
+            )
     try:
         yield
     finally:
         if state.redis is not None:
             await state.redis.aclose()
             state.redis = None
+        if state.jobs is not None:
+            state.jobs.redis.close()
+            state.jobs = None
 
 
 def assemble(settings: Settings, routes: Sequence[HTTPRouteHandler]) -> Litestar:
@@ -121,8 +132,9 @@ def _cors(settings: Settings) -> CORSConfig | None:
         return None
     return CORSConfig(
         allow_origins=origins,
-        allow_methods=["GET", "POST"],
-        allow_headers=["Authorization", "Content-Type"],
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=["Authorization", "Content-Type", "Prefer"],
+        expose_headers=["Location", "Preference-Applied", "Retry-After"],
         allow_credentials=False,
         max_age=600,
     )

@@ -49,6 +49,8 @@ def build_openapi(app: Litestar) -> dict[str, Any]:
         payload = _payload(handler.opt["returns"])
         if _is_struct(payload):
             types.append(payload)
+        if handler.opt.get("accepted") is not None:
+            types.append(handler.opt["accepted"])
     unique = list(dict.fromkeys(types))
     _, components = msgspec.json.schema_components(unique, ref_template=REF)
     describe_components(unique, components)
@@ -80,6 +82,31 @@ def to_yaml(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=100)
 
 
+PREFER = {
+    "name": "Prefer",
+    "in": "header",
+    "required": False,
+    "description": "`respond-async` (RFC 7240): queue the work and answer `202 Accepted` with "
+    "the job at once (needs a job queue; 501 without one). An answer already cached is "
+    "given at once with 200 either way.",
+    "schema": {"type": "string"},
+    "example": "respond-async",
+}
+ACCEPTED_HEADERS = {
+    "Location": {
+        "description": "The job to poll: `/v1/jobs/{id}`.",
+        "schema": {"type": "string"},
+    },
+    "Preference-Applied": {
+        "description": "`respond-async`.",
+        "schema": {"type": "string"},
+    },
+    "Retry-After": {
+        "description": "Seconds to wait before the first poll.",
+        "schema": {"type": "integer"},
+    },
+}
+
 REMEMBERED = (
     "The answer depends on the body alone: each server worker remembers recent ones and "
     "answers a repeated body without computing again. Send `Cache-Control: no-cache` to "
@@ -105,6 +132,8 @@ def _operation(
     ]
     if opt["query"] is not None:
         parameters.extend(_query_parameters(components[opt["query"].__name__]))
+    if opt.get("accepted") is not None:
+        parameters.append(PREFER)
     if parameters:
         op["parameters"] = parameters
     if opt["body"] is not None:
@@ -124,6 +153,14 @@ def _operation(
     responses: dict[str, Any] = {
         status: {"description": HTTPStatus(handler.status_code).phrase, "content": content}
     }
+    if opt.get("accepted") is not None:
+        responses["202"] = {
+            "description": "Accepted: queued as a job (with `Prefer: respond-async`)",
+            "headers": ACCEPTED_HEADERS,
+            "content": {
+                "application/json": {"schema": {"$ref": REF.format(name=opt["accepted"].__name__)}}
+            },
+        }
     for code in opt["problems"]:
         responses[str(code)] = {
             "description": HTTPStatus(code).phrase,

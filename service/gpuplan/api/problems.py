@@ -184,7 +184,7 @@ Answer = tuple[Problem, dict[str, str]]
 """A problem and the headers that go with it."""
 
 
-def _invalid_request(request: Request[Any, Any, Any], exc: InvalidRequest) -> Answer:
+def _invalid_request(request: Request[Any, Any, Any] | None, exc: InvalidRequest) -> Answer:
     """The request's content is refused: 422, naming each field."""
     errors = [FieldError(path=p, reason=r, location=exc.location) for p, r in exc.errors]
     return Problem(
@@ -207,7 +207,7 @@ def _unknown_gpu(request: Request[Any, Any, Any], exc: UnknownGpu) -> Answer:
     ), {}
 
 
-def _api_problem(request: Request[Any, Any, Any], exc: ApiProblem) -> Answer:
+def _api_problem(request: Request[Any, Any, Any] | None, exc: ApiProblem) -> Answer:
     headers = {"Retry-After": str(exc.retry_after)} if exc.retry_after is not None else {}
     errors: list[FieldError] | msgspec.UnsetType = msgspec.UNSET
     if isinstance(exc, UnsupportedMediaType):
@@ -266,6 +266,15 @@ def _server_error(request: Request[Any, Any, Any], exc: Exception) -> Answer:
         detail=f"an unexpected error occurred; quote incident {incident} when reporting it",
         instance=incident,
     ), {}
+
+
+def problem_of(exc: GpuplanError) -> Problem:
+    """The problem of one of our errors, outside a request (a queued job's failure)."""
+    if isinstance(exc, InvalidRequest):
+        return _invalid_request(None, exc)[0]
+    if isinstance(exc, ApiProblem):
+        return _api_problem(None, exc)[0]
+    return Problem(title=title(500), status=500, detail=str(exc))
 
 
 PROBLEMS: dict[type[Exception], Callable[[Request[Any, Any, Any], Any], Answer]] = {

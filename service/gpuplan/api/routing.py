@@ -41,6 +41,7 @@ def operation(
     include_in_schema: bool = True,
     name: str | None = None,
     remember: bool = False,
+    accepted: type | None = None,
 ) -> Callable[[Callable[..., Awaitable[Any]]], HTTPRouteHandler]:
     """Declare a route.
 
@@ -54,7 +55,9 @@ def operation(
     :func:`~gpuplan.api.compute.bounded` gives): the bytes are sent as they are, and the
     operation is documented as returning ``X``. ``remember`` declares the answer a pure
     function of the body: it is stored in the app's answer cache, which serves a
-    repeated body (:mod:`gpuplan.api.answer_cache`).
+    repeated body (:mod:`gpuplan.api.answer_cache`). ``accepted`` declares that the
+    operation honours ``Prefer: respond-async`` (RFC 7240) with a ``202 Accepted`` of
+    this type (the coroutine returns that ``Response`` itself).
     """
     codes = set(problems)
     if "{" in path:
@@ -85,11 +88,11 @@ def operation(
             kwargs: dict[str, Any] = dict(request.path_params)
             check_path_parameters(kwargs)
             raw = b""
+            if query is not None:  # before the body: a bad query needs no body read
+                kwargs["query"] = decode_query(request, query)
             if body is not None:
                 raw = await read_body(request)
                 kwargs["body"] = decode_json(raw, body)
-            if query is not None:
-                kwargs["query"] = decode_query(request, query)
             result = await fn(request, **kwargs)
             if not isinstance(result, Encoded):
                 return result
@@ -126,6 +129,7 @@ def operation(
                 "problems": tuple(sorted(codes | {500})),
                 "tags": tuple(tags),
                 "remember": remember,
+                "accepted": accepted,
             },
         )(handler)
 

@@ -1,5 +1,5 @@
 """What one running app holds: its settings, metrics, catalog, answer cache, Redis
-client and spec.
+client, job queue and spec.
 
 A plain class on ``app.state`` rather than typed dependencies: Litestar validates
 dependency values through msgspec and would hand each request a converted copy.
@@ -14,6 +14,8 @@ from gpuplan.api.answer_cache import AnswerCache
 from gpuplan.api.metrics import HttpMetrics
 from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import Catalog
+from gpuplan.jobs.metrics import JobMetrics
+from gpuplan.jobs.queue import JobQueue
 
 
 class Runtime:
@@ -25,6 +27,8 @@ class Runtime:
         self.catalog = catalog
         self.answers = AnswerCache(settings.answer_cache_bytes)
         self.redis: Redis | None = None  # opened and closed by the app's lifespan
+        self.jobs: JobQueue | None = None  # the job queue (GPUPLAN_JOB_QUEUE), likewise
+        self.job_metrics = JobMetrics(metrics.registry)
         self.openapi: dict[str, Any] | None = None  # built on first use
 
 

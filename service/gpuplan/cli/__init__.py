@@ -18,6 +18,7 @@ from gpuplan.cli.commands.recommend import recommend_command
 from gpuplan.cli.commands.serve import serve_command
 from gpuplan.cli.commands.trace import trace_command
 from gpuplan.cli.commands.version import version_command
+from gpuplan.cli.commands.worker import worker_command
 
 COMMANDS = (
     serve_command,
@@ -30,6 +31,7 @@ COMMANDS = (
     mig_command,
     trace_command,
     agent_command,
+    worker_command,
 )
 
 

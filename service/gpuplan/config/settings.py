@@ -79,6 +79,20 @@ class Settings(Record):
     )
     """Prefix of the Redis keys of cached trace results."""
 
+    job_queue: bool = False
+    """Run traces on ``gpuplan worker`` processes through the job queue in Redis (needs
+    ``redis_url``): the API then never imports torch, and ``Prefer: respond-async``
+    answers 202 with a job to poll. Off: traces run in a subprocess of the server."""
+
+    job_queue_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9:_.-]{1,100}$")] = (
+        "gpuplan:jobs:"
+    )
+    """Prefix of the job queues' names in Redis; the workers' ``--queue-prefix`` must match."""
+
+    job_result_ttl_seconds: Annotated[int, msgspec.Meta(ge=1, le=30 * 86400)] = 3600
+    """How long a finished job's answer stays readable at ``GET /v1/jobs/{id}``; after
+    that the job is ``expired`` (a trace's result stays in the trace cache longer)."""
+
     api_tokens: Annotated[str, msgspec.Meta(max_length=65536)] | None = None
     """Bearer tokens that may call ``/v1`` (comma or whitespace separated); unset with no
     ``api_tokens_file``: no authentication (the default, for a private network)."""
@@ -117,9 +131,12 @@ _FIELDS: tuple[str, ...] = Settings.__struct_fields__
 _ENV_NAMES = {ENV_PREFIX + name.upper(): name for name in _FIELDS}
 
 # Variables with our prefix that are not settings of the API and must not be
-# reported as unknown: the config file selector, the agent's own settings, and the
+# reported as unknown: the config file selector, the agent's and the job worker's own
+# settings, and the
 # service links Kubernetes injects for a Service named ``gpuplan``.
-_IGNORED_ENV = re.compile(r"^GPUPLAN_(CONFIG|AGENT_\w*|SERVICE_\w+|PORT_\d+_(TCP|UDP|SCTP)\w*)$")
+_IGNORED_ENV = re.compile(
+    r"^GPUPLAN_(CONFIG|AGENT_\w*|WORKER_\w*|SERVICE_\w+|PORT_\d+_(TCP|UDP|SCTP)\w*)$"
+)
 _SERVICE_LINK = re.compile(r"^(tcp|udp|sctp)://")
 _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 _OPTIONAL_STRINGS = frozenset(
@@ -256,6 +273,11 @@ def _check(settings: Settings, origin: Mapping[str, str]) -> None:
     api_tokens(settings)
     redis_password(settings)
     url = settings.redis_url
+    if settings.job_queue and url is None:
+        source = origin.get("job_queue", "job_queue")
+        raise SettingsError(
+            f"invalid setting {source}: the job queue lives in Redis; set GPUPLAN_REDIS_URL too"
+        )
     if url is not None and not url.startswith(_REDIS_SCHEMES):
         source = origin.get("redis_url", "redis_url")
         raise SettingsError(

@@ -25,10 +25,17 @@ def _answer(payload: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def main() -> int:
+def answer(
+    request: TraceRequest,
+    probe_budget_bytes: int | None = None,
+    passthrough: tuple[type[BaseException], ...] = (),
+) -> dict[str, Any]:
+    """Trace ``request``: ``{"result": ...}`` or ``{"error": kind, "detail": text}``.
+
+    Exceptions of ``passthrough`` (a job queue's time limit) are raised, not answered.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    request = msgspec.json.decode(sys.stdin.buffer.read(), type=TraceRequest)
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -37,8 +44,9 @@ def main() -> int:
         from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES
         from gpuplan.trace.run import trace
     except ImportError as exc:
-        _answer({"error": "missing", "detail": str(exc)})
-        return 0
+        return {"error": "missing", "detail": str(exc)}
+    if probe_budget_bytes is None:
+        probe_budget_bytes = int(os.environ.get(PROBE_BUDGET_ENV, DEFAULT_BUDGET_BYTES))
     workload = request.workload
     try:
         build = builder(request.model.hf_config, workload)
@@ -53,15 +61,20 @@ def main() -> int:
             tensor_parallel=workload.tensor_parallel,
             new_tokens=workload.new_tokens,
             keep_outputs=workload.keep_outputs,
-            probe_budget_bytes=int(os.environ.get(PROBE_BUDGET_ENV, DEFAULT_BUDGET_BYTES)),
+            probe_budget_bytes=probe_budget_bytes,
         )
+    except passthrough:
+        raise
     except InvalidConfig as exc:
-        _answer({"error": "invalid", "detail": str(exc)[:2000]})
-        return 0
+        return {"error": "invalid", "detail": str(exc)[:2000]}
     except Exception as exc:  # a client's config must not crash the worker: report it
-        _answer({"error": "untraceable", "detail": f"{type(exc).__name__}: {exc}"[:2000]})
-        return 0
-    _answer({"result": msgspec.to_builtins(result)})
+        return {"error": "untraceable", "detail": f"{type(exc).__name__}: {exc}"[:2000]}
+    return {"result": msgspec.to_builtins(result)}
+
+
+def main() -> int:
+    request = msgspec.json.decode(sys.stdin.buffer.read(), type=TraceRequest)
+    _answer(answer(request))
     return 0
 
 

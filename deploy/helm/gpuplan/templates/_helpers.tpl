@@ -103,6 +103,12 @@ app.kubernetes.io/component: {{ .component }}
 {{- if and .Values.redis.external.enabled (not (or .Values.redis.external.existingSecret .Values.redis.external.url)) }}
 {{- fail "redis.external.enabled needs redis.external.existingSecret or redis.external.url" }}
 {{- end }}
+{{- if and .Values.worker.enabled (not (include "gpuplan.redisEnabled" .)) }}
+{{- fail "worker.enabled needs a Redis for the job queue: redis.internal.enabled or redis.external.enabled" }}
+{{- end }}
+{{- if and .Values.worker.enabled .Values.worker.autoscaling.enabled (gt (int .Values.worker.autoscaling.minReplicas) (int .Values.worker.autoscaling.maxReplicas)) }}
+{{- fail "worker.autoscaling.minReplicas must not exceed worker.autoscaling.maxReplicas" }}
+{{- end }}
 {{- if and .Values.api.autoscaling.enabled (gt (int .Values.api.autoscaling.minReplicas) (int .Values.api.autoscaling.maxReplicas)) }}
 {{- fail "api.autoscaling.minReplicas must not exceed api.autoscaling.maxReplicas" }}
 {{- end }}

@@ -1,9 +1,11 @@
 """What is running: the version endpoint and the Prometheus exposition."""
 
+import asyncio
 import platform
 from typing import Any
 
 from litestar import Request, Response
+from redis.exceptions import RedisError
 
 from gpuplan import __version__
 from gpuplan.api.metrics import METRICS_MEDIA_TYPE
@@ -43,6 +45,14 @@ async def version(request: Request[Any, Any, Any]) -> VersionInfo:
 
 @operation("GET", "/metrics", media_type=METRICS_MEDIA_TYPE, tags=["operations"])
 async def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Prometheus text exposition: request counts and latency by route template and status."""
-    body = runtime(request).metrics.exposition()
+    """Prometheus text exposition: request counts and latency by route template and
+    status; with a job queue, its jobs and depth."""
+    state = runtime(request)
+    if state.jobs is not None:
+        try:
+            async with asyncio.timeout(state.settings.redis_timeout_seconds * 4):
+                await asyncio.to_thread(state.job_metrics.refresh, state.jobs)
+        except (RedisError, OSError, TimeoutError):
+            pass  # Redis away: the last values stand
+    body = state.metrics.exposition()
     return Response(body, media_type=METRICS_MEDIA_TYPE)

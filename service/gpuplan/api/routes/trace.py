@@ -3,10 +3,14 @@
 The server never runs code a client sends: the request carries a ``config.json``
 mapping, and the model is built by transformers' own classes for its
 ``model_type`` (no ``auto_map``, no ``trust_remote_code``, no hub). The trace runs
-in a subprocess (:mod:`gpuplan.trace.worker`): the event loop stays free, the time
-limit is enforced by killing it, and a process per trace cannot leak fake-mode
-state into the server. A semaphore bounds traces in flight per server process,
-and results are cached in Redis under a hash of the normalized request.
+on a ``gpuplan worker`` through the job queue when one is configured
+(``GPUPLAN_JOB_QUEUE``; :mod:`gpuplan.api.jobs`), else in a subprocess of the server
+(:mod:`gpuplan.trace.worker`): either way the event loop stays free, the time limit is
+enforced by killing a process, and a process per trace cannot leak fake-mode state
+into the server. Before either, the trace's cost is predicted from its config
+(:mod:`gpuplan.core.trace.cost`) and one that cannot finish in time is refused. A
+semaphore bounds in-process traces per server process, and results are cached in
+Redis under a hash of the normalized request.
 """
 
 import asyncio
@@ -22,15 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from litestar import Request
+from litestar import Request, Response
 from redis.exceptions import RedisError
 
 import gpuplan
-from gpuplan.api.problems import ApiProblem
+from gpuplan.api import jobs
+from gpuplan.api.problems import ApiProblem, Problem
 from gpuplan.api.routing import operation
-from gpuplan.api.runtime import runtime
+from gpuplan.api.runtime import Runtime, runtime
 from gpuplan.core.errors import InvalidRequest
+from gpuplan.core.trace import cost
 from gpuplan.core.trace.schema import TraceRequest, TraceResult, workload_conflicts
+from gpuplan.jobs.tasks import TracePayload
 from gpuplan.trace.worker import PROBE_BUDGET_ENV
 
 log = logging.getLogger("gpuplan.api")
@@ -38,6 +45,9 @@ log = logging.getLogger("gpuplan.api")
 EXTRAS = ("torch", "transformers")
 _MODEL_TYPE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 _PACKAGE_ROOT = str(Path(gpuplan.__file__).resolve().parent.parent)
+PROCESS_START_SECONDS = 5.0
+"""What a trace subprocess of the server spends importing torch and transformers (2
+cores; docs/trace.md), counted against the time limit; a warm worker spends none."""
 
 
 def missing_extras() -> list[str]:
@@ -87,11 +97,6 @@ def trace_gate(request: Request[Any, Any, Any]) -> asyncio.Semaphore:
     return gate
 
 
-def _unavailable(detail: str) -> ApiProblem:
-    """This server cannot trace: the `trace` extra is not installed."""
-    return ApiProblem(detail, status=501, kind="trace-unavailable")
-
-
 async def run_worker(
     request: TraceRequest, timeout: float, probe_budget_bytes: int
 ) -> dict[str, Any] | None:
@@ -129,8 +134,18 @@ async def run_worker(
     return msgspec.json.decode(out)  # type: ignore[no-any-return]
 
 
-@operation("POST", "/v1/memory/trace", body=TraceRequest, problems=(501, 503, 504), tags=["memory"])
-async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> TraceResult:
+@operation(
+    "POST",
+    "/v1/memory/trace",
+    body=TraceRequest,
+    query=jobs.TraceJobOptions,
+    problems=(501, 503, 504),
+    tags=["memory"],
+    accepted=jobs.JobView,
+)
+async def trace_memory(
+    request: Request[Any, Any, Any], body: TraceRequest, query: jobs.TraceJobOptions
+) -> TraceResult:
     """Trace one step of a Hugging Face model on fake tensors: its exact tensor peak.
 
     The model is built from `model.hf_config` by transformers (random weights, no hub,
@@ -141,11 +156,21 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
     (about 1 s per decode step for a 7B model). `runtime: cuda` replays the
     allocations through a model of the CUDA caching allocator (`reserved_bytes`) and adds
     the CUDA context; `runtime: cpu` also measures oneDNN kernels' in-kernel scratch by
-    running each distinct call once (`GPUPLAN_TRACE_PROBE_BUDGET_BYTES`). Needs the
-    `trace` extra (501 without it); one trace takes seconds (a 7B model about 10 s),
-    bounded by `GPUPLAN_TRACE_TIMEOUT_SECONDS` (504), with at
-    most `GPUPLAN_TRACE_MAX_CONCURRENT` at once per process (503). Results are cached in
-    Redis when it is configured.
+    running each distinct call once (`GPUPLAN_TRACE_PROBE_BUDGET_BYTES`).
+
+    The trace's time is predicted from the config first (operator calls per layer,
+    measured); one predicted past `GPUPLAN_TRACE_TIMEOUT_SECONDS` is refused at once
+    (422 `trace-too-costly`, naming the fields to change and what would fit). Results
+    are cached in Redis when it is configured; a cached request answers at once.
+
+    With a job queue (`GPUPLAN_JOB_QUEUE`), traces run on `gpuplan worker` processes:
+    `Prefer: respond-async` answers `202 Accepted` with the job and its `Location`
+    (`/v1/jobs/{id}`) to poll; without it the route waits for the job, up to the time
+    limit (504 then, naming the job). Without a job queue, traces run in a worker
+    process of this server: `Prefer: respond-async` is refused (501), at most
+    `GPUPLAN_TRACE_MAX_CONCURRENT` run at once per process (503). Needs the `trace`
+    extra where traces run (501 without it); one trace takes seconds (a 7B model about
+    10 s), bounded by `GPUPLAN_TRACE_TIMEOUT_SECONDS` (504).
     """
     state = runtime(request)
     settings = state.settings
@@ -158,26 +183,107 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
     if conflicts:
         errors = [(f"$.workload.{field}", why) for field, why in conflicts]
         raise InvalidRequest(errors, kind="invalid-workload")
-    missing = missing_extras()
-    if missing:
-        raise _unavailable(
-            f"tracing needs the optional extra `trace` ({', '.join(missing)} not installed "
-            "on this server); POST /v1/memory/estimate answers without it"
-        )
+    queued = state.jobs is not None
+    overhead = 0.0 if queued else PROCESS_START_SECONDS
+    too_costly = cost.refusal(body, settings.trace_timeout_seconds, overhead)
+    if too_costly:
+        raise InvalidRequest(too_costly, kind="trace-too-costly")
+    respond_async = jobs.prefers_async(request)
+    if not queued:
+        missing = missing_extras()
+        if missing:
+            raise jobs.unavailable(
+                f"tracing needs the optional extra `trace` ({', '.join(missing)} not installed "
+                "on this server); POST /v1/memory/estimate answers without it"
+            )
     key = cache_key(body, settings.trace_cache_prefix, settings.trace_probe_budget_bytes)
-    if state.redis is not None and settings.trace_cache_ttl_seconds > 0:
-        try:
-            cached = await state.redis.get(key)
-        except (RedisError, OSError) as exc:
-            log.warning("trace cache read failed: %s", exc)
-            cached = None
-        if cached is not None:
-            try:
-                return msgspec.json.decode(cached, type=TraceResult)
-            except msgspec.ValidationError as exc:
-                # Another build under the same version wrote it (a rolling upgrade, a
-                # development tree): a miss, recomputed and overwritten, never a 500.
-                log.warning("trace cache entry %s does not decode, recomputing: %s", key, exc)
+    cached = await _cached(state, key)
+    if cached is not None:
+        if respond_async:
+            state.job_metrics.count("trace", "cached")
+        return cached
+    if state.jobs is None:
+        if respond_async:
+            raise ApiProblem(
+                "this server has no job queue to run the trace asynchronously (setting "
+                "GPUPLAN_JOB_QUEUE is off, or GPUPLAN_REDIS_URL unset): send the request "
+                "without `Prefer: respond-async` to have it traced while you wait",
+                status=501,
+                kind="async-unavailable",
+            )
+        return await _in_process(request, state, body, key)
+    return await _queued(state, body, key, query.priority, respond_async)  # type: ignore[return-value]
+
+
+async def _queued(
+    state: Runtime, body: TraceRequest, key: str, priority: jobs.Priority, respond_async: bool
+) -> TraceResult | Response[jobs.JobView]:
+    """The trace as a job: 202 at once, or its answer once a worker has run it."""
+    settings = state.settings
+    assert state.jobs is not None
+    payload = TracePayload(
+        request=body,
+        probe_budget_bytes=settings.trace_probe_budget_bytes,
+        cache_key=key if settings.trace_cache_ttl_seconds > 0 else None,
+        cache_ttl_seconds=settings.trace_cache_ttl_seconds,
+        timeout_seconds=settings.trace_timeout_seconds,
+    )
+    job_id = await jobs.call(
+        state,
+        state.jobs.submit,
+        "trace",
+        msgspec.to_builtins(payload),
+        timeout_seconds=settings.trace_timeout_seconds,
+        priority=priority,
+    )
+    state.job_metrics.count("trace", "submitted")
+    if respond_async:
+        record = await jobs.call(state, state.jobs.get, job_id)
+        assert record is not None  # we just made it
+        return jobs.accepted(record)
+    record = await jobs.wait(state, job_id, settings.trace_timeout_seconds)
+    answered = jobs.view(record)
+    if isinstance(answered.result, TraceResult):
+        return answered.result
+    error = jobs.failure(record)  # the error itself: a refusal keeps its fields' paths
+    if error is not None:
+        raise error
+    if isinstance(answered.problem, Problem):  # an answer another build wrote
+        raise ApiProblem(answered.problem.detail, status=500, kind="job-failed")
+    raise ApiProblem(
+        f"the trace did not finish within {settings.trace_timeout_seconds:g} s (setting "
+        f"GPUPLAN_TRACE_TIMEOUT_SECONDS); it is still {record.status} as job {job_id}: "
+        f"GET {jobs.location(job_id)} answers when it is done",
+        status=504,
+        kind="trace-timeout",
+    )
+
+
+async def _cached(state: Runtime, key: str) -> TraceResult | None:
+    settings = state.settings
+    if state.redis is None or settings.trace_cache_ttl_seconds <= 0:
+        return None
+    try:
+        cached = await state.redis.get(key)
+    except (RedisError, OSError) as exc:
+        log.warning("trace cache read failed: %s", exc)
+        return None
+    if cached is None:
+        return None
+    try:
+        return msgspec.json.decode(cached, type=TraceResult)
+    except msgspec.ValidationError as exc:
+        # Another build under the same version wrote it (a rolling upgrade, a
+        # development tree): a miss, recomputed and overwritten, never a 500.
+        log.warning("trace cache entry %s does not decode, recomputing: %s", key, exc)
+        return None
+
+
+async def _in_process(
+    request: Request[Any, Any, Any], state: Runtime, body: TraceRequest, key: str
+) -> TraceResult:
+    """The trace in a subprocess of this server (no job queue)."""
+    settings = state.settings
     gate = trace_gate(request)
     if gate.locked():
         raise ApiProblem(
@@ -209,18 +315,4 @@ async def trace_memory(request: Request[Any, Any, Any], body: TraceRequest) -> T
             except (RedisError, OSError) as exc:
                 log.warning("trace cache write failed: %s", exc)
         return result
-    raise _failure(answer)
-
-
-def _failure(answer: dict[str, Any]) -> Exception:
-    """The error a worker's error answer stands for."""
-    kind, detail = answer.get("error"), str(answer.get("detail", ""))
-    if kind == "missing":
-        return _unavailable(f"tracing needs the optional extra `trace`: {detail}")
-    if kind == "invalid":
-        return InvalidRequest([("$.model.hf_config", detail)], kind="invalid-model")
-    return ApiProblem(
-        f"the model could not be traced under fake tensors: {detail}",
-        status=422,
-        kind="untraceable",
-    )
+    raise jobs.answer_error(answer)

@@ -9,10 +9,7 @@ functions.
 """
 
 import json
-import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ import msgspec
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import EXIT_FAILED, EXIT_OK, Unavailable, reported
 from gpuplan.cli.options import output_format
+from gpuplan.cli.remote import Progress, Server, check_url, token_from
 from gpuplan.cli.render import ci as render
 from gpuplan.cli.render.output import machine, write
 from gpuplan.config.documents import read_document
@@ -30,8 +28,6 @@ from gpuplan.core.describe import json_schema
 from gpuplan.core.errors import InvalidRequest
 
 SCHEMA_ID = "https://gpuplan.invalid/api/plan.schema.json"
-INVALID_STATUSES = frozenset({400, 413, 415, 422})
-"""Answers that blame the plan file (malformed, too large, refused); others blame the server."""
 
 
 def plan_file_schema() -> dict[str, Any]:
@@ -58,65 +54,16 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _token(token_file: Path | None) -> str | None:
-    """The bearer token for ``--api``: from ``--token-file`` (a mounted secret), else
-    ``GPUPLAN_API_TOKEN`` (a CI secret variable). Never from the command line, where
-    other users of the machine would see it in the process list."""
-    if token_file is None:
-        return os.environ.get("GPUPLAN_API_TOKEN", "").strip() or None
-    try:
-        token = token_file.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise click.BadParameter(f"cannot read it ({exc})", param_hint="--token-file") from None
-    if not token or any(c.isspace() for c in token):
-        raise click.BadParameter("must hold one token (no spaces)", param_hint="--token-file")
-    return token
-
-
 def _remote(doc: dict[str, Any], api: str, timeout: float, token: str | None) -> Any:
     from gpuplan.core.ci import CiReport
 
     body = json.dumps(doc, default=str).encode()
-    headers = {"content-type": "application/json", "accept": "application/json"}
-    if token is not None:
-        headers["authorization"] = f"Bearer {token}"
-    req = urllib.request.Request(  # noqa: S310 (the scheme is checked by the command)
-        api.rstrip("/") + "/v1/plan", data=body, method="POST", headers=headers
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as response:  # noqa: S310
-            payload = response.read()
-    except urllib.error.HTTPError as exc:
-        text = exc.read()
-        if exc.code in INVALID_STATUSES:
-            raise _refusal(exc.code, text) from None
-        # 404/405: no such route there (a wrong URL, an older server); 5xx: it failed.
-        raise Unavailable(f"{api} answered {exc.code}: {_problem_text(exc.code, text)}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise Unavailable(f"cannot reach {api}: {getattr(exc, 'reason', exc)}") from None
+    server = Server(api, token, timeout)
+    payload = server.submit("/v1/plan", body, Progress("gpuplan plan"))
     try:
         return msgspec.json.decode(payload, type=CiReport)
     except msgspec.DecodeError as exc:
         raise Unavailable(f"{api} answered a body that is not a plan report: {exc}") from None
-
-
-def _refusal(status: int, body: bytes) -> InvalidRequest:
-    """The server's refusal of the plan file, naming the fields it named."""
-    try:
-        problem = json.loads(body)
-        errors = [(e.get("path", "$"), e.get("reason", "")) for e in problem.get("errors") or []]
-    except (ValueError, AttributeError):
-        errors = []
-    return InvalidRequest(errors or [("$", _problem_text(status, body))])
-
-
-def _problem_text(status: int, body: bytes) -> str:
-    """A problem+json body's detail; raw text when it is not one."""
-    try:
-        problem = json.loads(body)
-        return f"HTTP {status}: {problem.get('detail') or problem.get('title') or ''}"
-    except (ValueError, AttributeError):
-        return f"HTTP {status}: {body.decode(errors='replace')[:500]}"
 
 
 @click.command("plan")
@@ -165,12 +112,11 @@ def plan_command(
             raise click.UsageError(
                 "--catalog applies to local plans; the server uses its own catalog"
             )
-        if not api.startswith(("http://", "https://")):
-            raise click.BadParameter("give an http:// or https:// URL", param_hint="--api")
+        check_url(api)
     with reported("plan", file):
         doc = _load(file)
         if api:
-            report = _remote(doc, api, timeout, _token(token_file))
+            report = _remote(doc, api, timeout, token_from(token_file))
         else:
             report = check(convert(doc, CiPlan), catalog(catalog_file))
     if fmt == "json":

@@ -1,7 +1,10 @@
-"""``gpuplan trace``: the traced estimate of a user's own model, on this machine.
+"""``gpuplan trace``: the traced estimate of a user's own model, on this machine, or
+of a Hugging Face config on a server.
 
-This command imports and runs the user's code (that is its purpose); the API's
-trace route never does.
+Locally this command imports and runs the user's code (that is its purpose); the API's
+trace route never does. With ``--api URL`` the TARGET is a ``config.json`` (or a
+request file of ``POST /v1/memory/trace``'s schema) sent to a server, which traces it
+on its workers (:mod:`gpuplan.cli.remote` waits on the job).
 """
 
 from collections.abc import Callable
@@ -9,15 +12,18 @@ from pathlib import Path
 from typing import Any, cast
 
 import click
+import msgspec
 
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import reported
 from gpuplan.cli.options import field_options, output_format, with_options
+from gpuplan.cli.remote import Progress, Server, check_url, token_from
 from gpuplan.cli.render import trace as render
 from gpuplan.cli.render.output import machine, write
+from gpuplan.config.documents import read_document
 from gpuplan.core.convert import convert
 from gpuplan.core.errors import InvalidRequest
-from gpuplan.core.trace.schema import TraceWorkload, workload_conflicts
+from gpuplan.core.trace.schema import TraceRequest, TraceResult, TraceWorkload, workload_conflicts
 
 WORKLOAD = field_options(
     TraceWorkload,
@@ -25,6 +31,15 @@ WORKLOAD = field_options(
 )
 """The step's options, as ``POST /v1/memory/trace`` takes them; the model and its inputs
 are the user's function's (size, dtype and attention are set there)."""
+
+REMOTE_WORKLOAD = field_options(
+    TraceWorkload,
+    skip=[f.path[0] for f in WORKLOAD],
+)
+"""What a local target sets itself and a config sent with ``--api`` needs as options."""
+
+LOCAL_ONLY = ("gpu", "catalog_file", "probe_budget_bytes")
+REMOTE_ONLY = ("priority", "token_file", *(f.name for f in REMOTE_WORKLOAD))
 
 
 @click.command("trace")
@@ -60,7 +75,36 @@ are the user's function's (size, dtype and attention are set there)."""
     "scratch; 0: never.  [default: 1 GiB]",
 )
 @output_format("table", "json")
+@click.option(
+    "--api",
+    metavar="URL",
+    help="Trace on a gpuplan server (e.g. http://gpuplan:8000): TARGET is then a "
+    "config.json or a request file of POST /v1/memory/trace; waits for the job.",
+)
+@with_options([f.option for f in REMOTE_WORKLOAD])
+@click.option(
+    "--priority",
+    type=click.Choice(["high", "normal", "low"]),
+    help="--api: the job's priority in the server's queue.  [default: normal]",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=60.0,
+    show_default=True,
+    help="--api: timeout of each call (s).",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="GPUPLAN_API_TOKEN_FILE",
+    help="--api: a file holding the server's bearer token [env GPUPLAN_API_TOKEN_FILE; "
+    "or the token itself in GPUPLAN_API_TOKEN].",
+)
+@click.pass_context
 def trace_command(
+    ctx: click.Context,
+    /,
     target: str,
     *,
     runtime: str,
@@ -69,6 +113,10 @@ def trace_command(
     step_target: str | None,
     probe_budget_bytes: int | None,
     fmt: str,
+    api: str | None,
+    priority: str | None,
+    timeout: float,
+    token_file: Path | None,
     **options: Any,
 ) -> None:
     """Trace the peak memory of TARGET's step on fake tensors (no GPU, no real memory).
@@ -77,7 +125,31 @@ def trace_command(
     no arguments and returns (model, inputs) or (model, inputs, loss_fn); inputs is a
     tuple (positional) or a dict (keyword arguments). It runs inside torch's
     FakeTensorMode: build the model and inputs inside it (not at import time).
+
+    With --api URL, TARGET is a Hugging Face config.json (or a request file with
+    `model`, `workload` and `runtime`) that the server traces on its workers; a
+    progress line on a terminal follows the job (queued, running, done). Exit codes
+    as locally: 2 invalid input, 1 the trace failed, 3 the server cannot be reached.
     """
+    given = {
+        name: ctx.params[name]
+        for name in (*LOCAL_ONLY, *REMOTE_ONLY)
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    }
+    if api is None:
+        if set(given) & set(REMOTE_ONLY):
+            flags = ", ".join(f"--{n.replace('_', '-')}" for n in given if n in REMOTE_ONLY)
+            raise click.UsageError(f"{flags}: only with --api (a local target sets these itself)")
+    else:
+        if set(given) & set(LOCAL_ONLY):
+            flags = ", ".join(f"--{n.replace('_', '-')}" for n in given if n in LOCAL_ONLY)
+            raise click.UsageError(f"{flags}: local traces only; the server uses its own")
+        check_url(api)
+        with reported("trace", target):
+            server = Server(api, token_from(token_file), timeout)
+            result = _remote(server, target, runtime, priority, options)
+        write(render.table(result) if fmt == "table" else machine(result, "json"))
+        return
     try:
         from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES
         from gpuplan.trace.run import trace
@@ -113,3 +185,35 @@ def trace_command(
             ),
         )
     write(render.table(result) if fmt == "table" else machine(result, "json"))
+
+
+def _remote(
+    server: Server, target: str, runtime: str, priority: str | None, options: dict[str, Any]
+) -> TraceResult:
+    """TARGET's config traced by ``server``."""
+    path = Path(target)
+    if not path.is_file():
+        raise InvalidRequest([("$", f"{target}: with --api, give a config.json or a request file")])
+    doc = read_document(path)
+    if not isinstance(doc, dict):
+        raise InvalidRequest([("$", f"{target} must hold a JSON/YAML object")])
+    request: dict[str, Any] = doc if "model" in doc else {"model": {"hf_config": doc}}
+    workload = dict(request.get("workload") or {})
+    for item in (*WORKLOAD, *REMOTE_WORKLOAD):
+        if options.get(item.name) is not None:
+            workload[item.path[-1]] = options[item.name]
+    request["workload"] = workload
+    request.setdefault("runtime", runtime)
+    checked = convert(request, TraceRequest)  # refused here, naming the field, as the API would
+    query = f"?priority={priority}" if priority else ""
+    payload = server.submit(
+        "/v1/memory/trace" + query, msgspec.json.encode(checked), Progress("gpuplan trace")
+    )
+    try:
+        return msgspec.json.decode(payload, type=TraceResult)
+    except msgspec.DecodeError as exc:
+        from gpuplan.cli.errors import Unavailable
+
+        raise Unavailable(
+            f"{server.api} answered a body that is not a trace result: {exc}"
+        ) from None

@@ -1,0 +1,1 @@
+"""The trace cost predictor's measured table (cost.toml)."""
