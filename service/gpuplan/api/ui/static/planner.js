@@ -268,8 +268,13 @@
     const raw = max / target, mag = 10 ** Math.floor(Math.log10(raw));
     return [1, 2, 5, 10].map((m) => m * mag).find((s) => raw <= s) || 10 * mag;
   }
+  // A breakdown field that is the sum of others (the estimate's framework overhead is its
+  // workspaces, allocator cache, context and communication buffers) is not a bar of its own.
+  const AGGREGATES = { framework_overhead_bytes: ["workspace_bytes", "allocator_cache_bytes", "context_bytes", "communication_buffers_bytes"] };
   function memoryParts(answer) {
-    const parts = Object.entries(answer.breakdown || {}).filter(([, v]) => typeof v === "number" && v > 0).map(([k, v]) => ({ key: k, label: words(k), bytes: v }));
+    const breakdown = answer.breakdown || {};
+    const aggregate = (k) => (AGGREGATES[k] || []).some((part) => part in breakdown);
+    const parts = Object.entries(breakdown).filter(([k, v]) => typeof v === "number" && v > 0 && !aggregate(k)).map(([k, v]) => ({ key: k, label: words(k), bytes: v }));
     const sum = parts.reduce((s, p) => s + p.bytes, 0);
     if (typeof answer.required_bytes === "number" && answer.required_bytes > sum) {
       const share = typeof answer.headroom_fraction === "number" ? ` (${pct(answer.headroom_fraction)})` : "";
