@@ -6,6 +6,8 @@ step's timeline to its peak, and adds what lives outside the tensors. Nothing he
 reads the clock, the environment or the network.
 """
 
+import math
+
 import msgspec
 
 from gpuplan.core.catalog import Catalog
@@ -387,7 +389,7 @@ def _training(
         checkpointing=w.gradient_checkpointing,
         every=w.checkpoint_every_n_layers,
         accumulation_steps=w.gradient_accumulation_steps,
-        in_flight=min(p.pipeline, w.gradient_accumulation_steps) if p.pipeline > 1 else 1,
+        in_flight=in_flight(p, w.gradient_accumulation_steps),
         residual_grad=num.residual * d.hidden,
         head_grads=0.0
         if lora
@@ -573,3 +575,21 @@ def _scaled(counts: ParameterCount, total: int) -> ParameterCount:
         final=counts.final,
         layers=layers,
     )
+
+
+def in_flight(p: Parallelism, micro_batches: int) -> int:
+    """Micro-batches whose activations the first pipeline stage holds at once.
+
+    GPipe runs every forward before any backward: all of them. 1F1B starts a backward as
+    soon as the last stage can: the pipeline depth at most. Interleaving ``v`` chunks per
+    stage holds ``1 + (p - 1) / (p v)`` times that (Megatron-LM's
+    ``interleaved_schedule_memory_penalty``, megatron/training/theoretical_memory_usage.py).
+    """
+    if p.pipeline <= 1:
+        return 1
+    if p.pipeline_schedule == "gpipe":
+        return micro_batches
+    if p.virtual_stages > 1:
+        penalty = 1 + (p.pipeline - 1) / (p.pipeline * p.virtual_stages)
+        return min(math.ceil(penalty * p.pipeline), micro_batches)
+    return min(p.pipeline, micro_batches)
