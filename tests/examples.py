@@ -1,8 +1,9 @@
 """The example of every operation: the requests, and the recorder of their answers.
 
-    python -m tests.examples     # re-record service/gpuplan/api/examples/*.json and
-                                 # regenerate docs/api-examples.md (needs Redis on
-                                 # 127.0.0.1:6379 and the trace extra)
+    python -m tests.examples     # re-record service/gpuplan/api/examples/*.json,
+                                 # regenerate docs/api-examples.md and the report
+                                 # docs/ci.md quotes (needs Redis on 127.0.0.1:6379
+                                 # and the trace extra)
 
 The answers come from the real app: fleet answers from a Redis holding two recorded
 nodes, the trace from a real trace worker. tests/test_examples.py recomputes the
@@ -10,21 +11,29 @@ answers that depend on the request alone and fails when a file drifts.
 """
 
 import json
+import re
 import sys
 import uuid
 from pathlib import Path
 
 import msgspec
+from click.testing import CliRunner
 from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
 from gpuplan.api.example_files import Example, ExampleRequest, ExampleResponse, shorten
+from gpuplan.cli import main as cli
 from gpuplan.config.settings import Settings
 from tests.helpers import TINY_LLAMA, publish_snapshots
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "service" / "gpuplan" / "api" / "examples"
 DOC = ROOT / "docs" / "api-examples.md"
+CI_DOC = ROOT / "docs" / "ci.md"
+CI_EXAMPLE = ROOT / "examples" / "llm-finetune-one-gpu.yaml"
+CI_QUOTE = re.compile(r"(```markdown\n)(.*?)(```\n)", re.S)
+"""docs/ci.md quotes the head of ``gpuplan plan`` on CI_EXAMPLE: its verdicts, memory
+and table, up to the advice (tests/test_plan_ci_doc.py checks it is the head)."""
 
 JOB_PATH = "/v1/jobs/{id}"
 """Stands for a job's path until a recording submits one."""
@@ -285,7 +294,21 @@ def record() -> dict[str, Example]:
     return found
 
 
+def ci_report() -> str:
+    """The head of the markdown report docs/ci.md quotes, as the command prints it."""
+    result = CliRunner().invoke(cli, ["plan", str(CI_EXAMPLE), "--format", "markdown"])
+    return result.output.split("**Advice**")[0].rstrip("\n") + "\n"
+
+
+def requote_ci() -> None:
+    text = CI_DOC.read_text(encoding="utf-8")
+    quoted, n = CI_QUOTE.subn(lambda m: m[1] + ci_report() + m[3], text, count=1)
+    assert n == 1, "docs/ci.md lost its quoted report"
+    CI_DOC.write_text(quoted, encoding="utf-8")
+
+
 def main() -> None:
+    requote_ci()
     examples = record()
     for name, example in examples.items():
         text = msgspec.json.format(msgspec.json.encode(example), indent=2).decode()
