@@ -356,6 +356,20 @@ def test_frameworks_decide_the_bytes_of_the_sharded_states() -> None:
     assert sharded.breakdown.activations_bytes < autocast.breakdown.activations_bytes
 
 
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed", "fsdp2"])
+def test_context_parallel_ranks_share_the_shards(framework: str) -> None:
+    """Context-parallel ranks reduce gradients together, so sharded states split over
+    data x context (Megatron-core's distributed optimizer takes the data-parallel group
+    with context parallel): 4 x 2 ranks shard as 8 data-parallel ones do."""
+    base: dict[str, Any] = {"sequence_length": 4096, "precision": "bf16"}
+    stage = 3 if framework == "fsdp2" else 1
+    layout = {"zero_stage": stage, "framework": framework}
+    cp = run({"name": "llama-2-7b"}, **base, parallelism={"data": 4, "context": 2, **layout})
+    dp = run({"name": "llama-2-7b"}, **base, parallelism={"data": 8, **layout})
+    assert cp.breakdown.optimizer_state_bytes == dp.breakdown.optimizer_state_bytes > 0
+    assert cp.breakdown.master_weights_bytes == dp.breakdown.master_weights_bytes
+
+
 def test_a_materialized_model_peaks_before_sharding() -> None:
     body: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
     meta = run({"name": "llama-2-7b"}, **body, parallelism={"data": 64, "framework": "fsdp2"})

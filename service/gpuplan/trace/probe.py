@@ -3,9 +3,10 @@
 Some CPU kernels allocate memory that no tensor shows and no fake tensor can: a
 oneDNN convolution reorders its input, weights and output into blocked layouts and
 takes a scratchpad; its backward adds per-thread reduction buffers; the RNN kernels
-reorder weights. The amounts depend on the instruction set (the block size is 16
-channels with AVX-512, 8 with AVX2), the thread count and the implementation oneDNN
-picks for the shape, so a formula fitted on one CPU is wrong on the next. The tracer
+reorder weights; a 16-bit reduction may copy its input to fp32 first. The amounts
+depend on the instruction set (the block size is 16 channels with AVX-512, 8 with
+AVX2), the thread count and the implementation the kernel picks for the shape, so a
+formula fitted on one CPU is wrong on the next. The tracer
 asks the CPU it runs on instead: a :class:`KernelProbe` runs the real kernel once on
 real tensors of the call's shapes, strides and dtypes (zeros: the memory a kernel
 takes does not depend on the values), records the allocator's events, and keeps the
@@ -34,6 +35,12 @@ PROBED = frozenset(
         torch.ops.aten.convolution_backward.default,
         torch.ops.aten.mkldnn_rnn_layer.default,
         torch.ops.aten.mkldnn_rnn_layer_backward.default,
+        # A 16-bit mean or a sum accumulated in fp32 may copy its whole input to fp32
+        # inside the CPU kernel first (the reduction casts its input to the output's
+        # dtype): 263 kB for a 131 kB bf16 input, where the meta kernel allocates only the
+        # output.
+        torch.ops.aten.mean.dim,
+        torch.ops.aten.sum.dim_IntList,
     }
 )
 

@@ -148,8 +148,9 @@ class Parallelism(Record):
 
     context: Degree = 1
     """Context parallelism: each GPU holds ``sequence_length / context`` tokens of every
-    sequence (ring attention passes the keys and values around); FSDP shards over the
-    data and context groups together. A GPU count is tensor x pipeline x data x context."""
+    sequence (ring attention passes the keys and values around); ZeRO, FSDP and
+    Megatron's distributed optimizer shard over the data and context groups together.
+    A GPU count is tensor x pipeline x data x context."""
 
 
 class Lora(Record):

@@ -139,9 +139,15 @@ def shard_stage(w: Workload) -> int:
 
 
 def shard_degree(w: Workload) -> int:
-    """Ranks a sharded state is split over: FSDP2 shards over data x context."""
+    """Ranks a sharded state is split over: data x context in every framework that
+    shards. Context-parallel ranks hold the same parameters and see other tokens, so
+    they reduce gradients together and share the shards: Megatron-core's distributed
+    optimizer takes ``get_data_parallel_group(with_context_parallel=True)``
+    (NVIDIA/Megatron-LM megatron/core/optimizer/__init__.py at d086a2e), torchtitan's
+    FSDP2 shards over its ``dp_shard_cp`` mesh, DeepSpeed's Ulysses over the sequence
+    data-parallel group."""
     p = w.parallelism
-    return p.data * (p.context if framework_of(w) == "fsdp2" else 1)
+    return p.data * p.context
 
 
 def compute_bytes(w: Workload) -> float:
