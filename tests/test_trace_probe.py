@@ -102,3 +102,17 @@ def test_a_kernel_that_cannot_run_is_reported_not_raised() -> None:
     (note,) = probe.notes()
     assert note.startswith("in-kernel scratch of 1 distinct CPU kernel calls not counted")
     assert "convolution_backward: RuntimeError" in note
+
+
+def test_a_grouped_gemm_is_probed_with_its_rows_spread_over_the_groups() -> None:
+    """A fake tensor has no offsets; zero-filled ones would make every group empty and
+    the probe would find no scratch. The probe spreads the rows evenly (balanced
+    routing), which is what the kernel takes for offsets 8, 16, 24, 32."""
+    grouped = torch.ops.aten._grouped_mm.default
+    x = torch.randn(32, 64).to(torch.bfloat16)
+    w = torch.randn(4, 64, 256).to(torch.bfloat16)
+    even = torch.tensor([8, 16, 24, 32], dtype=torch.int32)
+    expected = _probe(KernelProbe(), grouped, (x, w, even))
+    probed = _probe(KernelProbe(), grouped, (x, w, torch.zeros(4, dtype=torch.int32)))
+    assert probed == expected
+    assert probed is not None

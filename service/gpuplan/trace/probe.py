@@ -3,14 +3,14 @@
 Some CPU kernels allocate memory that no tensor shows and no fake tensor can: a
 oneDNN convolution reorders its input, weights and output into blocked layouts and
 takes a scratchpad; its backward adds per-thread reduction buffers; the RNN kernels
-reorder weights; a 16-bit reduction may copy its input to fp32 first. The amounts
-depend on the instruction set (the block size is 16 channels with AVX-512, 8 with
-AVX2), the thread count and the implementation the kernel picks for the shape, so a
-formula fitted on one CPU is wrong on the next. The tracer
-asks the CPU it runs on instead: a :class:`KernelProbe` runs the real kernel once on
-real tensors of the call's shapes, strides and dtypes (zeros: the memory a kernel
-takes does not depend on the values), records the allocator's events, and keeps the
-peak above the outputs, which is what the call adds for an instant to the step's peak.
+reorder weights; a 16-bit reduction may copy its input to fp32 first; a grouped GEMM
+takes temporaries per group. The amounts depend on the instruction set (the block size
+is 16 channels with AVX-512, 8 with AVX2), the thread count and the implementation the
+kernel picks for the shape, so a formula fitted on one CPU is wrong on the next. The
+tracer asks the CPU it runs on instead: a :class:`KernelProbe` runs the real kernel once
+on real tensors of the call's shapes, strides and dtypes (zeros: the memory a kernel
+takes does not depend on the values, the grouped GEMM's offsets aside), records the
+allocator's events, and keeps the peak above the outputs, which is what the call adds for an instant to the step's peak.
 
 Only the kernels in :data:`PROBED` are asked; each distinct call once per trace. A
 call whose inputs and outputs together exceed the budget is not run (its scratch is
@@ -41,6 +41,10 @@ PROBED = frozenset(
         # output.
         torch.ops.aten.mean.dim,
         torch.ops.aten.sum.dim_IntList,
+        # transformers' mixture-of-experts layers call the grouped GEMM, whose CPU kernel
+        # works group by group through temporaries (22 kB above a 16 kB bf16 output for
+        # four experts).
+        torch.ops.aten._grouped_mm.default,
     }
 )
 
@@ -117,6 +121,25 @@ def measure_call(func: Any, args: Any, kwargs: Any) -> tuple[int, int]:
     return _peak_above_start(records), outputs
 
 
+GROUPED_MM = torch.ops.aten._grouped_mm.default
+
+
+def _balanced_offsets(args: Any, kwargs: Any) -> None:
+    """Give a zero-filled grouped GEMM's ``offs`` (its groups' end rows) an even split.
+
+    The grouped GEMM is the one probed kernel whose scratch depends on values: its
+    temporaries follow the largest group (all-zero offsets make every group empty, and
+    one group of every row takes half as much again as four equal ones). A fake tensor
+    has no values, so the rows are spread evenly over the groups: balanced routing, what
+    a mixture of experts' load-balancing loss aims for. Skewed routing takes more."""
+    offs = args[2] if len(args) > 2 else kwargs.get("offs")
+    if not isinstance(offs, torch.Tensor) or offs.dim() != 1 or offs.numel() == 0:
+        return
+    rows = args[0].shape[0] if args[0].dim() == 2 and args[1].dim() == 3 else args[0].shape[-1]
+    groups = offs.numel()
+    offs.copy_(torch.tensor([(i + 1) * rows // groups for i in range(groups)], dtype=offs.dtype))
+
+
 def _op_name(func: Any) -> str:
     return str(func.name()).removeprefix("aten::")
 
@@ -156,6 +179,8 @@ class KernelProbe:
                 real = [_real(leaf) if isinstance(leaf, torch.Tensor) else leaf for leaf in flat]
                 real_args, real_kwargs = spec.unflatten(real)
                 del real
+                if func is GROUPED_MM:
+                    _balanced_offsets(real_args, real_kwargs)
                 peak, output_bytes = measure_call(func, real_args, real_kwargs)
         except Exception as exc:  # the trace goes on without this call's scratch
             self._skipped[key] = f"{_op_name(func)}: {type(exc).__name__}: {exc}"[:300]
