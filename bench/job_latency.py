@@ -23,19 +23,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gpuplan.jobs.worker import WARM_CONFIG
+
 RESULTS = Path(__file__).resolve().parent / "results"
 REDIS = "redis://127.0.0.1:6379/0"
-SMALL = {
-    "model_type": "llama",
-    "vocab_size": 256,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 1,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_position_embeddings": 512,
-    "tie_word_embeddings": True,
-}
+SMALL = {**WARM_CONFIG, "max_position_embeddings": 512, "tie_word_embeddings": True}
+"""The worker's warm-up model, made another config so that no cache answers for it."""
 
 
 def _body(batch: int) -> dict[str, Any]:

@@ -13,7 +13,6 @@ bench/results/published.json; docs/accuracy.md quotes it.
 """
 
 import json
-import statistics
 import sys
 import tomllib
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from bench.stats import error_stats
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse
@@ -69,15 +69,7 @@ def run() -> dict[str, Any]:
             }
         )
     errors = [r["error"] for r in rows if not r["excluded"]]
-    summary = {
-        "cases": len(errors),
-        "median_abs_error": statistics.median(abs(e) for e in errors),
-        "max_abs_error": max(abs(e) for e in errors),
-        "most_low": min(errors),
-        "low_by_more_than_5pct": sum(e < -0.05 for e in errors),
-        "within_15pct": sum(abs(e) <= 0.15 for e in errors),
-        "excluded": sum(1 for r in rows if r["excluded"]),
-    }
+    summary = {**error_stats(errors), "excluded": sum(1 for r in rows if r["excluded"])}
     return {"summary": summary, "rows": rows}
 
 

@@ -14,7 +14,6 @@ bench/results/reserve_replay.json; docs/memory.md quotes it.
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import msgspec
 import torch
 
+from bench.stats import error_stats
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
@@ -158,13 +158,7 @@ def main() -> None:
             f"(gap {row['estimated_gap_bytes'] / 2**20:6.0f} MiB)  {row['error']:+6.1%}",
             flush=True,
         )
-    errors = [abs(r["error"]) for r in rows]
-    summary = {
-        "cases": len(rows),
-        "median_abs_error": statistics.median(errors),
-        "max_abs_error": max(errors),
-        "low_by_more_than_5pct": sum(r["error"] < -0.05 for r in rows),
-    }
+    summary = error_stats([r["error"] for r in rows])
     print(json.dumps(summary))
     if not args.only:
         RESULTS.mkdir(exist_ok=True)

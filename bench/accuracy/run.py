@@ -7,7 +7,6 @@ Writes bench/results/accuracy.json and prints the table docs/accuracy.md quotes.
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ import torch
 
 from bench.accuracy.cases import FAST, GRID, Case
 from bench.accuracy.measure import Measured, measure_inference, measure_training
+from bench.stats import error_stats
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, Lora, ModelSpec, Workload
@@ -159,13 +159,7 @@ def main() -> None:
             f"{case.name:32s} measured {measured.peak_bytes / 2**20:9.2f} MiB  estimated {result.peak_bytes / 2**20:9.2f} MiB  error {error:+7.2%}  ({result.peak_phase}; {seconds:.0f} s)",
             flush=True,
         )
-    errors = [abs(r["error"]) for r in rows]
-    summary = {
-        "cases": len(rows),
-        "median_abs_error": statistics.median(errors),
-        "max_abs_error": max(errors),
-        "within_10pct": sum(e <= 0.10 for e in errors),
-    }
+    summary = error_stats([r["error"] for r in rows])
     print(json.dumps(summary))
     RESULTS.mkdir(exist_ok=True)
     name = "accuracy_fast.json" if args.fast else "accuracy.json"

@@ -10,30 +10,18 @@ the committed runs and says which torch they came from.
 """
 
 import json
-import statistics
 from pathlib import Path
 from typing import Any
 
+from bench.stats import error_stats
+
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-
-
-def _stats(errors: list[float]) -> dict[str, Any]:
-    absolute = [abs(e) for e in errors]
-    worst = max(range(len(errors)), key=lambda i: absolute[i]) if errors else None
-    return {
-        "cases": len(errors),
-        "median_abs_error": statistics.median(absolute) if errors else None,
-        "max_abs_error": absolute[worst] if worst is not None else None,
-        "worst_signed_error": errors[worst] if worst is not None else None,
-        "within_1pct": sum(e <= 0.01 for e in absolute),
-        "within_10pct": sum(e <= 0.10 for e in absolute),
-    }
 
 
 def run() -> dict[str, Any]:
     grid = json.loads((RESULTS / "accuracy.json").read_text())
     rows = grid["rows"]
-    analytic = _stats([r["error"] for r in rows])
+    analytic = error_stats([r["error"] for r in rows])
     analytic["worst_case"] = max(rows, key=lambda r: abs(r["error"]))["case"]
     by_mode: dict[str, list[float]] = {}
     from bench.accuracy.cases import GRID
@@ -45,18 +33,18 @@ def run() -> dict[str, Any]:
         "benchmark": "accuracy",
         "torch": grid["torch"],
         "analytic": analytic,
-        "analytic_by_mode": {m: _stats(e) for m, e in sorted(by_mode.items())},
+        "analytic_by_mode": {m: error_stats(e) for m, e in sorted(by_mode.items())},
     }
     traced_file = RESULTS / "accuracy_traced.json"
     if traced_file.exists():
         traced = json.loads(traced_file.read_text())
         ok = [r for r in traced["rows"] if r["traced_error"] is not None]
-        result["traced"] = _stats([r["traced_error"] for r in ok])
+        result["traced"] = error_stats([r["traced_error"] for r in ok])
         result["traced"]["worst_case"] = max(ok, key=lambda r: abs(r["traced_error"]))["case"]
         result["traced"]["not_traced"] = len(traced["rows"]) - len(ok)
         # the analytic estimator on exactly the traced cases, for a like-for-like read
         names = {r["case"] for r in ok}
-        result["analytic_on_traced_cases"] = _stats(
+        result["analytic_on_traced_cases"] = error_stats(
             [r["error"] for r in rows if r["case"] in names]
         )
     published_file = RESULTS / "published.json"

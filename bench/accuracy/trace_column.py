@@ -11,7 +11,6 @@ three columns describe the same runs. Writes bench/results/accuracy_traced.json.
 
 import argparse
 import json
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from typing import Any
 import torch
 
 from bench.accuracy.cases import GRID, Case
+from bench.stats import error_stats
 from gpuplan.core.trace.schema import TraceWorkload
 from gpuplan.trace.hf import builder
 from gpuplan.trace.run import trace
@@ -97,14 +97,8 @@ def main() -> None:
             + (f"error {error:+.4%}" if error is not None else phase),
             flush=True,
         )
-    errors = [abs(r["traced_error"]) for r in rows if r["traced_error"] is not None]
-    summary = {
-        "cases": len(rows),
-        "traced_cases": len(errors),
-        "median_abs_error": statistics.median(errors) if errors else None,
-        "max_abs_error": max(errors) if errors else None,
-        "within_0_5pct": sum(e <= 0.005 for e in errors),
-    }
+    errors = [r["traced_error"] for r in rows if r["traced_error"] is not None]
+    summary = {**error_stats(errors), "cases": len(rows), "traced_cases": len(errors)}
     print(json.dumps(summary))
     if not args.only:
         RESULTS.mkdir(exist_ok=True)

@@ -19,8 +19,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import click
 
@@ -37,6 +38,21 @@ not the server's failure."""
 
 class JobFailed(GpuplanError):
     """A job ran and failed (exit 1): the server's problem, for a person."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def token_file_option(command: F) -> F:
+    """``--token-file FILE`` [env ``GPUPLAN_API_TOKEN_FILE``]; the command takes
+    ``token_file`` and reads the token with :func:`token_from`."""
+    return click.option(
+        "--token-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        envvar="GPUPLAN_API_TOKEN_FILE",
+        help="--api: a file holding the server's bearer token [env GPUPLAN_API_TOKEN_FILE; "
+        "or the token itself in GPUPLAN_API_TOKEN].",
+    )(command)
 
 
 def token_from(token_file: Path | None) -> str | None:

@@ -19,7 +19,7 @@ import msgspec
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import EXIT_FAILED, EXIT_OK, Unavailable, reported
 from gpuplan.cli.options import output_format
-from gpuplan.cli.remote import Progress, Server, check_url, token_from
+from gpuplan.cli.remote import Progress, Server, check_url, token_file_option, token_from
 from gpuplan.cli.render import ci as render
 from gpuplan.cli.render.output import machine, write
 from gpuplan.config.documents import read_document
@@ -76,13 +76,7 @@ def _remote(doc: dict[str, Any], api: str, timeout: float, token: str | None) ->
 @click.option(
     "--timeout", type=float, default=60.0, show_default=True, help="--api request timeout (s)."
 )
-@click.option(
-    "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="GPUPLAN_API_TOKEN_FILE",
-    help="--api: a file holding the server's bearer token [env GPUPLAN_API_TOKEN_FILE; "
-    "or the token itself in GPUPLAN_API_TOKEN].",
-)
+@token_file_option
 @click.pass_context
 def plan_command(
     ctx: click.Context,

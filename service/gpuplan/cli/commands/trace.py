@@ -17,7 +17,7 @@ import msgspec
 from gpuplan.cli.context import catalog, catalog_option
 from gpuplan.cli.errors import reported
 from gpuplan.cli.options import field_options, output_format, with_options
-from gpuplan.cli.remote import Progress, Server, check_url, token_from
+from gpuplan.cli.remote import Progress, Server, check_url, token_file_option, token_from
 from gpuplan.cli.render import trace as render
 from gpuplan.cli.render.output import machine, write
 from gpuplan.config.documents import read_document
@@ -94,13 +94,7 @@ REMOTE_ONLY = ("priority", "token_file", *(f.name for f in REMOTE_WORKLOAD))
     show_default=True,
     help="--api: timeout of each call (s).",
 )
-@click.option(
-    "--token-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="GPUPLAN_API_TOKEN_FILE",
-    help="--api: a file holding the server's bearer token [env GPUPLAN_API_TOKEN_FILE; "
-    "or the token itself in GPUPLAN_API_TOKEN].",
-)
+@token_file_option
 @click.pass_context
 def trace_command(
     ctx: click.Context,
