@@ -38,6 +38,12 @@ def trace_case(case: Case) -> tuple[int | None, str, float]:
         return None, "Adafactor reads tensor values (.item()), which fake tensors have not", 0.0
     if case.mode == "finetune_lora":
         return None, "the Hugging Face builder adds no PEFT adapters", 0.0
+    if case.head:
+        return None, "the Hugging Face builder builds the model's usual head only", 0.0
+    if case.loss_chunks > 1 or case.in_backward:
+        # The tracer takes such a loop as the user's own step (--step file.py:train_step);
+        # this column runs the Trainer-style step of every other case.
+        return None, "a chunked loss or an optimizer step in backward is the user's loop", 0.0
     dtype, amp = PRECISION[case.precision]
     workload = TraceWorkload(
         mode="inference" if case.mode == "inference" else "training",
@@ -50,6 +56,7 @@ def trace_case(case: Case) -> tuple[int | None, str, float]:
         gradient_checkpointing=case.checkpointing == "full",
         steps=1 if case.mode == "inference" else 2,
         new_tokens=case.new_tokens,
+        keep_outputs=case.keep_outputs,
     )
     started = time.perf_counter()
     result = trace(
@@ -61,6 +68,7 @@ def trace_case(case: Case) -> tuple[int | None, str, float]:
         runtime="cpu",
         accumulation=case.accumulation,
         new_tokens=case.new_tokens,
+        keep_outputs=case.keep_outputs,
     )
     return result.peak_bytes, result.peak_phase, time.perf_counter() - started
 
