@@ -10,7 +10,8 @@ kernel picks for the shape, so a formula fitted on one CPU is wrong on the next.
 tracer asks the CPU it runs on instead: a :class:`KernelProbe` runs the real kernel once
 on real tensors of the call's shapes, strides and dtypes (zeros: the memory a kernel
 takes does not depend on the values, the grouped GEMM's offsets aside), records the
-allocator's events, and keeps the peak above the outputs, which is what the call adds for an instant to the step's peak.
+allocator's events, and keeps the peak above the outputs, which is what the call adds
+for an instant to the step's peak.
 
 Only the kernels in :data:`PROBED` are asked; each distinct call once per trace. A
 call whose inputs and outputs together exceed the budget is not run (its scratch is
