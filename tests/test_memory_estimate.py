@@ -370,6 +370,20 @@ def test_context_parallel_ranks_share_the_shards(framework: str) -> None:
     assert cp.breakdown.master_weights_bytes == dp.breakdown.master_weights_bytes
 
 
+def test_megatrons_gradient_buffer_lives_through_the_step() -> None:
+    """Megatron-core allocates one fp32 main-gradient buffer when it wraps the model and
+    zeroes it each step: at the backward's peak every gradient byte exists beside the
+    activations, with no accumulation steps too (PyTorch's loop frees them instead)."""
+    body: dict[str, Any] = {"sequence_length": 2048, "batch_size": 2, "precision": "bf16"}
+    layout = {"data": 8, "zero_stage": 1}
+    mega = run({"name": "llama-2-7b"}, **body, parallelism={**layout, "framework": "megatron"})
+    assert mega.peak_phase.startswith("backward")
+    assert mega.breakdown.gradients_bytes == 4 * mega.parameters
+    assert mega.breakdown.activations_bytes > 0
+    ddp = run({"name": "llama-2-7b"}, **body, parallelism={**layout, "framework": "deepspeed"})
+    assert ddp.breakdown.gradients_bytes < mega.breakdown.gradients_bytes
+
+
 def test_a_materialized_model_peaks_before_sharding() -> None:
     body: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
     meta = run({"name": "llama-2-7b"}, **body, parallelism={"data": 64, "framework": "fsdp2"})

@@ -402,6 +402,9 @@ def _training(
         held=held,
         offload=w.activation_offload,
         in_backward=in_backward,
+        # Megatron-core allocates its gradient buffer once, when the model is wrapped
+        # (megatron/core/distributed/param_and_grad_buffer.py), and zeroes it each step.
+        persistent_gradients=framework_of(w) == "megatron",
     )
     gap = allocator_gap(
         training_pattern(

@@ -46,6 +46,7 @@ def training_peak(
     held: float = 0.0,
     offload: bool = False,
     in_backward: float = -1.0,
+    persistent_gradients: bool = False,
 ) -> Moment:
     """The largest moment; ``layers`` and ``grads`` in forward order, one per local layer.
 
@@ -55,6 +56,10 @@ def training_peak(
     layers' saved activations wait in CPU memory; a layer's come back for its backward,
     the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
     the backward (these bytes of temporaries at a time), so gradients do not pile up.
+    ``persistent_gradients``: the gradients live in one buffer allocated once and zeroed
+    between steps (Megatron-core's contiguous main-gradient buffer), into which the
+    weight-gradient GEMMs accumulate (``gradient_accumulation_fusion``): every gradient
+    byte exists from the step's start, and none is born as a separate tensor.
     """
     checkpointed_any = checkpointing in ("full", "selective_op")
     kept = _kept(layers, checkpointing, every, in_flight, offload=offload)
@@ -62,7 +67,7 @@ def training_peak(
     total_grads = 0.0 if stepping else states.gradients
     # After the first micro-step of an accumulation, all gradients exist throughout,
     # and each backward adds a fresh gradient into them.
-    accumulating = accumulation_steps > 1
+    accumulating = accumulation_steps > 1 or persistent_gradients
     moments: list[Moment] = []
     activations = sum(kept) + head.embedding_saved + head.final_saved + head.logits_saved
     start = total_grads if accumulating else 0.0
@@ -107,8 +112,8 @@ def training_peak(
             own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
             if offload and position > 0:
                 own += layers[position - 1].saved  # the next layer's, prefetched
-            fresh_mlp = lg.mlp if accumulating else 0.0
-            fresh_attn = lg.attention if accumulating else 0.0
+            fresh_mlp = lg.mlp if accumulating and not persistent_gradients else 0.0
+            fresh_attn = lg.attention if accumulating and not persistent_gradients else 0.0
             mlp_grads = done + (0.0 if accumulating or stepping else lg.mlp)
             # The MLP half of the layer's backward, then its attention half.
             for moment in (
