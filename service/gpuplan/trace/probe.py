@@ -136,7 +136,13 @@ def _balanced_offsets(args: Any, kwargs: Any) -> None:
     offs = args[2] if len(args) > 2 else kwargs.get("offs")
     if not isinstance(offs, torch.Tensor) or offs.dim() != 1 or offs.numel() == 0:
         return
-    rows = args[0].shape[0] if args[0].dim() == 2 and args[1].dim() == 3 else args[0].shape[-1]
+    first, second = args[0], args[1]
+    if first.dim() == 2 and second.dim() == 3:
+        rows = first.shape[0]  # groups of the first operand's rows (mixture of experts)
+    elif first.dim() == 3 and second.dim() == 2:
+        rows = second.shape[-1]  # groups of the second operand's columns
+    else:
+        rows = first.shape[-1]  # two 2-D operands: groups along the shared dimension
     groups = offs.numel()
     offs.copy_(torch.tensor([(i + 1) * rows // groups for i in range(groups)], dtype=offs.dtype))
 
