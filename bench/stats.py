@@ -1,8 +1,12 @@
-"""The error figures every accuracy bench reports, computed one way."""
+"""The error figures every accuracy bench reports, computed one way, and written one way."""
 
+import json
 import statistics
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def error_stats(errors: Sequence[float]) -> dict[str, Any]:
@@ -24,3 +28,13 @@ def error_stats(errors: Sequence[float]) -> dict[str, Any]:
         "within_10pct": sum(e <= 0.10 for e in absolute),
         "within_15pct": sum(e <= 0.15 for e in absolute),
     }
+
+
+def write_run(file_name: str, summary: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """bench/results/``file_name``: the torch the rows were measured with, their summary
+    and the rows."""
+    import torch  # only the accuracy runs call this, and they have torch
+
+    RESULTS.mkdir(exist_ok=True)
+    document = {"torch": torch.__version__, "summary": summary, "rows": rows}
+    (RESULTS / file_name).write_text(json.dumps(document, indent=2) + "\n")

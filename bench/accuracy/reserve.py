@@ -15,19 +15,16 @@ bench/results/reserve_replay.json; docs/memory.md quotes it.
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import msgspec
 import torch
 
-from bench.stats import error_stats
+from bench.stats import error_stats, write_run
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.trace.run import trace
-
-RESULTS = Path(__file__).resolve().parent.parent / "results"
 
 LLAMA_3B = {
     "model_type": "llama",
@@ -161,11 +158,7 @@ def main() -> None:
     summary = error_stats([r["error"] for r in rows])
     print(json.dumps(summary))
     if not args.only:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "reserve_replay.json").write_text(
-            json.dumps({"torch": torch.__version__, "summary": summary, "rows": rows}, indent=2)
-            + "\n"
-        )
+        write_run("reserve_replay.json", summary, rows)
 
 
 if __name__ == "__main__":

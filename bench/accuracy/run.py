@@ -8,19 +8,17 @@ Writes bench/results/accuracy.json and prints the table docs/accuracy.md quotes.
 import argparse
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from bench.accuracy.cases import FAST, GRID, Case
 from bench.accuracy.measure import Measured, measure_inference, measure_training
-from bench.stats import error_stats
+from bench.stats import error_stats, write_run
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, Lora, ModelSpec, Workload
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
 DTYPES = {
     "fp32": torch.float32,
     "fp16": torch.float16,
@@ -161,13 +159,8 @@ def main() -> None:
         )
     summary = error_stats([r["error"] for r in rows])
     print(json.dumps(summary))
-    RESULTS.mkdir(exist_ok=True)
-    name = "accuracy_fast.json" if args.fast else "accuracy.json"
     if not args.only:
-        (RESULTS / name).write_text(
-            json.dumps({"torch": torch.__version__, "summary": summary, "rows": rows}, indent=2)
-            + "\n"
-        )
+        write_run("accuracy_fast.json" if args.fast else "accuracy.json", summary, rows)
 
 
 if __name__ == "__main__":

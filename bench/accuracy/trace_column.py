@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from bench.accuracy.cases import GRID, Case
-from bench.stats import error_stats
+from bench.stats import error_stats, write_run
 from gpuplan.core.trace.schema import TraceWorkload
 from gpuplan.trace.hf import builder
 from gpuplan.trace.run import trace
@@ -109,11 +109,7 @@ def main() -> None:
     summary = {**error_stats(errors), "cases": len(rows), "traced_cases": len(errors)}
     print(json.dumps(summary))
     if not args.only:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "accuracy_traced.json").write_text(
-            json.dumps({"torch": torch.__version__, "summary": summary, "rows": rows}, indent=2)
-            + "\n"
-        )
+        write_run("accuracy_traced.json", summary, rows)
 
 
 if __name__ == "__main__":
