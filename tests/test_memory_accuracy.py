@@ -6,6 +6,7 @@ events (bench/accuracy/measure.py). The full grid is `python -m bench.accuracy.r
 its committed results are checked against the targets here too.
 """
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -17,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.torch]
 pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-from bench.accuracy.cases import FAST, Case  # noqa: E402
+from bench.accuracy.cases import FAST, GRID, Case  # noqa: E402
 from bench.accuracy.run import request_for, run_case  # noqa: E402
 
 from gpuplan.core.catalog import builtin_catalog  # noqa: E402
@@ -43,3 +44,22 @@ def test_committed_grid_meets_the_targets() -> None:
     assert len(errors) >= 30
     assert statistics.median(errors) <= 0.05
     assert max(errors) <= 0.10
+
+
+DROPOUT = [c for c in GRID if c.lora_dropout > 0]
+
+
+@pytest.mark.parametrize("case", DROPOUT, ids=[c.name for c in DROPOUT])
+def test_lora_dropout_adds_what_a_real_peft_step_adds(case: Case) -> None:
+    """The same PEFT step with and without ``lora_dropout``: what the estimate adds is
+    what the step's peak adds (masks, dropped copies, layer 0's inputs without grad)."""
+    torch.set_num_threads(1)
+    catalog = builtin_catalog()
+    without = dataclasses.replace(case, lora_dropout=0.0)
+    measured = run_case(case).peak_bytes - run_case(without).peak_bytes
+    estimated = (
+        estimate(request_for(case), catalog).peak_bytes
+        - estimate(request_for(without), catalog).peak_bytes
+    )
+    assert measured > 0
+    assert estimated == pytest.approx(measured, rel=0.02)

@@ -356,6 +356,40 @@ def test_frameworks_decide_the_bytes_of_the_sharded_states() -> None:
     assert sharded.breakdown.activations_bytes < autocast.breakdown.activations_bytes
 
 
+@pytest.mark.parametrize("framework", ["deepspeed", "fsdp2"])
+def test_sharding_splits_the_packed_4bit_weights_not_their_constants(framework: str) -> None:
+    """FSDP and ZeRO-3 shard a Params4bit's packed data; its absmax constants live in a
+    QuantState every rank keeps whole (bitsandbytes re-attaches it to each shard)."""
+    counts = count_parameters(from_hf_config(presets()["llama-2-7b"].config or {})[0])
+    layers = sum(lp.attention + lp.mlp + lp.norms for lp in counts.layers)
+    rest = counts.total - layers
+    n = 4
+    base: dict[str, Any] = {"mode": "finetune_qlora", "sequence_length": 8, "precision": "bf16"}
+    sharded = run({"name": "llama-2-7b"}, **base, double_quantization=True,
+                  parallelism={"data": n, "zero_stage": 3, "framework": framework})  # fmt: skip
+    adapters = sharded.trainable_parameters * 4 / n
+    constants = 1 / 64 + 4 / (64 * 256)  # an 8-bit absmax per block, an fp32 one per 256
+    expected = (layers * 0.5 + rest * 2) / n + layers * constants + adapters
+    assert sharded.breakdown.weights_bytes == pytest.approx(expected, rel=1e-6)
+
+
+def test_lora_dropout_keeps_a_mask_per_adapted_input() -> None:
+    """PEFT drops each adapter's fp32 copy of its input: on CUDA a bool mask per element
+    is new (the dropped tensor replaces the copy), and none in layer 0's q/k/v, whose
+    input needs no gradient (frozen embeddings); o_proj's input follows q's adapter."""
+    base: dict[str, Any] = {"mode": "finetune_lora", "sequence_length": 1024, "batch_size": 2,
+                            "precision": "bf16", "gradient_checkpointing": "none"}  # fmt: skip
+    lora: dict[str, Any] = {"rank": 8, "target_modules": ["q_proj", "v_proj", "o_proj"]}
+    plain = run({"name": "llama-2-7b"}, **base, lora=lora)
+    dropped = run({"name": "llama-2-7b"}, **base, lora={**lora, "dropout": 0.05})
+    assert plain.peak_phase == dropped.peak_phase == "backward (loss)"
+    tokens, h, layers = 2 * 1024, 4096, 32
+    masks = tokens * h * (3 * (layers - 1) + 1)  # q, v, o in every layer; o alone in layer 0
+    added = dropped.breakdown.activations_bytes - plain.breakdown.activations_bytes
+    assert added == masks
+    assert "lora dropout 0.0" in " ".join(plain.assumptions)
+
+
 @pytest.mark.parametrize("framework", ["megatron", "deepspeed", "fsdp2"])
 def test_context_parallel_ranks_share_the_shards(framework: str) -> None:
     """Context-parallel ranks reduce gradients together, so sharded states split over

@@ -34,6 +34,7 @@ FIELDS = [
     ("$.workload.activation_offload", "cpu", "--activation-offload", True),
     ("$.model.head", "regression", "--model-head", True),
     ("$.model.num_labels", 0, "--model-num-labels", True),
+    ("$.workload.lora.dropout", 1.0, "--lora-dropout", True),
 ]
 
 
@@ -204,6 +205,7 @@ def test_lora_defaults_are_peft_s_and_every_default_is_listed(
     assert "PEFT's default for gpt2, c_attn" in notes
     assert "defaults used: batch_size 1, precision bf16, optimizer adamw" in notes
     assert "lora rank 16" in notes
+    assert "lora dropout 0.0" in notes
 
 
 def test_lora_on_a_model_that_is_not_fine_tuned_is_refused(

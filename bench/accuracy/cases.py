@@ -24,6 +24,7 @@ class Case:
     new_tokens: int = 0
     lora_rank: int = 0
     lora_targets: tuple[str, ...] = ("q_proj", "v_proj")
+    lora_dropout: float = 0.0
     head: str = ""  # "" (the usual head) | sequence_classification | token_classification
     num_labels: int = 2
     keep_outputs: bool = False
@@ -403,6 +404,40 @@ GRID = [
         batch=4,
     ),
     Case("roberta sequence classification fp32", ROBERTA, head="sequence_classification"),
+    Case(
+        "llama lora bf16 all-linear dropout",
+        LLAMA,
+        mode="finetune_lora",
+        precision="bf16",
+        lora_rank=8,
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
+        lora_dropout=0.1,
+    ),
+    Case(
+        "llama lora amp_bf16 o,down dropout",
+        LLAMA,
+        mode="finetune_lora",
+        precision="amp_bf16",
+        lora_rank=8,
+        lora_targets=("q_proj", "o_proj", "down_proj"),
+        lora_dropout=0.05,
+    ),
+    Case(
+        "llama lora fp32 q,k,v,o dropout",
+        LLAMA,
+        mode="finetune_lora",
+        lora_rank=8,
+        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
+        lora_dropout=0.1,
+    ),
+    Case(
+        "gpt2 lora fp32 dropout",
+        GPT2,
+        mode="finetune_lora",
+        lora_rank=8,
+        lora_targets=("c_attn", "c_proj", "c_fc"),
+        lora_dropout=0.1,
+    ),
     Case(
         "qwen2 lora bf16 eager",
         QWEN2,

@@ -47,7 +47,11 @@ def request_for(case: Case) -> EstimateRequest:
             keep_outputs=case.keep_outputs,
             loss_chunks=case.loss_chunks,
             optimizer_in_backward=case.in_backward,
-            lora=Lora(rank=case.lora_rank, target_modules=list(case.lora_targets))
+            lora=Lora(
+                rank=case.lora_rank,
+                target_modules=list(case.lora_targets),
+                dropout=case.lora_dropout,
+            )
             if case.mode == "finetune_lora"
             else None,
         ),
@@ -81,7 +85,11 @@ def run_case(case: Case) -> Measured:
         if case.mode == "finetune_lora":
             from peft import LoraConfig, get_peft_model
 
-            lora = LoraConfig(r=case.lora_rank, target_modules=list(case.lora_targets))
+            lora = LoraConfig(
+                r=case.lora_rank,
+                target_modules=list(case.lora_targets),
+                lora_dropout=case.lora_dropout,
+            )
             model = get_peft_model(model, lora)
         return model
 

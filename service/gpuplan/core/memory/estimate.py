@@ -21,7 +21,7 @@ from gpuplan.core.memory.inference import (
     kv_bytes_per_token,
     mask_bytes,
 )
-from gpuplan.core.memory.layers import LayerCost, Step, Trainable, layer_cost
+from gpuplan.core.memory.layers import LayerCost, Step, Trainable, adapter_dropout, layer_cost
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import Numerics, numerics_for
@@ -183,6 +183,13 @@ def _layer_costs(
     # Layers of one shape cost the same: price each distinct shape once (an 80-layer
     # model has one or two), which keeps an estimate well under 100 µs.
     priced: dict[tuple[int, int, int, int], LayerCost] = {}
+    # LoRA dropout's masks, in later layers and in layer 0 (the first stage's first,
+    # whose adapters read inputs that need no gradient until one of its adapters ran).
+    dropout = (
+        {first: adapter_dropout(arch, d, num, step, first=first) for first in (False, True)}
+        if step.trainable.dropout and step.training
+        else {}
+    )
     costs = []
     for index in range(local):
         layer = counts.layers[index]
@@ -211,6 +218,11 @@ def _layer_costs(
                     forward_peak=cost.forward_peak + ring,
                 )
             priced[key] = cost
+        if dropout:
+            attention, mlp = dropout[index == 0]
+            cost = msgspec.structs.replace(
+                cost, saved=cost.saved + attention + mlp, mlp_saved=cost.mlp_saved + mlp
+            )
         costs.append(cost)
     return costs
 
@@ -548,6 +560,7 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
         lora_rank=lora.rank if lora else 16,
         adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
         upcast=w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16"),
+        dropout=bool(lora and lora.dropout > 0),
     )
 
 

@@ -15,6 +15,7 @@ import msgspec
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
+from gpuplan.core.memory.modules import Linear, linear_modules
 from gpuplan.core.memory.numerics import Numerics
 from gpuplan.core.record import Record
 
@@ -35,6 +36,9 @@ class Trainable(Record, kw_only=True):
     upcast: bool = False
     """PEFT runs fp32 adapters on a half-precision base: each adapted linear casts its
     input to fp32 (``x.to(lora_A.weight.dtype)``), and ``lora_A`` keeps that copy."""
+
+    dropout: bool = False
+    """``lora_dropout`` > 0: each adapter drops its input before ``lora_A``."""
 
     def saves(self, *modules: str) -> bool:
         """Does autograd keep the input of these linears (trainable, or adapted)?"""
@@ -112,6 +116,16 @@ def _inputs(n: float, num: Numerics, readers: int) -> float:
     return num.saved_linear_input * n
 
 
+def _math_fallback(
+    arch: Architecture, d: Dims, num: Numerics, *, eager: bool, dropout: bool
+) -> bool:
+    """Does SDPA run its math path (see :func:`_core`)?"""
+    multi_query = arch.family == "falcon" and d.kv_heads < d.heads
+    mla = arch.mla
+    narrow_v = mla is not None and mla.v_head_dim != mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    return not eager and ((dropout and num.cpu) or multi_query or (narrow_v and num.cpu))
+
+
 def _core(
     arch: Architecture, d: Dims, num: Numerics, step: Step, *, dropout: bool, v_storage: float
 ) -> tuple[float, float, float]:
@@ -128,10 +142,8 @@ def _core(
     # path computes in fp32 for half inputs (it upcasts q, k and v first). MLA's value
     # heads are narrower than its query/key heads, which only CUDA's memory-efficient
     # kernel accepts: on the CPU that is the math path too.
-    multi_query = arch.family == "falcon" and d.kv_heads < d.heads
     mla = arch.mla
-    narrow_v = mla is not None and mla.v_head_dim != mla.qk_nope_head_dim + mla.qk_rope_head_dim
-    math_fallback = not eager and ((dropout and num.cpu) or multi_query or (narrow_v and num.cpu))
+    math_fallback = _math_fallback(arch, d, num, eager=eager, dropout=dropout)
     m = FP32 if math_fallback and num.cpu and num.matmul != FP32 else num.matmul
     if eager or math_fallback:
         repeated = d.kv_heads < d.heads
@@ -403,3 +415,61 @@ def layer_cost(
     if arch.family == "llama":
         return llama_layer(arch, d, num, step, moe_layer=moe_layer)
     return layernorm_layer(arch, d, num, step)
+
+
+def adapter_dropout(
+    arch: Architecture, d: Dims, num: Numerics, step: Step, *, first: bool
+) -> tuple[float, float]:
+    """What ``lora_dropout`` adds to a layer's saved tensors: (attention half, MLP half).
+
+    PEFT computes ``lora_B(lora_A(dropout(x)))`` on the input ``x`` cast to the
+    adapter's dtype (peft/tuners/lora/layer.py ``Linear.forward``, ``_cast_input_dtype``
+    in tuners_utils.py): fp32 beside a half-precision base or under autocast, the
+    base's dtype where the adapters compute in it (fp32 training, FSDP's bf16
+    parameters). ``lora_A`` keeps the dropped tensor
+    instead of ``x``, and dropout keeps its mask (1 byte per element on CUDA, the
+    input's dtype on the CPU) where ``x`` needs a gradient: in the model's ``first``
+    layer an input needs one only downstream of an adapter of that layer (embeddings
+    and the frozen base pass none). Where ``x`` was a copy made for each adapter
+    (PEFT's fp32 cast on a half-precision base; autocast's low-precision copy) the
+    dropped tensor replaces it and only the mask is new. On an fp32 base the adapters
+    of one input each keep a dropped copy, and ``x`` is freed unless another reader
+    keeps it: the frozen base keeps no input, a fused attention kernel keeps its output
+    (which is ``o_proj``'s input: the reshape is a view of its (batch, seq, heads)
+    layout), the math path and eager attention hand over a copy.
+    """
+    t = step.trainable
+    adapted = [
+        module
+        for name, module in linear_modules(arch).items()
+        if module.per_layer and name in t.adapted and name != "experts"
+    ]
+    split = arch.num_heads / max(d.heads, 1)  # the tensor-parallel degree
+    copies = t.upcast or num.amp
+    dropped = FP32 if copies else num.matmul  # the adapters' dtype
+    mask = dropped if num.cpu else num.dropout_mask
+    attention_dropout = step.training and arch.attention_dropout > 0
+    fused = not step.eager and not _math_fallback(
+        arch, d, num, eager=step.eager, dropout=attention_dropout
+    )
+    halves = [0.0, 0.0]
+    for stage in range(4):
+        readers = [m for m in adapted if _stage(m) == stage]
+        if not readers:
+            continue
+        # Row-parallel linears read a tensor-parallel split; the others, a whole one.
+        widths = [m.inputs / split if m.inner else m.inputs for m in readers]
+        needs_grad = not first or any(_stage(m) < stage for m in adapted)
+        kept = sum(widths) * (mask if needs_grad else 0.0)
+        if not copies:
+            kept += sum(widths) * dropped
+            if not (stage == 1 and fused and arch.family != "neox"):
+                kept -= max(widths) * dropped  # x, which only its adapters kept
+        halves[stage // 2] += d.tokens * kept
+    return halves[0], halves[1]
+
+
+def _stage(module: Linear) -> int:
+    """Where a linear reads in its layer: the attention half's norm (0), the attention
+    output (1), the MLP half's norm (2), the MLP's hidden state (3)."""
+    return (0 if module.attention else 2) + (1 if module.inner else 0)

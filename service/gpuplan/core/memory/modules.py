@@ -52,6 +52,20 @@ class Linear(Record, kw_only=True):
     ``dense``, DeepSeek's dense and shared-expert MLPs): in + out summed over every one
     of them in the model. 0: ``per_layer`` × layers of the shape above."""
 
+    inner: bool = False
+    """Reads a tensor made inside its half of the layer (the attention output, the MLP's
+    hidden state), not a norm's output: a row-parallel linear under tensor parallelism.
+    Modules of one name in both places (GPT-2's ``c_proj``, BERT's ``dense``) say so."""
+
+    in_per_layer: int = 0
+    """When modules of one name differ in shape: their input features summed over one
+    layer (what their adapters read). 0: ``per_layer`` × ``in_features``."""
+
+    @property
+    def inputs(self) -> int:
+        """Input features of this name's modules in one layer, summed."""
+        return self.in_per_layer or self.per_layer * self.in_features
+
 
 def _llama_attention(arch: Architecture) -> dict[str, Linear]:
     h, q, kv = arch.hidden_size, arch.q_dim, arch.kv_dim
@@ -63,27 +77,30 @@ def _llama_attention(arch: Architecture) -> dict[str, Linear]:
                 in_features=h, out_features=m.kv_lora_rank + m.qk_rope_head_dim
             ),
             "kv_b_proj": Linear(
+                inner=True,
                 in_features=m.kv_lora_rank,
                 out_features=arch.num_heads * (m.qk_nope_head_dim + m.v_head_dim),
             ),
-            "o_proj": Linear(in_features=arch.num_heads * m.v_head_dim, out_features=h),
+            "o_proj": Linear(in_features=arch.num_heads * m.v_head_dim, out_features=h, inner=True),
         }
         if m.q_lora_rank:
             attn["q_a_proj"] = Linear(in_features=h, out_features=m.q_lora_rank)
-            attn["q_b_proj"] = Linear(in_features=m.q_lora_rank, out_features=arch.num_heads * qk)
+            attn["q_b_proj"] = Linear(
+                in_features=m.q_lora_rank, out_features=arch.num_heads * qk, inner=True
+            )
         else:
             attn["q_proj"] = Linear(in_features=h, out_features=arch.num_heads * qk)
         return attn
     if arch.model_type == "phi3":
         return {
             "qkv_proj": Linear(in_features=h, out_features=q + 2 * kv),
-            "o_proj": Linear(in_features=q, out_features=h),
+            "o_proj": Linear(in_features=q, out_features=h, inner=True),
         }
     return {
         "q_proj": Linear(in_features=h, out_features=q),
         "k_proj": Linear(in_features=h, out_features=kv),
         "v_proj": Linear(in_features=h, out_features=kv),
-        "o_proj": Linear(in_features=q, out_features=h),
+        "o_proj": Linear(in_features=q, out_features=h, inner=True),
     }
 
 
@@ -91,7 +108,7 @@ def _gated(h: int, f: int) -> dict[str, Linear]:
     return {
         "gate_proj": Linear(in_features=h, out_features=f, attention=False),
         "up_proj": Linear(in_features=h, out_features=f, attention=False),
-        "down_proj": Linear(in_features=f, out_features=h, attention=False),
+        "down_proj": Linear(in_features=f, out_features=h, attention=False, inner=True),
     }
 
 
@@ -127,7 +144,11 @@ def _llama_mlp(arch: Architecture) -> dict[str, Linear]:
                 if shared:
                     total += (layers - dense) * ((i or width_shared) + (o or width_shared))
                 mlp[name] = Linear(
-                    in_features=i or f, out_features=o or f, attention=False, in_out_total=total
+                    in_features=i or f,
+                    out_features=o or f,
+                    attention=False,
+                    in_out_total=total,
+                    inner=name == "down_proj",
                 )
         if moe.shared_expert_gate:
             mlp["shared_expert_gate"] = Linear(in_features=h, out_features=1, attention=False)
@@ -135,7 +156,7 @@ def _llama_mlp(arch: Architecture) -> dict[str, Linear]:
     if arch.model_type == "phi3":
         return {
             "gate_up_proj": Linear(in_features=h, out_features=2 * f, attention=False),
-            "down_proj": Linear(in_features=f, out_features=h, attention=False),
+            "down_proj": Linear(in_features=f, out_features=h, attention=False, inner=True),
         }
     return _gated(h, f)
 
@@ -155,7 +176,12 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
             "c_attn": Linear(in_features=h, out_features=q + 2 * kv),
             # attn.c_proj (h -> h) and mlp.c_proj (f -> h)
             "c_proj": Linear(
-                in_features=h, out_features=h, per_layer=2, in_out_total=layers * (3 * h + f)
+                in_features=h,
+                out_features=h,
+                per_layer=2,
+                inner=True,
+                in_out_total=layers * (3 * h + f),
+                in_per_layer=h + f,
             ),
             "c_fc": Linear(in_features=h, out_features=f, attention=False),
             **head,
@@ -163,9 +189,9 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
     if family in ("neox", "falcon"):
         return {
             "query_key_value": Linear(in_features=h, out_features=q + 2 * kv),
-            "dense": Linear(in_features=q, out_features=h),
+            "dense": Linear(in_features=q, out_features=h, inner=True),
             "dense_h_to_4h": Linear(in_features=h, out_features=f, attention=False),
-            "dense_4h_to_h": Linear(in_features=f, out_features=h, attention=False),
+            "dense_4h_to_h": Linear(in_features=f, out_features=h, attention=False, inner=True),
             **head,
         }
     if arch.model_type == "starcoder2":
@@ -173,9 +199,9 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
             "q_proj": Linear(in_features=h, out_features=q),
             "k_proj": Linear(in_features=h, out_features=kv),
             "v_proj": Linear(in_features=h, out_features=kv),
-            "o_proj": Linear(in_features=q, out_features=h),
+            "o_proj": Linear(in_features=q, out_features=h, inner=True),
             "c_fc": Linear(in_features=h, out_features=f, attention=False),
-            "c_proj": Linear(in_features=f, out_features=h, attention=False),
+            "c_proj": Linear(in_features=f, out_features=h, attention=False, inner=True),
             **head,
         }
     if family == "opt":
@@ -183,9 +209,9 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
             "q_proj": Linear(in_features=h, out_features=h),
             "k_proj": Linear(in_features=h, out_features=h),
             "v_proj": Linear(in_features=h, out_features=h),
-            "out_proj": Linear(in_features=h, out_features=h),
+            "out_proj": Linear(in_features=h, out_features=h, inner=True),
             "fc1": Linear(in_features=h, out_features=f, attention=False),
-            "fc2": Linear(in_features=f, out_features=h, attention=False),
+            "fc2": Linear(in_features=f, out_features=h, attention=False, inner=True),
             **head,
         }
     # BERT/RoBERTa: attention.output (h -> h), intermediate (h -> f) and output (f -> h)
@@ -198,7 +224,9 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
             in_features=h,
             out_features=h,
             per_layer=3,
+            inner=True,
             in_out_total=arch.num_layers * (4 * h + 2 * f) + 2 * h,
+            in_per_layer=2 * h + f,
         ),
         "decoder": Linear(in_features=h, out_features=arch.vocab_size, per_layer=0),
     }

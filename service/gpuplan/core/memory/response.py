@@ -75,8 +75,11 @@ def defaults(w: Workload) -> str | None:
         for name in (_INFERENCE_DEFAULTS if w.mode == "inference" else _TRAINING_DEFAULTS)
         if getattr(w, name) == known[name]
     ]
-    if w.mode in ("finetune_lora", "finetune_qlora") and (w.lora is None or w.lora.rank == 16):
-        at_default.append("lora rank 16")
+    if w.mode in ("finetune_lora", "finetune_qlora"):
+        if w.lora is None or w.lora.rank == 16:
+            at_default.append("lora rank 16")
+        if w.lora is None or w.lora.dropout == 0.0:
+            at_default.append("lora dropout 0.0")
     return f"defaults used: {', '.join(at_default)}" if at_default else None
 
 

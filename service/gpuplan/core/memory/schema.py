@@ -170,6 +170,13 @@ class Lora(Record):
     for the model type (``q_proj``, ``v_proj`` for Llama-style models, ``c_attn`` for
     GPT-2, ``query_key_value`` for GPT-NeoX and Falcon, ``query``, ``value`` for BERT)."""
 
+    dropout: Annotated[float, msgspec.Meta(ge=0.0, lt=1.0)] = 0.0
+    """PEFT's ``lora_dropout``: dropout on each adapted linear's input before
+    ``lora_A`` (default 0.0, as ``LoraConfig``'s). Above 0 every adapter keeps its
+    dropout mask through the backward (1 byte per input element on CUDA, the input's
+    dtype on the CPU). PEFT's own examples use 0.1 (examples/sft/run_peft_*.sh), and
+    0.05 is common in axolotl and QLoRA configs."""
+
 
 class Workload(Record):
     """What the job does."""

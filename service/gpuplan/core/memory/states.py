@@ -49,6 +49,23 @@ def quantized_bytes(fmt: str, *, double_quantization: bool = False) -> float:
     return 0.0
 
 
+def sharded_quantized_bytes(fmt: str) -> float:
+    """Of :func:`quantized_bytes`, what FSDP and ZeRO-3 shard: a parameter's own data.
+
+    Both shard ``nn.Parameter`` data only. bitsandbytes keeps a 4-bit weight's absmax
+    constants in a ``QuantState`` held by the module and re-attached to each shard
+    (bitsandbytes/nn/modules.py at 20e1677: ``fix_4bit_weight_quant_state_from_module``,
+    "the quant state got lost when the parameter got converted. This happens for
+    example for fsdp"), so every rank holds all of them; GPTQ's ``qweight``, ``qzeros``
+    and ``scales`` are registered buffers, which neither shards.
+    """
+    if fmt in ("nf4", "fp4"):
+        return 0.5
+    if fmt in ("int8", "fp8"):
+        return 1.0
+    return 0.0
+
+
 def quantization_of(w: Workload) -> str:
     """The stored format of the linear layers' weights (``none``: the compute dtype)."""
     if w.mode == "finetune_qlora":
@@ -256,19 +273,9 @@ def model_states(
     training = w.mode != "inference"
     per = _bytes_per_parameter(w)
     compute = compute_bytes(w)
-    quantized = quantization_of(w)
-    if quantized != "none":
-        # Linear weights take the stored format; embeddings, norms and (unless asked)
-        # the head stay in the compute dtype (bitsandbytes skips them).
-        stored = quantized_bytes(quantized, double_quantization=w.double_quantization)
-        head = counts.head / p.tensor if w.quantize_lm_head else 0.0
-        weights = (in_layers + head) * stored + (local - in_layers - head) * compute
-        gathered = largest * stored
-    else:
-        weights = local * per.weights
-        # torchao's float8 with FSDP2 all-gathers weights already cast to fp8
-        # (enable_fsdp_float8_all_gather, its tensorwise recipe).
-        gathered = largest * (1.0 if w.precision == "fp8" and framework == "fsdp2" else compute)
+    weights, replicated, gathered = _weights(
+        counts, w, local=local, in_layers=in_layers, largest=largest, weight_bytes=per.weights
+    )
     trainable, trainable_local = 0, 0.0
     if w.mode in ("finetune_lora", "finetune_qlora"):
         rank = w.lora.rank if w.lora else 16
@@ -310,7 +317,7 @@ def model_states(
         root=(counts.embedding + counts.head + counts.final) / p.tensor,
     )
     if stage >= 2 and dp > 1 and (stage >= 3 or framework == "fsdp2"):
-        weights /= dp
+        weights = (weights - replicated) / dp + replicated
     if p.cpu_offload.optimizer:
         optimizer = master = temp = partition = 0.0
     if p.cpu_offload.parameters and stage >= 3:
@@ -327,6 +334,36 @@ def model_states(
         gather=gather,
         reduce=reduce,
         largest_layer=largest * compute,
+    )
+
+
+def _weights(
+    counts: ParameterCount,
+    w: Workload,
+    *,
+    local: float,
+    in_layers: float,
+    largest: float,
+    weight_bytes: float,
+) -> tuple[float, float, float]:
+    """(Weight bytes on this GPU before sharding, the part no sharding splits, one
+    gathered layer's bytes)."""
+    compute = compute_bytes(w)
+    quantized = quantization_of(w)
+    if quantized == "none":
+        # torchao's float8 with FSDP2 all-gathers weights already cast to fp8
+        # (enable_fsdp_float8_all_gather, its tensorwise recipe).
+        fp8_gather = w.precision == "fp8" and framework_of(w) == "fsdp2"
+        return local * weight_bytes, 0.0, largest * (1.0 if fp8_gather else compute)
+    # Linear weights take the stored format; embeddings, norms and (unless asked) the
+    # head stay in the compute dtype (bitsandbytes skips them).
+    stored = quantized_bytes(quantized, double_quantization=w.double_quantization)
+    head = counts.head / w.parallelism.tensor if w.quantize_lm_head else 0.0
+    shardable = sharded_quantized_bytes(quantized)
+    return (
+        (in_layers + head) * stored + (local - in_layers - head) * compute,
+        (in_layers + head) * (stored - shardable),
+        largest * shardable,
     )
 
 
