@@ -240,3 +240,30 @@ def test_worker_traces_decode_steps(
     result = msgspec.json.decode(capsysbinary.readouterr().out)["result"]
     assert result["new_tokens"] == 4
     assert result["phases"]["decode_bytes"] > 0
+
+
+def test_a_cancelled_trace_kills_its_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request that goes away (client gone, shutdown) takes its worker process with it."""
+    from gpuplan.core.trace.schema import TraceRequest
+
+    started: list[asyncio.subprocess.Process] = []
+    spawn = asyncio.create_subprocess_exec
+
+    async def recorded(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        process = await spawn(*args, **kwargs)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", recorded)
+
+    async def cancel_midway() -> None:
+        request = msgspec.convert(BODY, TraceRequest)
+        task = asyncio.create_task(trace_route.run_worker(request, 60.0, 1 << 30))
+        while not started:
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_midway())
+    assert started[0].returncode is not None  # killed and reaped, not left running

@@ -123,9 +123,13 @@ async def run_worker(
         out, err = await asyncio.wait_for(
             process.communicate(msgspec.json.encode(request)), timeout
         )
-    except TimeoutError:
+    except (TimeoutError, asyncio.CancelledError) as stopped:
+        # Past its time, or its request went away (client gone, server shutting down):
+        # the child must not outlive it, holding a trace slot's CPU for nobody.
         process.kill()
         await process.wait()
+        if isinstance(stopped, asyncio.CancelledError):
+            raise
         return None
     if process.returncode != 0 or not out:
         raise RuntimeError(
