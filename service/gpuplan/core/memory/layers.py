@@ -426,11 +426,10 @@ def adapter_dropout(
     adapter's dtype (peft/tuners/lora/layer.py ``Linear.forward``, ``_cast_input_dtype``
     in tuners_utils.py): fp32 beside a half-precision base or under autocast, the
     base's dtype where the adapters compute in it (fp32 training, FSDP's bf16
-    parameters). ``lora_A`` keeps the dropped tensor
-    instead of ``x``, and dropout keeps its mask (1 byte per element on CUDA, the
-    input's dtype on the CPU) where ``x`` needs a gradient: in the model's ``first``
-    layer an input needs one only downstream of an adapter of that layer (embeddings
-    and the frozen base pass none). Where ``x`` was a copy made for each adapter
+    parameters). ``lora_A`` keeps the dropped tensor instead of ``x``, and dropout keeps
+    its mask (1 byte per element on CUDA, the input's dtype on the CPU) where ``x``
+    needs a gradient: in the model's ``first`` layer an input needs one only downstream
+    of an adapter of that layer (embeddings and the frozen base pass none). Where ``x`` was a copy made for each adapter
     (PEFT's fp32 cast on a half-precision base; autocast's low-precision copy) the
     dropped tensor replaces it and only the mask is new. On an fp32 base the adapters
     of one input each keep a dropped copy, and ``x`` is freed unless another reader
