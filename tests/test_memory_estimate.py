@@ -356,6 +356,22 @@ def test_frameworks_decide_the_bytes_of_the_sharded_states() -> None:
     assert sharded.breakdown.activations_bytes < autocast.breakdown.activations_bytes
 
 
+def test_deepspeeds_gradient_bucket_is_allocated_whole() -> None:
+    """DeepSpeed allocates its contiguous-gradient bucket at reduce_bucket_size (5e8
+    elements of the engine's dtype) however few parameters train: a LoRA of 8M."""
+    from gpuplan.core.memory.schema import Workload
+    from gpuplan.core.memory.states import model_states
+
+    arch = from_hf_config(presets()["llama-2-7b"].config or {})[0]
+    counts = count_parameters(arch)
+    for precision, dtype_bytes in (("bf16", 2), ("fp32", 4)):
+        body = {"mode": "finetune_lora", "sequence_length": 8, "precision": precision,
+                "parallelism": {"data": 8, "zero_stage": 1, "framework": "deepspeed"}}  # fmt: skip
+        states = model_states(arch, counts, msgspec.convert(body, Workload), runtime="cuda")
+        assert states.trainable < 10_000_000
+        assert states.gather == 500_000_000 * dtype_bytes
+
+
 @pytest.mark.parametrize("framework", ["deepspeed", "fsdp2"])
 def test_sharding_splits_the_packed_4bit_weights_not_their_constants(framework: str) -> None:
     """FSDP and ZeRO-3 shard a Params4bit's packed data; its absmax constants live in a

@@ -216,9 +216,7 @@ def _buffers(
     in_layers: int,
     largest: float,
     gathered: float,
-    trainable_local: float,
     weight_bytes: float,
-    grad_bytes: float,
     root: float,
 ) -> tuple[float, float]:
     """(all-gather and communication buffers alive throughout, a layer backward's extra)."""
@@ -247,7 +245,11 @@ def _buffers(
         # (fp32 under a mixed-precision policy) for reduce-scatter.
         reduce = largest * (compute + (4.0 if weight_bytes == 4.0 and compute == 2.0 else 0.0))
     if framework == "deepspeed" and training and stage >= 1:
-        gather += min(DEEPSPEED_REDUCE_BUCKET, trainable_local) * grad_bytes
+        # The contiguous-gradient bucket is allocated whole, whatever the number of
+        # trainable parameters: reduce_bucket_size elements of the engine's dtype
+        # (stage3.py at 38327e0: ``torch.empty(self.reduce_bucket_size, dtype=self.dtype,
+        # ...)`` once at optimizer init; stage_1_and_2.py: the same at each backward).
+        gather += DEEPSPEED_REDUCE_BUCKET * compute
     return gather, reduce
 
 
@@ -311,9 +313,7 @@ def model_states(
         in_layers=in_layers,
         largest=largest,
         gathered=gathered,
-        trainable_local=trainable_local,
         weight_bytes=per.weights,
-        grad_bytes=per.grads,
         root=(counts.embedding + counts.head + counts.final) / p.tensor,
     )
     if stage >= 2 and dp > 1 and (stage >= 3 or framework == "fsdp2"):
