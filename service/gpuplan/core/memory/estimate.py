@@ -182,18 +182,15 @@ def _layer_costs(
     local = -(-arch.num_layers // p.pipeline)
     # Layers of one shape cost the same: price each distinct shape once (an 80-layer
     # model has one or two), which keeps an estimate well under 100 µs.
-    priced: dict[tuple[int, int, int, int], LayerCost] = {}
-    # LoRA dropout's masks, in later layers and in layer 0 (the first stage's first,
-    # whose adapters read inputs that need no gradient until one of its adapters ran).
-    dropout = (
-        {first: adapter_dropout(arch, d, num, step, first=first) for first in (False, True)}
-        if step.trainable.dropout and step.training
-        else {}
-    )
+    # LoRA dropout keeps less in layer 0 (the first stage's first), whose adapters read
+    # inputs that need no gradient until one of its adapters ran: priced on its own.
+    dropout = step.trainable.dropout and step.training
+    priced: dict[tuple[int, int, int, int, bool], LayerCost] = {}
     costs = []
     for index in range(local):
         layer = counts.layers[index]
-        key = (layer.attention, layer.mlp, layer.norms, layer.active_mlp)
+        first = dropout and index == 0
+        key = (layer.attention, layer.mlp, layer.norms, layer.active_mlp, first)
         cost = priced.get(key)
         if cost is None:
             cost = layer_cost(arch, d, num, step, moe_layer=_is_moe(layer))
@@ -217,12 +214,12 @@ def _layer_costs(
                     attention_backward=cost.attention_backward + ring,
                     forward_peak=cost.forward_peak + ring,
                 )
+            if dropout:
+                attention, mlp = adapter_dropout(arch, d, num, step, first=first)
+                cost = msgspec.structs.replace(
+                    cost, saved=cost.saved + attention + mlp, mlp_saved=cost.mlp_saved + mlp
+                )
             priced[key] = cost
-        if dropout:
-            attention, mlp = dropout[index == 0]
-            cost = msgspec.structs.replace(
-                cost, saved=cost.saved + attention + mlp, mlp_saved=cost.mlp_saved + mlp
-            )
         costs.append(cost)
     return costs
 
