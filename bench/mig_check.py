@@ -14,12 +14,15 @@ GiB = 2**30
 
 
 def _limits(table: Any) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for p in table.profiles:
-        if p.memory_slices == table.memory_slices and p.engines is not None:
-            for e in table.engine_budget:
-                totals[e] = max(totals.get(e, 0), getattr(p.engines, e))
-    return totals
+    """Per-GPU engine limits: what the full-GPU profiles get, the richest of them."""
+    full = [
+        p.engines
+        for p in table.profiles
+        if p.memory_slices == table.memory_slices and p.engines is not None
+    ]
+    if not full:
+        return {}
+    return {e: max(getattr(engines, e) for engines in full) for e in table.engine_budget}
 
 
 def multiset_ok(table: Any, names: list[str]) -> str | None:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from gpuplan.cli.render.candidates import advice_line, layout
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.ci import CiReport
+from gpuplan.core.recommend.schema import Candidate
 
 MARK = {"pass": "✅", "fail": "❌"}
 DASH = "–"
@@ -20,6 +21,19 @@ BAR = 40
 
 def _num(value: float | None, fmt: str) -> str:
     return num(value, fmt, DASH)
+
+
+def _cells(r: Candidate) -> tuple[str, str, str, str, str, str]:
+    """A recommendation's layout, GiB per GPU, memory use, hours, USD and score, formatted
+    once for both tables (each pads them its own way)."""
+    return (
+        layout(r.layout, DASH),
+        f"{r.required_bytes_per_gpu / GiB:.1f}",
+        f"{r.memory_utilization:.0%}",
+        _num(r.time_hours, ",.2f"),
+        _num(r.cost_usd, ",.2f"),
+        f"{r.score:.3f}",
+    )
 
 
 def _cell(text: str) -> str:
@@ -109,11 +123,7 @@ def markdown(report: CiReport) -> str:
     ]
     for i, r in enumerate(report.recommendations, 1):
         fit = "" if r.fits else " (no fit)"
-        lines.append(
-            f"| {i} | `{r.gpu}`{fit} | {r.count} | {layout(r.layout, DASH)} | {r.required_bytes_per_gpu / GiB:.1f} | "
-            f"{r.memory_utilization:.0%} | {_num(r.time_hours, ',.2f')} | {_num(r.cost_usd, ',.2f')} | "
-            f"{r.score:.3f} |"
-        )
+        lines.append(f"| {i} | `{r.gpu}`{fit} | {r.count} | " + " | ".join(_cells(r)) + " |")
     if report.advice:
         lines += ["", "**Advice**", ""]
         for a in report.advice:
@@ -169,10 +179,10 @@ def table(report: CiReport) -> str:
     )
     for i, r in enumerate(report.recommendations, 1):
         fit = "" if r.fits else " (no fit)"
+        lay, gib, mem, hours, usd, score = _cells(r)
         out.append(
-            f"{i:>3} {r.gpu:<26} {r.count:>4} {layout(r.layout, DASH):<10} {r.required_bytes_per_gpu / GiB:>8.1f} "
-            f"{r.memory_utilization:>5.0%} {_num(r.time_hours, ',.2f'):>10} "
-            f"{_num(r.cost_usd, ',.2f'):>12} {r.score:>6.3f}{fit}"
+            f"{i:>3} {r.gpu:<26} {r.count:>4} {lay:<10} {gib:>8} {mem:>5} {hours:>10} {usd:>12} "
+            f"{score:>6}{fit}"
         )
     for m in report.mig:
         where = f"{m.profile} ({m.resource})" if m.profile else "no profile holds it"
