@@ -88,20 +88,11 @@ class AgentCollector(Collector):
         yield info
         if snap is not None:
             yield _single(P + "gpus", "GPUs on the node (0 in CPU mode).", s.node, snap.gpu_count)
-        if s.collect_duration_seconds is not None:
-            yield _single(
-                P + "collect_duration_seconds",
-                "Wall time of the last telemetry sweep.",
-                s.node,
-                s.collect_duration_seconds,
-            )
-        if s.last_collect_ts is not None:
-            yield _single(
-                P + "last_collect_timestamp_seconds",
-                "Unix time of the last successful telemetry sweep.",
-                s.node,
-                s.last_collect_ts,
-            )
+        yield from _node_gauges(
+            s.node,
+            collect_duration_seconds=s.collect_duration_seconds,
+            last_collect_timestamp_seconds=s.last_collect_ts,
+        )
         yield _counter(P + "collects", "Telemetry sweeps attempted.", s.node, s.collects)
         yield _counter(
             P + "collect_failures",
@@ -139,13 +130,9 @@ class AgentCollector(Collector):
         for status, count in sorted(s.benchmark_runs.items()):
             runs.add_metric([s.node, status], count)
         yield runs
-        if s.last_benchmark_success_ts is not None:
-            yield _single(
-                P + "benchmark_last_success_timestamp_seconds",
-                "Unix time of the last benchmark that measured something.",
-                s.node,
-                s.last_benchmark_success_ts,
-            )
+        yield from _node_gauges(
+            s.node, benchmark_last_success_timestamp_seconds=s.last_benchmark_success_ts
+        )
 
     def _gpus(self) -> Iterator[Metric]:
         snap = self.state.snapshot
@@ -311,17 +298,10 @@ class AgentCollector(Collector):
                 copy.add_metric(labels, c.bytes_per_second)
                 if c.ratio_to_peak is not None:
                     copy_ratio.add_metric(labels, c.ratio_to_peak)
-            yield _single(
-                P + "benchmark_timestamp_seconds",
-                "Unix time the last benchmark finished.",
+            yield from _node_gauges(
                 node,
-                report.ts,
-            )
-            yield _single(
-                P + "benchmark_duration_seconds",
-                "Wall time of the last benchmark.",
-                node,
-                report.duration_seconds,
+                benchmark_timestamp_seconds=report.ts,
+                benchmark_duration_seconds=report.duration_seconds,
             )
             skipped = GaugeMetricFamily(
                 P + "benchmark_skipped_devices",
@@ -345,6 +325,24 @@ def _single(name: str, doc: str, node: str, value: float) -> GaugeMetricFamily:
     family = GaugeMetricFamily(name, doc, labels=["node"])
     family.add_metric([node], value)
     return family
+
+
+NODE_GAUGE_HELP = {
+    "collect_duration_seconds": "Wall time of the last telemetry sweep.",
+    "last_collect_timestamp_seconds": "Unix time of the last successful telemetry sweep.",
+    "benchmark_last_success_timestamp_seconds": "Unix time of the last benchmark that measured something.",
+    "benchmark_timestamp_seconds": "Unix time the last benchmark finished.",
+    "benchmark_duration_seconds": "Wall time of the last benchmark.",
+}
+"""Help of the node-level gauges that have no value until their event first happens."""
+
+
+def _node_gauges(node: str, **values: float | None) -> Iterator[Metric]:
+    """One ``node``-labelled gauge per keyword (its name after the prefix); one without a
+    value yet (nothing collected or benchmarked so far) is left out, not exported as 0."""
+    for name, value in values.items():
+        if value is not None:
+            yield _single(P + name, NODE_GAUGE_HELP[name], node, value)
 
 
 def _counter(name: str, doc: str, node: str, value: float) -> CounterMetricFamily:

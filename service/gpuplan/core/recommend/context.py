@@ -3,6 +3,7 @@ efficiency class, its price per GPU-hour, and whether a layout may span several 
 """
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.perf.comm import Link, group_link
 from gpuplan.core.perf.cost import on_prem_usd_per_gpu_hour
 from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.speed import Rate, achieved_rate
@@ -130,3 +131,11 @@ def _price(gpu: GpuSpec, job: Job, c: Constraints) -> tuple[float | None, str | 
 
 def multi_gpu_allowed(gpu: GpuSpec, count: int, c: Constraints) -> bool:
     return count == 1 or c.required_interconnect == "any" or gpu.interconnect.gpu_link is not None
+
+
+def link_over(gpu: GpuSpec, size: int, c: Constraints) -> Link:
+    """The slowest link a group of ``size`` of these GPUs talks over, with the request's
+    GPUs per node and network."""
+    return group_link(
+        gpu, size, gpus_per_node=c.gpus_per_node, network_bytes_per_s=c.network_bytes_per_s_per_gpu
+    )

@@ -13,10 +13,9 @@ from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.serve import Replica, Served, ServeShape, budget_concurrency, serve
-from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
+from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
@@ -225,9 +224,7 @@ def serve_option(
     assert ctx.rates is not None
     iv = job.inference
     arch = job.arch
-    link = group_link(
-        gpu, tp, gpus_per_node=c.gpus_per_node, network_bytes_per_s=c.network_bytes_per_s_per_gpu
-    )
+    link = link_over(gpu, tp, c)
     shape = ServeShape(
         prompt_tokens=job.prompt_tokens,
         output_tokens=job.output_tokens,

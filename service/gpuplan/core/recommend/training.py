@@ -32,10 +32,10 @@ from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.perf.comm import Link, group_link
+from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
 from gpuplan.core.perf.step import Step, StepLinks, StepShape, training_step
-from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, multi_gpu_allowed
+from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, priced
@@ -255,12 +255,7 @@ def _links(
         return oracle.links[key]
 
     def link(size: int) -> Link:
-        return group_link(
-            gpu,
-            size,
-            gpus_per_node=c.gpus_per_node,
-            network_bytes_per_s=c.network_bytes_per_s_per_gpu,
-        )
+        return link_over(gpu, size, c)
 
     t, cp = layout.tensor, layout.context
     n = t * layout.pipeline * layout.data * cp
@@ -674,12 +669,7 @@ def describe_layout(layout: ParallelLayout, gpu: GpuSpec, c: Constraints) -> str
         return "fits one GPU unsharded" + batch
 
     def over(size: int) -> str:
-        return group_link(
-            gpu,
-            size,
-            gpus_per_node=c.gpus_per_node,
-            network_bytes_per_s=c.network_bytes_per_s_per_gpu,
-        ).kind
+        return link_over(gpu, size, c).kind
 
     parts = []
     if layout.tensor > 1:
