@@ -52,20 +52,7 @@ def plan_benchmark(
     No GPUs at all: benchmark the CPU. GPUs but none idle: no plan.
     """
     if not sweep.gpus:
-        return (
-            BenchPlan(
-                mode="cpu",
-                cpu_model_name=cpu.model_name,
-                dtypes=list(sizes.cpu_dtypes),
-                matmul_size=sizes.cpu_matmul_size,
-                warmup=sizes.warmup,
-                iterations=sizes.iterations,
-                copy_bytes=sizes.cpu_copy_bytes,
-                copy_iterations=sizes.copy_iterations,
-                cpu_threads=sizes.cpu_threads,
-            ),
-            [],
-        )
+        return _plan(cpu, sizes, gpus=[], pairs=[]), []
     idle: list[BenchGpu] = []
     skipped: list[BenchmarkSkip] = []
     for gpu in sweep.gpus:
@@ -96,19 +83,27 @@ def plan_benchmark(
         BenchPair(src=i, dst=j, path="nvlink" if (i, j) in sweep.nvlink_pairs else "unknown")
         for i, j in ordered
     ]
-    plan = BenchPlan(
-        mode="gpu",
+    return _plan(cpu, sizes, gpus=idle, pairs=pairs), skipped
+
+
+def _plan(
+    cpu: CpuInfo, sizes: BenchSizes, *, gpus: list[BenchGpu], pairs: list[BenchPair]
+) -> BenchPlan:
+    """A run over ``gpus`` at the GPU sizes, or (no GPUs) of the CPU at the CPU sizes."""
+    on_gpu = bool(gpus)
+    return BenchPlan(
+        mode="gpu" if on_gpu else "cpu",
         cpu_model_name=cpu.model_name,
-        gpus=idle,
+        gpus=gpus,
         pairs=pairs,
-        dtypes=list(sizes.gpu_dtypes),
-        matmul_size=sizes.gpu_matmul_size,
+        dtypes=list(sizes.gpu_dtypes if on_gpu else sizes.cpu_dtypes),
+        matmul_size=sizes.gpu_matmul_size if on_gpu else sizes.cpu_matmul_size,
         warmup=sizes.warmup,
         iterations=sizes.iterations,
-        copy_bytes=sizes.gpu_copy_bytes,
+        copy_bytes=sizes.gpu_copy_bytes if on_gpu else sizes.cpu_copy_bytes,
         copy_iterations=sizes.copy_iterations,
+        cpu_threads=0 if on_gpu else sizes.cpu_threads,
     )
-    return plan, skipped
 
 
 WORKER = (sys.executable, "-m", "gpuplan.agent.bench.worker")
