@@ -107,33 +107,34 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
 
 
+def _median_worst(stats: dict[str, Any]) -> str:
+    return f"{_pct(stats['median_abs_error'])} / {_pct(stats['max_abs_error'])}"
+
+
 def _rows_accuracy(r: dict[str, Any]) -> list[Row]:
-    a, rows = r["analytic"], []
-    rows.append(
+    a = r["analytic"]
+    rows: list[Row] = [
         (
             f"analytic estimate, {a['cases']} real steps: median / worst abs error",
-            f"{_pct(a['median_abs_error'])} / {_pct(a['max_abs_error'])}",
+            _median_worst(a),
             f"median <= 5%, all <= 10% ({a['within_10pct']}/{a['cases']})",
         )
-    )
-    if "published" in r:
-        p = r["published"]
+    ]
+    if p := r.get("published"):
         rows.append(
             (
                 f"published real-GPU figures, {p['cases']} cases: median / worst abs error",
-                f"{_pct(p['median_abs_error'])} / {_pct(p['max_abs_error'])}, most low "
-                f"{_pct(p['most_low'])}",
+                f"{_median_worst(p)}, most low {_pct(p['most_low'])}",
                 f"median <= 5%, worst <= 15%, none > 5% low ({p['low_by_more_than_5pct']} are)",
             )
         )
-    if "traced" in r:
-        t = r["traced"]
+    if t := r.get("traced"):
+        on_same = _median_worst(r["analytic_on_traced_cases"])
         rows.append(
             (
                 f"tracer, {t['cases']} of those steps: median / worst abs error",
-                f"{_pct(t['median_abs_error'])} / {_pct(t['max_abs_error'])}",
-                f"(analytic on the same cases: {_pct(r['analytic_on_traced_cases']['median_abs_error'])}"
-                f" / {_pct(r['analytic_on_traced_cases']['max_abs_error'])})",
+                _median_worst(t),
+                f"(analytic on the same cases: {on_same})",
             )
         )
     return rows
