@@ -10,9 +10,9 @@ the rounds and each route's throughput as a share of /healthz's. The goal of the
 benchmarks issue: the estimate endpoint reaches >= 80% of /healthz, i.e. the planning
 work is small next to HTTP.
 
-The request set is data: a route the running server does not publish in its OpenAPI
-document is skipped, and so is a request whose probe does not answer 2xx (the reason is
-recorded). Writes ``bench/results/api_overhead.json``.
+The request set is data, in ``bench/requests.toml``: a route the running server does
+not publish in its OpenAPI document is skipped, and so is a request whose probe does not
+answer 2xx (the reason is recorded). Writes ``bench/results/api_overhead.json``.
 """
 
 import argparse
@@ -33,57 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import wrk as bench_wrk
+from bench.requests import request_set
 
 RESULTS = Path(__file__).resolve().parent / "results"
 ROOT = Path(__file__).resolve().parents[1]
 
-_ROUTES: list[dict[str, Any]] = [
-    {"name": "healthz", "method": "GET", "path": "/healthz"},
-    {
-        "name": "memory estimate",
-        "method": "POST",
-        "path": "/v1/memory/estimate",
-        "body": {
-            "model": {"name": "llama-3.1-8b"},
-            "workload": {"mode": "training", "sequence_length": 4096, "batch_size": 4},
-            "gpu": "h100-sxm5-80gb",
-        },
-    },
-    {
-        "name": "recommendations",
-        "method": "POST",
-        "path": "/v1/recommendations",
-        "body": {
-            "model": {"name": "llama-2-7b"},
-            "workload": {"mode": "inference", "sequence_length": 3840},
-            "inference": {"output_tokens": 256, "requests_per_second": 2},
-            "objective": "cheapest",
-        },
-    },
-    {
-        "name": "mig plan",
-        "method": "POST",
-        "path": "/v1/mig/plan",
-        "body": {
-            "gpu": "a100-sxm4-80gb",
-            "workloads": [
-                {"name": "notebooks", "profile": "1g.10gb", "count": 9},
-                {"name": "inference", "memory_gib": 18, "compute_slices": 2, "count": 3},
-                {"name": "training", "profile": "3g.40gb", "count": 2},
-            ],
-        },
-    },
-    {
-        "name": "plan",
-        "method": "POST",
-        "path": "/v1/plan",
-        "body": {
-            "model": {"name": "llama-3.1-8b"},
-            "workload": {"mode": "inference", "sequence_length": 4096, "batch_size": 8},
-            "targets": {"fits": {"gpu": "NVIDIA L4", "count": 1}, "min_memory_headroom": 0.1},
-        },
-    },
-]
+_ROUTES: list[dict[str, Any]] = request_set("api_overhead")
 
 # Repeated bodies are answered from the answer cache; the same request with
 # ``Cache-Control: no-cache`` is computed every time: the cost of the planning itself.

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 
+from bench.requests import request_set
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.reserve import forget
@@ -27,40 +28,7 @@ from gpuplan.core.memory.schema import EstimateRequest
 
 RESULTS = Path(__file__).resolve().parent / "results" / "estimate_speed.json"
 
-REQUESTS: dict[str, dict[str, Any]] = {
-    "llama-3.1-8b training": {
-        "model": {"name": "llama-3.1-8b"},
-        "workload": {"mode": "training", "sequence_length": 4096, "batch_size": 4},
-    },
-    "llama-3.1-70b zero3 dp8": {
-        "model": {"name": "llama-3.1-70b"},
-        "workload": {
-            "mode": "training",
-            "sequence_length": 4096,
-            "batch_size": 1,
-            "gradient_checkpointing": "full",
-            "parallelism": {"data": 8, "zero_stage": 3},
-        },
-    },
-    "llama-3.1-405b training tp8 pp16": {
-        "model": {"name": "llama-3.1-405b"},
-        "workload": {
-            "mode": "training",
-            "sequence_length": 8192,
-            "batch_size": 1,
-            "parallelism": {"tensor": 8, "pipeline": 16},
-        },
-    },
-    "mixtral-8x7b inference on h100": {
-        "model": {"name": "mixtral-8x7b"},
-        "workload": {"mode": "inference", "sequence_length": 8192, "batch_size": 8},
-        "gpu": "h100-sxm5-80gb",
-    },
-    "resnet-50 training": {
-        "model": {"name": "resnet-50"},
-        "workload": {"mode": "training", "batch_size": 256},
-    },
-}
+REQUESTS: dict[str, dict[str, Any]] = request_set("estimate_speed")
 
 
 def measure(body: dict[str, Any], calls: int = 200, rounds: int = 15) -> tuple[float, float]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from bench.requests import request_set
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
@@ -27,74 +28,7 @@ from gpuplan.core.recommend import RecommendRequest, recommend
 RESULTS = Path(__file__).parent / "results"
 
 
-def _train(model: str, objective: str, **workload: Any) -> dict[str, Any]:
-    return {
-        "model": {"name": model},
-        "workload": {"mode": "training", "sequence_length": 4096, **workload},
-        "training": {"training_tokens": 10**9},
-        "objective": objective,
-    }
-
-
-CASES: dict[str, dict[str, Any]] = {
-    "llama-2-7b inference 4k, 2 req/s, cheapest": {
-        "model": {"name": "llama-2-7b"},
-        "workload": {"mode": "inference", "sequence_length": 3840},
-        "inference": {"output_tokens": 256, "requests_per_second": 2},
-        "objective": "cheapest",
-    },
-    "llama-3.1-8b inference 8k batch 16, fastest": {
-        "model": {"name": "llama-3.1-8b"},
-        "workload": {"mode": "inference", "sequence_length": 8192, "batch_size": 16},
-        "objective": "fastest",
-    },
-    "llama-3.1-70b serving 2k+512, 5 req/s, cheapest": {
-        "model": {"name": "llama-3.1-70b"},
-        "workload": {"mode": "inference", "sequence_length": 2048},
-        "inference": {"output_tokens": 512, "requests_per_second": 5},
-        "objective": "cheapest",
-    },
-    "llama-3.1-70b serving, TPOT target 50 ms": {
-        "model": {"name": "llama-3.1-70b"},
-        "workload": {"mode": "inference", "sequence_length": 2048},
-        "inference": {
-            "output_tokens": 512,
-            "requests_per_second": 5,
-            "max_time_per_output_token_s": 0.05,
-        },
-        "objective": "cheapest",
-    },
-    "llama-2-7b LoRA, balanced": _train("llama-2-7b", "balanced", mode="finetune_lora"),
-    "llama-2-7b full training, cheapest": _train("llama-2-7b", "cheapest"),
-    "llama-2-7b full training, fastest": _train("llama-2-7b", "fastest"),
-    "llama-2-70b training full recompute, cheapest": _train(
-        "llama-2-70b", "cheapest", gradient_checkpointing="full"
-    ),
-    "llama-2-70b training full recompute, fastest": _train(
-        "llama-2-70b", "fastest", gradient_checkpointing="full"
-    ),
-    "llama-2-70b, your layout (t4p2d8), every GPU": {
-        **_train("llama-2-70b", "balanced", gradient_checkpointing="full", batch_size=1),
-        "layout": "given",
-        "workload": {
-            "mode": "training",
-            "sequence_length": 4096,
-            "batch_size": 1,
-            "gradient_accumulation_steps": 8,
-            "gradient_checkpointing": "full",
-            "parallelism": {"tensor": 4, "pipeline": 2, "data": 8, "zero_stage": 1},
-        },
-    },
-    "llama-2-70b pretraining up to 8,192 GPUs, fastest": {
-        **_train("llama-2-70b", "fastest", gradient_checkpointing="full"),
-        "training": {"training_tokens": 2 * 10**12, "global_batch_size": 1024},
-        "constraints": {"max_gpus_per_job": 8192},
-    },
-    "mixtral-8x7b training, balanced, hybrid": {
-        **_train("mixtral-8x7b", "balanced", gradient_checkpointing="full"),
-        "constraints": {"deployment": "hybrid"},
-    },
-}
+CASES: dict[str, dict[str, Any]] = request_set("recommend_speed")
 
 
 def _time(fn: Any, repeat: int) -> tuple[float, float, float, float]:

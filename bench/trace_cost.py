@@ -32,6 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.requests import request_set
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 TOML = ROOT / "service" / "gpuplan" / "core" / "trace" / "data" / "cost.toml"
@@ -78,55 +80,7 @@ PARALLEL: dict[str, dict[str, Any]] = {
 }
 """Sharded and recomputing steps (llama): their time per layer against the plain step's."""
 
-CHECKS: list[dict[str, Any]] = [
-    {"name": "llama-2-7b training, 32 layers, 2 steps",
-     "config": {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
-                "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
-                "max_position_embeddings": 4096},
-     "workload": {"mode": "training", "batch_size": 1, "sequence_length": 4096, "dtype": "bf16"},
-     "runtime": "cuda"},
-    {"name": "llama-2-7b inference, 32 layers, 8 new tokens",
-     "config": {"model_type": "llama", "vocab_size": 32000, "hidden_size": 4096,
-                "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
-                "max_position_embeddings": 4096},
-     "workload": {"mode": "inference", "batch_size": 1, "sequence_length": 512, "dtype": "bf16",
-                  "steps": 1, "new_tokens": 8},
-     "runtime": "cuda"},
-    {"name": "gpt2 124M training, 12 layers",
-     "config": {"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12},
-     "workload": {"mode": "training", "batch_size": 2, "sequence_length": 512},
-     "runtime": "cpu"},
-    {"name": "qwen2 0.5B-like inference, 24 layers",
-     "config": {"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
-                "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
-                "num_key_value_heads": 2},
-     "workload": {"mode": "inference", "batch_size": 1, "sequence_length": 1024, "steps": 2},
-     "runtime": "cuda"},
-    {"name": "mistral 48 layers training, 1 step, checkpointing",
-     "config": {"model_type": "mistral", "vocab_size": 1000, "hidden_size": 256,
-                "intermediate_size": 512, "num_hidden_layers": 48, "num_attention_heads": 8,
-                "num_key_value_heads": 2},
-     "workload": {"mode": "training", "batch_size": 1, "sequence_length": 256, "steps": 1,
-                  "gradient_checkpointing": True},
-     "runtime": "cuda"},
-    {"name": "mixtral-like 16 layers training",
-     "config": {"model_type": "mixtral", "vocab_size": 1000, "hidden_size": 256,
-                "intermediate_size": 512, "num_hidden_layers": 16, "num_attention_heads": 8,
-                "num_key_value_heads": 2, "num_local_experts": 8, "num_experts_per_tok": 2},
-     "workload": {"mode": "training", "batch_size": 1, "sequence_length": 128},
-     "runtime": "cuda"},
-    {"name": "bert-base training, 12 layers",
-     "config": {"model_type": "bert", "hidden_size": 768, "intermediate_size": 3072,
-                "num_hidden_layers": 12, "num_attention_heads": 12},
-     "workload": {"mode": "training", "batch_size": 8, "sequence_length": 128},
-     "runtime": "cuda"},
-    {"name": "llama 1-layer 1M-wide inference (the width check)",
-     "config": {"model_type": "llama", "vocab_size": 1000, "hidden_size": 1048576,
-                "intermediate_size": 1048576, "num_hidden_layers": 1, "num_attention_heads": 16,
-                "max_position_embeddings": 256},
-     "workload": {"mode": "inference", "batch_size": 1, "sequence_length": 16, "steps": 1},
-     "runtime": "cuda"},
-]  # fmt: skip
+CHECKS: list[dict[str, Any]] = request_set("trace_cost")
 """Configurations the fit never saw, at real widths and depths."""
 
 

@@ -72,7 +72,7 @@ def test_fast_benchmarks_run_end_to_end(tmp_path: Path) -> None:
 
 def test_api_overhead_requests_are_answered_2xx(client: TestClient[Litestar]) -> None:
     """Every request the load test sends is a valid one for a route this app has (a route
-    added later, such as /v1/plan, needs its body in bench/api_overhead.py to match)."""
+    added later, such as /v1/plan, needs its body in bench/requests.toml to match)."""
     paths = client.get("/schema/openapi.json").json()["paths"]
     sent = [r for r in REQUESTS if r["path"] in paths]
     assert {r["path"] for r in sent} >= {"/healthz", "/v1/memory/estimate", "/v1/mig/plan"}
