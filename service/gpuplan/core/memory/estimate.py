@@ -177,6 +177,11 @@ def _layer_costs(
         selective=w.gradient_checkpointing == "selective",
         trainable=_trainable(arch, w),
         compiled=w.compile,
+        fused_norms=framework_of(w) == "megatron",
+        fused_activation=framework_of(w) == "megatron",
+        sharded_linear_inputs=framework_of(w) == "megatron"
+        and w.parallelism.sequence_parallel
+        and w.parallelism.tensor > 1,
     )
     p = w.parallelism
     local = -(-arch.num_layers // p.pipeline)

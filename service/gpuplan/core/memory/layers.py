@@ -63,6 +63,23 @@ class Step(Record, kw_only=True):
     compiled: bool = False
     """``torch.compile``: fused elementwise ops keep only what a fused backward needs."""
 
+    fused_norms: bool = False
+    """Each norm is one fused kernel (Megatron-core's Transformer Engine or Apex norms):
+    it keeps its input and one fp32 statistic per token, and its output is the next
+    linear's saved input; no fp32 copies as in the eager Hugging Face RMSNorm."""
+
+    fused_activation: bool = False
+    """The MLP's activation is one fused kernel (Megatron-core's bias-SwiGLU and
+    bias-GELU fusions, on unless ``--no-bias-swiglu-fusion``/``--no-bias-gelu-fusion``;
+    megatron/core/fusions/fused_bias_swiglu.py saves only its input): it keeps the first
+    linear's output, and its own output is the second linear's saved input."""
+
+    sharded_linear_inputs: bool = False
+    """Megatron's sequence parallelism: a column-parallel linear keeps its own sequence
+    shard of the input and all-gathers it again in the backward (NVIDIA/Megatron-LM
+    megatron/core/tensor_parallel/layers.py: ``ctx.save_for_backward(input, weight)``,
+    then the all-gather into a reused buffer), so no gathered input is kept."""
+
 
 class LayerCost(Record, kw_only=True):
     saved: float
@@ -97,6 +114,17 @@ def _rms_norm(arch: Architecture, n: float, num: Numerics, trains: bool) -> floa
     if trains:
         normalized = FP32 if num.amp or _fp32_norm(arch) else num.matmul
     return (FP32 + normalized) * n
+
+
+def _fused_norm(d: Dims, num: Numerics) -> float:
+    """A fused norm: its input (the residual stream) and one fp32 statistic per token."""
+    return num.residual * d.hidden + FP32 * d.tokens
+
+
+def _saved_input(d: Dims, step: Step) -> float:
+    """Elements a column-parallel linear keeps of its input: the gathered input, or its
+    sequence shard under Megatron's sequence parallelism."""
+    return d.hidden if step.sharded_linear_inputs else d.hidden_full
 
 
 def _fp32_norm(arch: Architecture) -> bool:
@@ -228,9 +256,9 @@ def llama_layer(
     """Llama, Mistral, Qwen2/3, Gemma/Gemma-2, Phi-3, Mixtral, Qwen2-MoE, DeepSeek-V3."""
     t = step.trainable
     eager = step.eager
-    m, e, ef = num.matmul, d.hidden, d.hidden_full
+    m, e, ef = num.matmul, d.hidden, _saved_input(d, step)
     fused = arch.model_type == "phi3"  # qkv_proj and gate_up_proj
-    norm = _rms_norm(arch, e, num, t.full)
+    norm = _fused_norm(d, num) if step.fused_norms else _rms_norm(arch, e, num, t.full)
     qkv_adapters = t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj")
     attn_in = (
         FP32 * ef * qkv_adapters
@@ -262,6 +290,12 @@ def llama_layer(
     if moe_layer:
         mlp, mlp_bw, mlp_fw = _moe(arch, d, num)  # forward: gathered tokens and expert temporaries
         mlp_in = _inputs(ef, num, 1)  # the router, and the gathered copies, read it
+    elif step.fused_activation and t.full:
+        # Megatron's one fc1 (gate and up) keeps its input; its output is kept by the
+        # fused SwiGLU, whose product fc2 keeps. (Adapters keep the eager count.)
+        mlp = 2 * m * d.ffn + num.saved_linear_input * d.ffn
+        mlp_in = _inputs(ef, num, 1)
+        mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn
     else:
         mlp = _gated_mlp(d.ffn, m, t.saves("down_proj") and not t.upcast)
         mlp += (
@@ -281,7 +315,7 @@ def llama_layer(
         mlp_bw, mlp_fw = 2 * m * d.ffn, (4 if fused else 3) * m * d.ffn
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
-    if step.compiled and not moe_layer:
+    if step.compiled and not moe_layer and not (step.fused_activation and t.full):
         # Inductor fuses each norm (keeping its input and one fp32 rstd per token instead
         # of an fp32 copy and the normalized tensor) and SiLU(gate) * up, which its
         # backward recomputes from the gate and up projections (SiLU's output and the
@@ -316,12 +350,15 @@ def llama_layer(
 
 def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> LayerCost:
     """GPT-2, GPT-NeoX, OPT, Falcon and BERT/RoBERTa layers (LayerNorm, plain MLP)."""
-    m, r, e, ef = num.matmul, num.residual, d.hidden, d.hidden_full
+    m, r, e, ef = num.matmul, num.residual, d.hidden, _saved_input(d, step)
     t, eager = step.trainable, step.eager
     hidden_drop = step.training and arch.hidden_dropout > 0
     attn_drop = step.training and arch.attention_dropout > 0
     mask = num.dropout_mask * e if hidden_drop else 0.0
-    mlp = _plain_mlp(arch, d.ffn, m)
+    if step.fused_activation and t.full:
+        mlp = m * d.ffn + num.saved_linear_input * d.ffn  # fc1's output; the activation's
+    else:
+        mlp = _plain_mlp(arch, d.ffn, m)
     family = arch.family
     qkv_in = _inputs(
         ef,
@@ -371,7 +408,7 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
     if family == "gpt2":
         # GPT-2's block holds its attention output (a local) and the residual sum beside
         # the MLP's input while the MLP runs.
-        mlp_fw += m * ef + r * e
+        mlp_fw += m * d.hidden_full + r * e
     return _cost(
         arch,
         d,
