@@ -118,7 +118,9 @@ class Parallelism(Record):
     or ``interleaved_1f1b`` with ``virtual_stages`` chunks per rank."""
 
     sequence_parallel: bool = False
-    """Megatron sequence parallelism: norm and dropout activations split over the TP group."""
+    """Megatron sequence parallelism: norm and dropout activations split over the TP group;
+    under ``framework: megatron`` each column-parallel linear keeps only its sequence
+    shard of the input (all-gathered again in the backward)."""
 
     zero_stage: Annotated[int, msgspec.Meta(ge=0, le=3)] = 0
     """ZeRO / FSDP sharding over the data-parallel group: 1 optimizer states, 2 + gradients,
@@ -132,7 +134,8 @@ class Parallelism(Record):
     fp32 parameters are the master copy, activations are bf16, gradients reduce in
     fp32); ``zero_stage`` 3 (or 0) reshards after forward, 2 keeps layers gathered.
     ``deepspeed``: bf16/fp16 parameters beside an fp32 master, fp32 gradient partitions
-    and its reduce bucket. ``megatron``: bf16 parameters and a full fp32 gradient buffer;
+    and its reduce bucket. ``megatron``: bf16 parameters, a full fp32 gradient buffer,
+    and the activations Megatron-core's fused norms and bias-SwiGLU/GELU keep;
     ``zero_stage`` ≥ 1 is its distributed optimizer. It also decides what the speed
     model overlaps (docs/recommendation.md: tensor-parallel, gradient and gather traffic,
     Megatron's fused kernels). Unset: the memory estimate follows ``deepspeed`` when
