@@ -96,11 +96,31 @@ def _llama_attention(arch: Architecture) -> dict[str, Linear]:
             "qkv_proj": Linear(in_features=h, out_features=q + 2 * kv),
             "o_proj": Linear(in_features=q, out_features=h, inner=True),
         }
+    return _projections(h, q, kv)
+
+
+def _projections(
+    h: int,
+    q: int,
+    kv: int,
+    names: tuple[str, str, str, str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+) -> dict[str, Linear]:
+    """Separate query, key, value and output projections, under the family's names."""
+    query, key, value, out = names
     return {
-        "q_proj": Linear(in_features=h, out_features=q),
-        "k_proj": Linear(in_features=h, out_features=kv),
-        "v_proj": Linear(in_features=h, out_features=kv),
-        "o_proj": Linear(in_features=q, out_features=h, inner=True),
+        query: Linear(in_features=h, out_features=q),
+        key: Linear(in_features=h, out_features=kv),
+        value: Linear(in_features=h, out_features=kv),
+        out: Linear(in_features=q, out_features=h, inner=True),
+    }
+
+
+def _plain(h: int, f: int, names: tuple[str, str]) -> dict[str, Linear]:
+    """A two-linear MLP (up to ``f``, back to ``h``), under the family's names."""
+    up, down = names
+    return {
+        up: Linear(in_features=h, out_features=f, attention=False),
+        down: Linear(in_features=f, out_features=h, attention=False, inner=True),
     }
 
 
@@ -190,30 +210,14 @@ def linear_modules(arch: Architecture) -> dict[str, Linear]:
         return {
             "query_key_value": Linear(in_features=h, out_features=q + 2 * kv),
             "dense": Linear(in_features=q, out_features=h, inner=True),
-            "dense_h_to_4h": Linear(in_features=h, out_features=f, attention=False),
-            "dense_4h_to_h": Linear(in_features=f, out_features=h, attention=False, inner=True),
+            **_plain(h, f, ("dense_h_to_4h", "dense_4h_to_h")),
             **head,
         }
     if arch.model_type == "starcoder2":
-        return {
-            "q_proj": Linear(in_features=h, out_features=q),
-            "k_proj": Linear(in_features=h, out_features=kv),
-            "v_proj": Linear(in_features=h, out_features=kv),
-            "o_proj": Linear(in_features=q, out_features=h, inner=True),
-            "c_fc": Linear(in_features=h, out_features=f, attention=False),
-            "c_proj": Linear(in_features=f, out_features=h, attention=False, inner=True),
-            **head,
-        }
+        return {**_projections(h, q, kv), **_plain(h, f, ("c_fc", "c_proj")), **head}
     if family == "opt":
-        return {
-            "q_proj": Linear(in_features=h, out_features=h),
-            "k_proj": Linear(in_features=h, out_features=h),
-            "v_proj": Linear(in_features=h, out_features=h),
-            "out_proj": Linear(in_features=h, out_features=h, inner=True),
-            "fc1": Linear(in_features=h, out_features=f, attention=False),
-            "fc2": Linear(in_features=f, out_features=h, attention=False, inner=True),
-            **head,
-        }
+        names = ("q_proj", "k_proj", "v_proj", "out_proj")
+        return {**_projections(h, h, h, names), **_plain(h, f, ("fc1", "fc2")), **head}
     # BERT/RoBERTa: attention.output (h -> h), intermediate (h -> f) and output (f -> h)
     # are all `dense`, and so is the MLM head's transform (h -> h).
     return {
