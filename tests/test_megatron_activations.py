@@ -45,9 +45,15 @@ def _saved_per_sbh(config: dict[str, Any], tp: int, sp: bool, **step: Any) -> fl
 
 @pytest.mark.parametrize("tp", [1, 2, 8])
 def test_a_gpt_layer_keeps_korthikantis_count(tp: int) -> None:
+    """Table 2, every row: the attention scores add 5as/(ht) (softmax output, dropout
+    mask and dropped-out probabilities) unless selective recomputation drops them."""
     selective = {"eager": True, "selective": True, **MEGATRON}
     assert _saved_per_sbh(GPT, tp, sp=False, **selective) == pytest.approx(10 + 24 / tp)
     assert _saved_per_sbh(GPT, tp, sp=True, **selective) == pytest.approx(34 / tp)
+    scores = 5 * 16 * 512 / (1024 * tp)  # 5as/(ht): 16 heads, s = 512, h = 1024
+    full = {"eager": True, "selective": False, **MEGATRON}
+    assert _saved_per_sbh(GPT, tp, sp=False, **full) == pytest.approx(10 + 24 / tp + scores)
+    assert _saved_per_sbh(GPT, tp, sp=True, **full) == pytest.approx(34 / tp + scores)
 
 
 def test_the_hugging_face_count_of_the_same_layer_is_larger() -> None:
