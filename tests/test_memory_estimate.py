@@ -434,6 +434,86 @@ def test_megatrons_gradient_buffer_lives_through_the_step() -> None:
     assert ddp.breakdown.gradients_bytes < mega.breakdown.gradients_bytes
 
 
+def test_a_half_precision_gradient_buffer_halves_megatrons_gradients() -> None:
+    """``grad_reduce_in_fp32 = False`` (NeMo's and Megatron-Bridge's performance recipes):
+    the buffer takes the parameters' dtype, and the distributed optimizer builds an fp32
+    copy of its shard of the gradients for the step (``shard_model_grad.float()``)."""
+    from gpuplan.core.memory.schema import Workload
+    from gpuplan.core.memory.states import model_states
+
+    body: dict[str, Any] = {"sequence_length": 2048, "batch_size": 2, "precision": "bf16"}
+    layout = {"data": 8, "zero_stage": 1, "framework": "megatron"}
+    fp32 = run({"name": "llama-2-7b"}, **body, parallelism=layout)
+    bf16 = run({"name": "llama-2-7b"}, **body,
+               parallelism={**layout, "gradient_reduce_dtype": "bf16"})  # fmt: skip
+    assert fp32.peak_phase == bf16.peak_phase == "backward (loss)"
+    assert "gradient_reduce_dtype fp32" in " ".join(fp32.assumptions)
+    assert "gradient_reduce_dtype" not in " ".join(bf16.assumptions)
+    assert bf16.breakdown.gradients_bytes == 2 * bf16.parameters
+    assert fp32.peak_bytes - bf16.peak_bytes == 2 * bf16.parameters
+    arch = from_hf_config(presets()["llama-2-7b"].config or {})[0]
+    counts = count_parameters(arch)
+
+    def step_temporary(reduce: str) -> float:
+        w = {"mode": "training", "sequence_length": 8, "precision": "bf16",
+             "parallelism": {**layout, "gradient_reduce_dtype": reduce}}  # fmt: skip
+        return model_states(
+            arch, counts, msgspec.convert(w, Workload), runtime="cuda"
+        ).optimizer_temporary
+
+    assert step_temporary("bf16") - step_temporary("fp32") == pytest.approx(4 * counts.total / 8)
+
+
+def test_megatron_without_the_distributed_optimizer_copies_every_gradient_for_the_step() -> None:
+    """Float16OptimizerWithFloat16Params: ``main_param.grad = model_param.main_grad.float()``
+    for every parameter: a bf16 buffer saves 2 B/param in backward and costs 4 at the step."""
+    body: dict[str, Any] = {"sequence_length": 8, "precision": "bf16"}
+    fp32 = run({"name": "llama-2-7b"}, **body, parallelism={"framework": "megatron"})
+    bf16 = run({"name": "llama-2-7b"}, **body,
+               parallelism={"framework": "megatron", "gradient_reduce_dtype": "bf16"})  # fmt: skip
+    assert fp32.peak_phase == bf16.peak_phase == "optimizer step"
+    added = bf16.breakdown.temporary_bytes - fp32.breakdown.temporary_bytes
+    assert added == 4 * bf16.parameters
+    assert bf16.peak_bytes > fp32.peak_bytes
+
+
+def test_megatron_under_fp16_keeps_its_gradients_in_fp16() -> None:
+    """Megatron-LM forces fp32 gradient accumulation for bf16 only (arguments.py)."""
+    body: dict[str, Any] = {"sequence_length": 2048, "precision": "fp16"}
+    layout = {"data": 8, "zero_stage": 1, "framework": "megatron"}
+    default = run({"name": "llama-2-7b"}, **body, parallelism=layout)
+    named = run(
+        {"name": "llama-2-7b"}, **body, parallelism={**layout, "gradient_reduce_dtype": "fp16"}
+    )
+    assert (
+        default.breakdown.gradients_bytes
+        == named.breakdown.gradients_bytes
+        == 2 * default.parameters
+    )
+    wide = run(
+        {"name": "llama-2-7b"}, **body, parallelism={**layout, "gradient_reduce_dtype": "fp32"}
+    )
+    assert wide.breakdown.gradients_bytes == 4 * default.parameters
+
+
+def test_fsdp2_reducing_in_bf16_drops_the_fp32_cast_of_a_layers_gradients() -> None:
+    from gpuplan.core.memory.schema import Workload
+    from gpuplan.core.memory.states import model_states
+
+    arch = from_hf_config(presets()["llama-2-7b"].config or {})[0]
+    counts = count_parameters(arch)
+
+    def reduce_buffer(dtype: str | None) -> float:
+        p: dict[str, Any] = {"data": 8, "framework": "fsdp2"}
+        if dtype:
+            p["gradient_reduce_dtype"] = dtype
+        w = {"mode": "training", "sequence_length": 8, "precision": "amp_bf16", "parallelism": p}
+        return model_states(arch, counts, msgspec.convert(w, Workload), runtime="cuda").reduce
+
+    assert reduce_buffer(None) == reduce_buffer("fp32") == counts.largest_layer * (2 + 4)
+    assert reduce_buffer("bf16") == counts.largest_layer * 2
+
+
 def test_a_materialized_model_peaks_before_sharding() -> None:
     body: dict[str, Any] = {"sequence_length": 8, "precision": "amp_bf16"}
     meta = run({"name": "llama-2-7b"}, **body, parallelism={"data": 64, "framework": "fsdp2"})

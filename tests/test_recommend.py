@@ -287,6 +287,31 @@ def test_a_given_layout_over_the_bounds_says_so() -> None:
     assert "constraints.required_interconnect" in [b.constraint for b in rtx.breaches]
 
 
+def test_a_named_gradient_reduce_dtype_sets_the_gradient_traffic() -> None:
+    """Reducing in fp32 sends twice the bytes of bf16: over a slow network the step
+    exposes more communication, and the bf16 buffer needs less memory."""
+    steps, memory = {}, {}
+    for dtype in ("fp32", "bf16"):
+        body = train("llama-2-7b", global_batch=64)
+        body["workload"].update(
+            batch_size=1,
+            precision="bf16",
+            parallelism={"data": 64, "zero_stage": 1, "framework": "megatron",
+                         "gradient_reduce_dtype": dtype},
+        )  # fmt: skip
+        body["layout"] = "given"
+        body["constraints"] = {
+            "include": ["h100-sxm5-80gb"],
+            "max_gpus_per_job": 64,
+            "network_bytes_per_s_per_gpu": 1e9,
+        }
+        (r,) = recommend(req(**body), CATALOG).recommendations
+        assert r.step is not None
+        steps[dtype], memory[dtype] = r.step.exposed_comm_s, r.required_bytes_per_gpu
+    assert steps["fp32"] > steps["bf16"] > 0
+    assert memory["fp32"] > memory["bf16"]
+
+
 def test_layout_given_times_exactly_the_request_and_answers_when_it_does_not_fit() -> None:
     body = train("llama-2-70b", global_batch=64, gradient_checkpointing="full")
     body["workload"].update(

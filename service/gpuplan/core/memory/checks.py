@@ -107,6 +107,7 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
                 "steps each gradient as it is made: no gradient accumulation or sharding",
             )
         )
+    errors.extend(_check_gradient_reduce(w))
     if p.init == "materialized" and shard_stage(w) < 2:
         errors.append(("$.workload.parallelism.init", "applies to sharded models (FSDP2, ZeRO-3)"))
     if p.context > 1 and w.sequence_length is not None and w.sequence_length % p.context:
@@ -117,6 +118,24 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
             )
         )
     return errors
+
+
+def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:
+    """A reduce dtype is a choice Megatron and FSDP2 offer full training, in fp32 or in
+    the half precision the step computes in."""
+    given = w.parallelism.gradient_reduce_dtype
+    if given is None:
+        return []
+    path = "$.workload.parallelism.gradient_reduce_dtype"
+    if w.parallelism.framework not in ("megatron", "fsdp2"):
+        return [(path, "applies to framework megatron or fsdp2 (their gradient buffers)")]
+    if w.mode != "training":
+        return [(path, "applies to full training (adapters keep fp32 gradients)")]
+    half = "fp16" if w.precision in ("fp16", "amp_fp16") else "bf16"
+    if given != "fp32" and (w.precision == "fp32" or given != half):
+        allowed = "fp32" if w.precision == "fp32" else f"fp32 or {half}"
+        return [(path, f"{given} gradients under precision {w.precision}: use {allowed}")]
+    return []
 
 
 def _check_vision(w: Workload) -> list[tuple[str, str]]:

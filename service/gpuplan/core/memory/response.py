@@ -18,7 +18,7 @@ from gpuplan.core.memory.schema import (
     Fit,
     Workload,
 )
-from gpuplan.core.memory.states import ModelStates
+from gpuplan.core.memory.states import ModelStates, gradient_reduce_dtype
 from gpuplan.core.record import Record
 
 HEADROOM = 0.20
@@ -80,6 +80,12 @@ def defaults(w: Workload) -> str | None:
             at_default.append("lora rank 16")
         if w.lora is None or w.lora.dropout == 0.0:
             at_default.append("lora dropout 0.0")
+    if (
+        w.mode == "training"
+        and w.parallelism.framework in ("megatron", "fsdp2")
+        and w.parallelism.gradient_reduce_dtype is None
+    ):
+        at_default.append(f"gradient_reduce_dtype {gradient_reduce_dtype(w)}")
     return f"defaults used: {', '.join(at_default)}" if at_default else None
 
 

@@ -18,6 +18,7 @@ Optimizer = Literal[
 ]
 Checkpointing = Literal["none", "full", "selective", "selective_op"]
 Framework = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
+GradientReduceDtype = Literal["fp32", "bf16", "fp16"]
 ParameterInit = Literal["meta", "materialized"]
 Attention = Literal["eager", "sdpa", "flash"]
 Quantization = Literal["none", "int8", "int4", "nf4", "fp4", "fp8"]
@@ -134,14 +135,29 @@ class Parallelism(Record):
     fp32 parameters are the master copy, activations are bf16, gradients reduce in
     fp32); ``zero_stage`` 3 (or 0) reshards after forward, 2 keeps layers gathered.
     ``deepspeed``: bf16/fp16 parameters beside an fp32 master, fp32 gradient partitions
-    and its reduce bucket. ``megatron``: bf16 parameters, a full fp32 gradient buffer,
-    and the activations Megatron-core's fused norms and bias-SwiGLU/GELU keep;
+    and its reduce bucket. ``megatron``: bf16 parameters, a full gradient buffer (in
+    ``gradient_reduce_dtype``), and the activations Megatron-core's fused norms and
+    bias-SwiGLU/GELU keep;
     ``zero_stage`` ≥ 1 is its distributed optimizer. It also decides what the speed
     model overlaps (docs/recommendation.md: tensor-parallel, gradient and gather traffic,
     Megatron's fused kernels). Unset: the memory estimate follows ``deepspeed`` when
     ``zero_stage`` > 0, else ``ddp``; the speed model times ZeRO-3 as ``fsdp2`` prefetches,
     tensor, pipeline, context or expert parallel layouts with ``megatron``'s overlap (not
     its fused kernels), ZeRO-1/2 as ``deepspeed`` and the rest as ``ddp``."""
+
+    gradient_reduce_dtype: GradientReduceDtype | None = None
+    """The dtype gradients are accumulated and reduced in, where the framework lets a job
+    choose (``megatron``, ``fsdp2``). ``megatron``: the dtype of its persistent gradient
+    buffer. Megatron-LM reduces in fp32 under bf16 (megatron/training/arguments.py:
+    "accumulate and all-reduce gradients in fp32 for bfloat16 data type", unless
+    ``--grad-reduce-in-bf16``) and in the parameters' dtype under fp16; NeMo's and
+    Megatron-Bridge's performance recipes set ``grad_reduce_in_fp32 = False``. A half
+    buffer halves the gradients, and the optimizer step then builds an fp32 copy of the
+    rank's gradients (``shard_model_grad.float()``, megatron/core/optimizer/
+    distrib_optimizer.py; all of them without the distributed optimizer). ``fsdp2``:
+    ``MixedPrecisionPolicy.reduce_dtype`` (torchtitan's default fp32 under a bf16
+    policy): the layer's gradients are cast to it for the reduce-scatter. Unset: those
+    defaults. Also the gradient traffic the speed model times."""
 
     init: ParameterInit = "meta"
     """How a sharded model is built: ``meta`` (on the meta device, each rank materializing

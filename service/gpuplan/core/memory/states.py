@@ -133,7 +133,8 @@ class _Bytes(Record, kw_only=True):
     states: float
     master: float
     grad_partition: float = 0.0
-    """DeepSpeed: the fp32 gradients of the rank's partition, for the optimizer step."""
+    """The fp32 gradients of the rank's partition, built for the optimizer step
+    (DeepSpeed; Megatron with a half-precision gradient buffer)."""
 
 
 def framework_of(w: Workload) -> str:
@@ -144,6 +145,33 @@ def framework_of(w: Workload) -> str:
         return p.framework
     training = w.mode != "inference"
     return "deepspeed" if training and (p.zero_stage > 0 or w.precision == "fp8") else "ddp"
+
+
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+
+
+def gradient_reduce_dtype(w: Workload) -> str:
+    """The dtype gradients are accumulated and reduced in (``parallelism.
+    gradient_reduce_dtype``, else the framework's default for the precision)."""
+    given = w.parallelism.gradient_reduce_dtype
+    if given is not None:
+        return given
+    half = "fp16" if w.precision in ("fp16", "amp_fp16") else "bf16"
+    if framework_of(w) == "megatron":
+        # arguments.py forces fp32 accumulation for bf16 only; fp16 keeps its own dtype.
+        return "fp16" if half == "fp16" else "fp32"
+    # The stored weights' dtype: fp32 shards under FSDP2's mixed-precision policy reduce
+    # in fp32 (torchtitan's mixed_precision_reduce default), half-precision ones in theirs.
+    return "fp32" if _stored_bytes(w) == 4.0 else half
+
+
+def _stored_bytes(w: Workload) -> float:
+    """Bytes of a stored (sharded, updated) weight under full training."""
+    if w.precision.startswith("amp_") or w.precision == "fp32":
+        return 4.0
+    if framework_of(w) == "fsdp2" and w.precision == "fp8":
+        return 4.0  # torchao float8 with FSDP2: fp32 shards, bf16 and fp8 compute
+    return 2.0
 
 
 def shard_stage(w: Workload) -> int:
@@ -184,9 +212,7 @@ def _bytes_per_parameter(w: Workload) -> _Bytes:
     if not training:
         return _Bytes(weights=half, grads=0.0, states=0.0, master=0.0)
     framework = framework_of(w)
-    stored = 4.0 if w.precision.startswith("amp_") or w.precision == "fp32" else 2.0
-    if framework == "fsdp2" and w.precision == "fp8":
-        stored = 4.0  # torchao float8 with FSDP2: fp32 shards, bf16 and fp8 compute
+    stored = _stored_bytes(w)
     if framework == "fsdp2":
         # fully_shard keeps parameters in their own dtype (fp32 under a bf16 mixed-precision
         # policy): the shards are the optimizer's parameters, no separate master copy.
@@ -202,9 +228,17 @@ def _bytes_per_parameter(w: Workload) -> _Bytes:
             grad_partition=4.0 if half == 2 else 0.0,
         )
     if framework == "megatron":
-        # Megatron-LM: bf16 parameters, a full fp32 main-gradient buffer, fp32 master
-        # parameters and Adam moments (sharded by its distributed optimizer).
-        return _Bytes(weights=half, grads=4.0, states=4.0, master=4.0 if half == 2 else 0.0)
+        # Megatron-LM: bf16 parameters, a full main-gradient buffer (fp32 unless reduced
+        # in half precision, then copied to fp32 for the step), fp32 master parameters and
+        # Adam moments (sharded by its distributed optimizer).
+        grads = DTYPE_BYTES[gradient_reduce_dtype(w)]
+        return _Bytes(
+            weights=half,
+            grads=grads,
+            states=4.0,
+            master=4.0 if half == 2 else 0.0,
+            grad_partition=4.0 if grads < 4.0 else 0.0,
+        )
     # PyTorch: AMP trains fp32 weights; pure precisions keep Adam's moments in the
     # parameter dtype.
     return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
@@ -216,7 +250,6 @@ def _buffers(
     in_layers: int,
     largest: float,
     gathered: float,
-    weight_bytes: float,
     root: float,
 ) -> tuple[float, float]:
     """(all-gather and communication buffers alive throughout, a layer backward's extra)."""
@@ -243,7 +276,8 @@ def _buffers(
     if framework == "fsdp2" and dp > 1 and w.mode == "training":
         # A layer's unsharded gradients in the compute dtype, cast to the reduce dtype
         # (fp32 under a mixed-precision policy) for reduce-scatter.
-        reduce = largest * (compute + (4.0 if weight_bytes == 4.0 and compute == 2.0 else 0.0))
+        cast = DTYPE_BYTES[gradient_reduce_dtype(w)]
+        reduce = largest * (compute + (cast if cast != compute else 0.0))
     if framework == "deepspeed" and training and stage >= 1:
         # The contiguous-gradient bucket is allocated whole, whatever the number of
         # trainable parameters: reduce_bucket_size elements of the engine's dtype
@@ -313,7 +347,6 @@ def model_states(
         in_layers=in_layers,
         largest=largest,
         gathered=gathered,
-        weight_bytes=per.weights,
         root=(counts.embedding + counts.head + counts.final) / p.tensor,
     )
     if stage >= 2 and dp > 1 and (stage >= 3 or framework == "fsdp2"):
