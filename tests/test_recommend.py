@@ -312,6 +312,38 @@ def test_a_named_gradient_reduce_dtype_sets_the_gradient_traffic() -> None:
     assert memory["fp32"] > memory["bf16"]
 
 
+def test_the_search_keeps_the_gradient_reduce_dtype_where_the_framework_takes_it() -> None:
+    """The search's layouts take the request's reduce dtype under Megatron and FSDP2 (a
+    13B on 8 GPUs: FSDP2, whose fp32 reduce casts a layer's gradients) and drop it under
+    the frameworks that have no such choice."""
+    from gpuplan.core.memory.schema import Framework as FrameworkName
+    from gpuplan.core.memory.schema import Workload
+    from gpuplan.core.recommend.fit import with_layout
+    from gpuplan.core.recommend.schema import ParallelLayout
+
+    w = msgspec.convert({"mode": "training", "sequence_length": 8}, Workload)
+    kinds: list[tuple[FrameworkName, str | None]] = [
+        ("megatron", "bf16"), ("fsdp2", "bf16"), ("deepspeed", None)
+    ]  # fmt: skip
+    for name, kept in kinds:
+        lay = ParallelLayout(tensor=1, pipeline=1, data=8, zero_stage=1, framework=name)
+        assert with_layout(w, lay, "bf16").parallelism.gradient_reduce_dtype == kept
+    plans = {}
+    for dtype in ("fp32", "bf16"):
+        body = train("llama-2-13b", global_batch=64)
+        body["workload"].update(
+            precision="bf16",
+            parallelism={"framework": "megatron", "zero_stage": 1,
+                         "gradient_reduce_dtype": dtype},
+        )  # fmt: skip
+        body["constraints"] = {"include": ["h100-sxm5-80gb"], "gpu_counts": [8]}
+        (plans[dtype],) = recommend(req(**body), CATALOG).recommendations
+    fp32, bf16 = plans["fp32"], plans["bf16"]
+    assert layout(fp32) == layout(bf16)
+    assert layout(bf16).framework in ("megatron", "fsdp2")  # frameworks that take the field
+    assert bf16.required_bytes_per_gpu < fp32.required_bytes_per_gpu
+
+
 def test_layout_given_times_exactly_the_request_and_answers_when_it_does_not_fit() -> None:
     body = train("llama-2-70b", global_batch=64, gradient_checkpointing="full")
     body["workload"].update(

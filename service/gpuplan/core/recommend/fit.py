@@ -15,7 +15,13 @@ from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.response import Measures, measures
-from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse, ModelSpec, Workload
+from gpuplan.core.memory.schema import (
+    EstimateRequest,
+    EstimateResponse,
+    GradientReduceDtype,
+    ModelSpec,
+    Workload,
+)
 from gpuplan.core.perf.step import StepLinks, StepShape
 from gpuplan.core.recommend.schema import ParallelLayout
 
@@ -35,7 +41,7 @@ class MemoryOracle:
         self._catalog = catalog
         self._responses: dict[bytes, EstimateResponse | None] = {}
         self._measures: dict[tuple[bytes, str, str], Measures | None] = {}
-        self._laid: dict[tuple[int, bytes], tuple[Workload, Workload, bytes]] = {}
+        self._laid: dict[tuple[int, bytes, str | None], tuple[Workload, Workload, bytes]] = {}
         self.calls = 0
         self.exhausted = False
         self.links: dict[tuple[str, bytes], StepLinks] = {}
@@ -45,12 +51,18 @@ class MemoryOracle:
         self.shapes: dict[bytes, StepShape] = {}
         """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
 
-    def laid_out(self, workload: Workload, layout: ParallelLayout) -> tuple[Workload, bytes]:
-        """``with_layout(workload, layout)`` and its memo key, built once per request."""
-        k = (id(workload), msgspec.json.encode(layout))
+    def laid_out(
+        self,
+        workload: Workload,
+        layout: ParallelLayout,
+        reduce: GradientReduceDtype | None = None,
+    ) -> tuple[Workload, bytes]:
+        """``with_layout(workload, layout, reduce)`` and its memo key, built once per
+        request."""
+        k = (id(workload), msgspec.json.encode(layout), reduce)
         hit = self._laid.get(k)
         if hit is None:
-            laid = with_layout(workload, layout)
+            laid = with_layout(workload, layout, reduce)
             # The entry keeps ``workload`` alive, so its id cannot be reused meanwhile.
             hit = (workload, laid, msgspec.json.encode(laid))
             self._laid[k] = hit
@@ -123,9 +135,13 @@ def runtime_of(gpu: GpuSpec) -> str:
     return "rocm" if gpu.vendor == "amd" else "cuda"
 
 
-def with_layout(workload: Workload, layout: ParallelLayout) -> Workload:
+def with_layout(
+    workload: Workload, layout: ParallelLayout, reduce: GradientReduceDtype | None = None
+) -> Workload:
     """The workload split as ``layout`` says: its parallelism, and for training the
-    micro-batch and accumulation the layout re-split the global batch into."""
+    micro-batch and accumulation the layout re-split the global batch into. ``reduce``:
+    the request's ``gradient_reduce_dtype``, for a search's layouts (the workload the
+    search starts from carries no framework)."""
     p = workload.parallelism
     batch = workload.batch_size
     accumulation = workload.gradient_accumulation_steps
@@ -135,6 +151,11 @@ def with_layout(workload: Workload, layout: ParallelLayout) -> Workload:
     schedule = p.pipeline_schedule
     if layout.virtual_stages > 1:
         schedule = "interleaved_1f1b"
+    # A reduce dtype is Megatron's and FSDP2's choice; a layout under another framework
+    # reduces as that framework does.
+    reduce = reduce or p.gradient_reduce_dtype
+    if layout.framework not in ("megatron", "fsdp2"):
+        reduce = None
     return msgspec.structs.replace(
         workload,
         batch_size=batch,
@@ -149,6 +170,7 @@ def with_layout(workload: Workload, layout: ParallelLayout) -> Workload:
             virtual_stages=layout.virtual_stages,
             pipeline_schedule=schedule,
             framework=layout.framework,
+            gradient_reduce_dtype=reduce,
             zero_stage=layout.zero_stage,
             cpu_offload=msgspec.structs.replace(
                 p.cpu_offload, optimizer=layout.cpu_offload_optimizer

@@ -313,10 +313,10 @@ def time_training(
     """Job seconds, trained tokens/s, delivered model FLOP/s and the step of ``layout``."""
     assert ctx.rates is not None
     if oracle is None:
-        laid = with_layout(job.workload, layout)
+        laid = with_layout(job.workload, layout, job.given.gradient_reduce_dtype)
         shape = step_shape(job, laid, trainable)
     else:
-        laid, key = oracle.laid_out(job.workload, layout)
+        laid, key = oracle.laid_out(job.workload, layout, job.given.gradient_reduce_dtype)
         shape = oracle.shapes.get(key) or oracle.shapes.setdefault(
             key, step_shape(job, laid, trainable)
         )
@@ -652,7 +652,7 @@ def _size(
 ) -> int | None:
     """``required_bytes`` of ``ladder[index]`` on ``gpu``, remembered in ``sized``."""
     if index not in sized:
-        laid, key = oracle.laid_out(job.workload, ladder[index])
+        laid, key = oracle.laid_out(job.workload, ladder[index], job.given.gradient_reduce_dtype)
         sized[index] = oracle.required(laid, gpu, key)
     return sized[index]
 
