@@ -129,8 +129,10 @@ def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:
     path = "$.workload.parallelism.gradient_reduce_dtype"
     if w.parallelism.framework not in ("megatron", "fsdp2"):
         return [(path, "applies to framework megatron or fsdp2 (their gradient buffers)")]
+    if w.mode == "inference":
+        return [(path, "applies to training")]
     if w.mode != "training":
-        return [(path, "applies to full training (adapters keep fp32 gradients)")]
+        return [(path, "applies to full training: adapters keep fp32 gradients")]
     half = "fp16" if w.precision in ("fp16", "amp_fp16") else "bf16"
     if given != "fp32" and (w.precision == "fp32" or given != half):
         allowed = "fp32" if w.precision == "fp32" else f"fp32 or {half}"
