@@ -7,8 +7,9 @@ refusal lists every problem of the request at once.
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.modules import lora_targets
+from gpuplan.core.memory.numerics import half_dtype
 from gpuplan.core.memory.schema import Parallelism, Workload
-from gpuplan.core.memory.states import quantization_of, shard_stage
+from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS, quantization_of, shard_stage
 
 
 def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> None:
@@ -127,13 +128,13 @@ def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:
     if given is None:
         return []
     path = "$.workload.parallelism.gradient_reduce_dtype"
-    if w.parallelism.framework not in ("megatron", "fsdp2"):
+    if w.parallelism.framework not in REDUCE_DTYPE_FRAMEWORKS:
         return [(path, "applies to framework megatron or fsdp2 (their gradient buffers)")]
     if w.mode == "inference":
         return [(path, "applies to training")]
     if w.mode != "training":
         return [(path, "applies to full training: adapters keep fp32 gradients")]
-    half = "fp16" if w.precision in ("fp16", "amp_fp16") else "bf16"
+    half = half_dtype(w.precision)
     if given != "fp32" and (w.precision == "fp32" or given != half):
         allowed = "fp32" if w.precision == "fp32" else f"fp32 or {half}"
         return [(path, f"{given} gradients under precision {w.precision}: use {allowed}")]

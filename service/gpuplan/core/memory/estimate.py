@@ -15,16 +15,11 @@ from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
 from gpuplan.core.memory.head import FP32, HeadCost, head_cost
-from gpuplan.core.memory.inference import (
-    KV_BYTES,
-    inference_peak,
-    kv_bytes_per_token,
-    mask_bytes,
-)
+from gpuplan.core.memory.inference import inference_peak, kv_bytes_per_token, mask_bytes
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, adapter_dropout, layer_cost
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.modules import linear_modules, lora_targets
-from gpuplan.core.memory.numerics import Numerics, numerics_for
+from gpuplan.core.memory.numerics import DTYPE_BYTES, Numerics, numerics_for
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
 from gpuplan.core.memory.reserve import (
     UNREPLAYED_CACHE,
@@ -461,7 +456,7 @@ def _inference(
         if w.kv_cache_dtype != "auto"
         else ("fp32" if w.precision == "fp32" else "bf16")
     )
-    per_token = kv_bytes_per_token(arch, KV_BYTES[kv_dtype], p.tensor)
+    per_token = kv_bytes_per_token(arch, DTYPE_BYTES[kv_dtype], p.tensor)
     widest = max(costs, key=lambda c: c.forward_peak)
     peak = inference_peak(
         arch,

@@ -13,7 +13,6 @@ from gpuplan.core.memory.layers import LayerCost
 from gpuplan.core.record import Record
 
 FP32 = 4
-KV_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 
 
 class InferencePeak(Record, kw_only=True):

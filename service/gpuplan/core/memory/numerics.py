@@ -35,6 +35,15 @@ class Numerics(Record, kw_only=True):
 
 _WIDTH = {"fp32": 4, "fp16": 2, "bf16": 2, "amp_fp16": 2, "amp_bf16": 2, "fp8": 2}
 
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
+"""Bytes per element of each dtype a request names for stored tensors (the KV cache,
+the gradients' reduce dtype)."""
+
+
+def half_dtype(precision: Precision) -> str:
+    """The 16-bit dtype a precision computes in (bf16 unless it names fp16)."""
+    return "fp16" if precision in ("fp16", "amp_fp16") else "bf16"
+
 
 def numerics_for(precision: Precision, runtime: Runtime) -> Numerics:
     amp = precision.startswith("amp_")

@@ -18,7 +18,11 @@ from gpuplan.core.memory.schema import (
     Fit,
     Workload,
 )
-from gpuplan.core.memory.states import ModelStates, gradient_reduce_dtype
+from gpuplan.core.memory.states import (
+    REDUCE_DTYPE_FRAMEWORKS,
+    ModelStates,
+    gradient_reduce_dtype,
+)
 from gpuplan.core.record import Record
 
 HEADROOM = 0.20
@@ -82,7 +86,7 @@ def defaults(w: Workload) -> str | None:
             at_default.append("lora dropout 0.0")
     if (
         w.mode == "training"
-        and w.parallelism.framework in ("megatron", "fsdp2")
+        and w.parallelism.framework in REDUCE_DTYPE_FRAMEWORKS
         and w.parallelism.gradient_reduce_dtype is None
     ):
         at_default.append(f"gradient_reduce_dtype {gradient_reduce_dtype(w)}")

@@ -9,6 +9,7 @@ precision keep half-precision weights and gradients beside an fp32 master, 2 + 2
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.modules import lora_parameters, lora_targets
+from gpuplan.core.memory.numerics import DTYPE_BYTES, half_dtype
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.record import Record
@@ -147,7 +148,8 @@ def framework_of(w: Workload) -> str:
     return "deepspeed" if training and (p.zero_stage > 0 or w.precision == "fp8") else "ddp"
 
 
-DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0}
+REDUCE_DTYPE_FRAMEWORKS = ("megatron", "fsdp2")
+"""The frameworks that let a job choose the dtype its gradients reduce in."""
 
 
 def gradient_reduce_dtype(w: Workload) -> str:
@@ -156,7 +158,7 @@ def gradient_reduce_dtype(w: Workload) -> str:
     given = w.parallelism.gradient_reduce_dtype
     if given is not None:
         return given
-    half = "fp16" if w.precision in ("fp16", "amp_fp16") else "bf16"
+    half = half_dtype(w.precision)
     if framework_of(w) == "megatron":
         # arguments.py forces fp32 accumulation for bf16 only; fp16 keeps its own dtype.
         return "fp16" if half == "fp16" else "fp32"

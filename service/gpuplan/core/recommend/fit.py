@@ -22,6 +22,7 @@ from gpuplan.core.memory.schema import (
     ModelSpec,
     Workload,
 )
+from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS
 from gpuplan.core.perf.step import StepLinks, StepShape
 from gpuplan.core.recommend.schema import ParallelLayout
 
@@ -154,7 +155,7 @@ def with_layout(
     # A reduce dtype is Megatron's and FSDP2's choice; a layout under another framework
     # reduces as that framework does.
     reduce = reduce or p.gradient_reduce_dtype
-    if layout.framework not in ("megatron", "fsdp2"):
+    if layout.framework not in REDUCE_DTYPE_FRAMEWORKS:
         reduce = None
     return msgspec.structs.replace(
         workload,

@@ -29,10 +29,10 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory.numerics import DTYPE_BYTES
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.memory.states import DTYPE_BYTES
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
 from gpuplan.core.perf.step import Step, StepLinks, StepShape, training_step
@@ -252,7 +252,7 @@ def _gradient_bytes(w: Workload, wide: bool) -> int:
     """Bytes per gradient on the wire: the reduce dtype the job names, else the one the
     efficiencies were fitted with (fp32 beside fp32 weights, else the compute dtype)."""
     given = w.parallelism.gradient_reduce_dtype
-    return int(DTYPE_BYTES[given]) if given is not None else (4 if wide else 2)
+    return DTYPE_BYTES[given] if given is not None else (4 if wide else 2)
 
 
 def _links(
