@@ -14,13 +14,14 @@ from gpuplan.core.catalog import Catalog
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
-from gpuplan.core.memory.head import FP32, HeadCost, head_cost
+from gpuplan.core.memory.head import HeadCost, head_cost
 from gpuplan.core.memory.inference import inference_peak, kv_bytes_per_token, mask_bytes
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, adapter_dropout, layer_cost
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.modules import linear_modules, lora_targets
-from gpuplan.core.memory.numerics import DTYPE_BYTES, Numerics, numerics_for
+from gpuplan.core.memory.numerics import DTYPE_BYTES, FP32, Numerics, numerics_for
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
+from gpuplan.core.memory.peak import Peak
 from gpuplan.core.memory.reserve import (
     UNREPLAYED_CACHE,
     allocator_gap,
@@ -29,7 +30,7 @@ from gpuplan.core.memory.reserve import (
     training_pattern,
 )
 from gpuplan.core.memory.reserve import Step as ReplayStep
-from gpuplan.core.memory.response import Peak, describe, respond, rule_of_thumb
+from gpuplan.core.memory.response import describe, respond, rule_of_thumb
 from gpuplan.core.memory.schema import (
     EstimateRequest,
     EstimateResponse,
@@ -92,14 +93,7 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             image_size=size,
             accumulating=w.gradient_accumulation_steps > 1,
         )
-        peak = Peak(
-            gradients=seen.gradients,
-            activations=seen.activations,
-            temporary=seen.temporary,
-            kv_cache=0.0,
-            phase=seen.phase,
-            allocator_gap=UNREPLAYED_CACHE * (seen.gradients + seen.activations + seen.temporary),
-        )
+        peak = msgspec.structs.replace(seen, allocator_gap=UNREPLAYED_CACHE * seen.alive())
         assumptions.append(
             f"activations: measured per sample at {model.vision.reference_image_size} px, "
             f"scaled to {size} px by area ({model.vision.source})"
@@ -474,7 +468,7 @@ def _inference(
     )
     if bnb_4bit(w):
         loading = _loading(states, arch, replay.counts, w) - states.weights
-        total = peak.kv_cache + peak.activations + peak.temporary
+        total = peak.alive()
         if loading > total:
             peak = msgspec.structs.replace(
                 peak, kv_cache=0.0, activations=0.0, temporary=loading, phase="loading (quantizing)"
@@ -489,14 +483,7 @@ def _inference(
             * (arch.num_labels if arch.classifier else arch.vocab_size),
         )
     )
-    return Peak(
-        gradients=0.0,
-        activations=peak.activations,
-        temporary=peak.temporary,
-        kv_cache=peak.kv_cache,
-        phase=peak.phase,
-        allocator_gap=float(gap),
-    )
+    return msgspec.structs.replace(peak, allocator_gap=float(gap))
 
 
 def _replay_step(

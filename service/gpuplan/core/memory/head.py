@@ -2,10 +2,8 @@
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
-from gpuplan.core.memory.numerics import Numerics
+from gpuplan.core.memory.numerics import FP32, Numerics
 from gpuplan.core.record import Record
-
-FP32 = 4
 
 
 class HeadCost(Record, kw_only=True):

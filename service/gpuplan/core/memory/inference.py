@@ -10,16 +10,8 @@ reserve it.
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
 from gpuplan.core.memory.layers import LayerCost
-from gpuplan.core.record import Record
-
-FP32 = 4
-
-
-class InferencePeak(Record, kw_only=True):
-    kv_cache: float
-    activations: float
-    temporary: float
-    phase: str
+from gpuplan.core.memory.numerics import FP32
+from gpuplan.core.memory.peak import Peak
 
 
 def kv_bytes_per_token(arch: Architecture, kv_dtype_bytes: float, tp: int = 1) -> float:
@@ -65,7 +57,7 @@ def inference_peak(
     matmul_bytes: int,
     mask_bytes: float,
     tuple_per_step: bool = False,
-) -> InferencePeak:
+) -> Peak:
     width = arch.num_labels if arch.classifier else arch.vocab_size
     window = arch.sliding_window
     full = d.seq + max_new_tokens
@@ -85,7 +77,8 @@ def inference_peak(
     positions = d.tokens if tuple_per_step else d.batch
     logits = (matmul_bytes + FP32) * positions * width
     kv_prompt = kv_per_token * min(d.seq, window or d.seq) * d.batch * local_layers
-    prefill = InferencePeak(
+    prefill = Peak(
+        gradients=0.0,
         # Only k and v: Hugging Face's DynamicCache (transformers 5) concatenates them onto
         # an empty tensor, a copy, so a fused projection's output (GPT-2's c_attn) dies
         # with its layer rather than living on as the storage of cached views.
@@ -103,26 +96,29 @@ def inference_peak(
         # the loop holds the previous step's: at the end of the last step both caches are
         # alive; at the end of the first, the prefill's outputs (their logits) still are.
         step = kv_per_token * d.batch * local_layers
-        last = InferencePeak(
+        last = Peak(
+            gradients=0.0,
             kv_cache=kv_final,
             activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
             temporary=kv_final - step + FP32 * d.batch * width,
             phase="decode (previous cache held)",
         )
-        first = InferencePeak(
+        first = Peak(
+            gradients=0.0,
             kv_cache=kv_prompt + step,
             activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
             temporary=kv_prompt + FP32 * positions * width,
             phase="decode (prefill outputs held)",
         )
-        return max(prefill, first, last, key=lambda p: p.kv_cache + p.activations + p.temporary)
+        return max(prefill, first, last, key=Peak.alive)
     # Generation appends to each layer's cache by concatenation: one layer's cache is
     # briefly held twice.
     one_layer = kv_final / max(local_layers, 1)
-    decode = InferencePeak(
+    decode = Peak(
+        gradients=0.0,
         kv_cache=kv_final,
         activations=2.0 * matmul_bytes * d.batch * arch.hidden_size,
         temporary=one_layer + (matmul_bytes + FP32) * d.batch * width,
         phase="decode (cache full)",
     )
-    return max(prefill, decode, key=lambda p: p.kv_cache + p.activations + p.temporary)
+    return max(prefill, decode, key=Peak.alive)

@@ -16,10 +16,8 @@ import msgspec
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
 from gpuplan.core.memory.modules import Linear, linear_modules
-from gpuplan.core.memory.numerics import Numerics
+from gpuplan.core.memory.numerics import FP32, Numerics
 from gpuplan.core.record import Record
-
-FP32 = 4
 
 # Families whose eager attention runs softmax in fp32 and casts the probabilities back.
 _FP32_SOFTMAX = ("llama", "neox", "opt")

@@ -39,6 +39,10 @@ DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1}
 """Bytes per element of each dtype a request names for stored tensors (the KV cache,
 the gradients' reduce dtype)."""
 
+FP32 = DTYPE_BYTES["fp32"]
+"""Bytes of an fp32 element: what norms, softmaxes, losses and upcasts keep whatever
+the precision."""
+
 
 def half_dtype(precision: Precision) -> str:
     """The 16-bit dtype a precision computes in (bf16 unless it names fp16)."""

@@ -35,11 +35,9 @@ from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
 from gpuplan.core.memory.head import HeadCost
 from gpuplan.core.memory.layers import LayerCost
-from gpuplan.core.memory.numerics import Numerics
+from gpuplan.core.memory.numerics import FP32, Numerics
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
 from gpuplan.core.trace.allocator import CachingAllocator, _Block
-
-FP32 = 4
 
 REPLAY_LAYERS = 8
 """Layers replayed; the gap of more identical layers is the gap of these."""

@@ -10,6 +10,7 @@ import msgspec
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.overhead import framework_overhead, module_loading, round_segment
+from gpuplan.core.memory.peak import Peak
 from gpuplan.core.memory.schema import (
     ArchitectureSummary,
     Breakdown,
@@ -29,22 +30,6 @@ HEADROOM = 0.20
 """The seed guide's planning headroom on top of everything we can account for."""
 
 RULE_OF_THUMB_BUFFER = 0.30
-
-
-class Peak(Record, kw_only=True):
-    """What is alive at the peak, beyond the model states."""
-
-    gradients: float
-    activations: float
-    temporary: float
-    kv_cache: float
-    phase: str
-    allocator_gap: float = 0.0
-    """``max_memory_reserved - max_memory_allocated`` from the allocator replay."""
-
-    without_optimizer: bool = False
-    """The moment precedes the optimizer (a model being built): no optimizer states or
-    master copy exist yet."""
 
 
 _TRAINING_DEFAULTS = (

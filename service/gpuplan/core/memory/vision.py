@@ -9,19 +9,10 @@ maps are stored in the compute dtype (batch-norm statistics, which stay fp32, ar
 per channel and negligible).
 """
 
-from gpuplan.core.memory.numerics import Numerics
+from gpuplan.core.memory.numerics import FP32, Numerics
+from gpuplan.core.memory.peak import Peak
 from gpuplan.core.memory.presets import VisionActivations
 from gpuplan.core.memory.states import ModelStates
-from gpuplan.core.record import Record
-
-FP32 = 4
-
-
-class VisionPeak(Record, kw_only=True):
-    gradients: float
-    activations: float
-    temporary: float
-    phase: str
 
 
 def vision_peak(
@@ -33,27 +24,29 @@ def vision_peak(
     batch: int,
     image_size: int,
     accumulating: bool,
-) -> VisionPeak:
+) -> Peak:
     """The larger of the backward's and the optimizer step's moments (training), or
     the forward's (inference)."""
     area = (image_size / profile.reference_image_size) ** 2
     dtype = num.matmul / FP32
     if not training:
-        return VisionPeak(
+        return Peak(
             gradients=0.0,
             activations=profile.inference_bytes_per_sample * batch * area * dtype,
             temporary=0.0,
+            kv_cache=0.0,
             phase="forward",
         )
     activations = profile.training_bytes_per_sample * batch * area * dtype
     gradients = states.gradients if accumulating else states.gradients * profile.gradients_at_peak
-    backward = VisionPeak(
-        gradients=gradients, activations=activations, temporary=0.0, phase="backward"
+    backward = Peak(
+        gradients=gradients, activations=activations, temporary=0.0, kv_cache=0.0, phase="backward"
     )
-    step = VisionPeak(
+    step = Peak(
         gradients=states.gradients,
         activations=0.0,
         temporary=states.optimizer_temporary,
+        kv_cache=0.0,
         phase="optimizer step",
     )
-    return max(backward, step, key=lambda m: m.gradients + m.activations + m.temporary)
+    return max(backward, step, key=Peak.alive)
