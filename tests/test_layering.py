@@ -54,9 +54,10 @@ MAY_IMPORT = {
     "config": {"config", "core"},
     "fleet": {"fleet", "core"},
     "trace": {"trace", "core"},
-    "agent": {"agent", "core", "fleet"},
+    "child": {"child"},
+    "agent": {"agent", "child", "core", "fleet"},
     "jobs": {"jobs", "core", "trace"},
-    "api": {"api", "config", "core", "fleet", "jobs", "trace"},
+    "api": {"api", "child", "config", "core", "fleet", "jobs", "trace"},
     "cli": {"cli", "agent", "config", "core", "fleet", "jobs", "trace"},
 }
 """docs/architecture.md's table: the gpuplan packages each package may import."""

@@ -6,7 +6,6 @@ busy above 5%, belongs to a tenant and is skipped. MIG-enabled GPUs are skipped 
 a CUDA process sees one MIG instance, and a slice's rate is not the GPU's.
 """
 
-import asyncio
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ from gpuplan.agent.bench.protocol import (
     BenchPlan,
 )
 from gpuplan.agent.telemetry import Sweep
+from gpuplan.child import run_child
 from gpuplan.core.fleet import BenchmarkReport, BenchmarkSkip, CpuInfo, MatmulDtype
 
 IDLE_UTILIZATION_RATIO = 0.05
@@ -134,32 +134,18 @@ async def run_benchmark(
     if plan is None:
         return report("skipped", "no idle GPU")
     env = {**os.environ, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA indices in NVML's order
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
+    finished = await run_child(
+        command, msgspec.json.encode(plan), env=env, timeout_seconds=timeout_seconds
     )
-    try:
-        stdout, stderr = await asyncio.wait_for(
-            process.communicate(msgspec.json.encode(plan)), timeout_seconds
-        )
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    if finished is None:
         for gpu in plan.gpus or []:
             skipped.append(BenchmarkSkip(device=gpu.uuid, reason="timeout"))
         return report("error", f"benchmark timed out after {timeout_seconds:g} s and was killed")
-    except asyncio.CancelledError:
-        process.kill()
-        await process.wait()
-        raise
-    if process.returncode != 0:
-        tail = stderr.decode(errors="replace").strip().splitlines()[-5:]
-        return report("error", f"benchmark exited {process.returncode}: " + " | ".join(tail))
+    if finished.returncode != 0:
+        tail = finished.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        return report("error", f"benchmark exited {finished.returncode}: " + " | ".join(tail))
     try:
-        output = msgspec.json.decode(stdout, type=BenchOutput)
+        output = msgspec.json.decode(finished.stdout, type=BenchOutput)
     except msgspec.DecodeError as exc:
         return report("error", f"benchmark answered unreadable output: {exc}")
     measured = bool(output.matmul or output.copy)

@@ -34,6 +34,7 @@ from gpuplan.api import jobs
 from gpuplan.api.problems import ApiProblem, Problem
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
+from gpuplan.child import run_child
 from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.trace import cost
 from gpuplan.core.trace.schema import TraceRequest, TraceResult, workload_conflicts
@@ -110,32 +111,18 @@ async def run_worker(
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "gpuplan.trace.worker",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    finished = await run_child(
+        (sys.executable, "-m", "gpuplan.trace.worker"),
+        msgspec.json.encode(request),
         env=env,
+        timeout_seconds=timeout,
     )
-    try:
-        out, err = await asyncio.wait_for(
-            process.communicate(msgspec.json.encode(request)), timeout
-        )
-    except (TimeoutError, asyncio.CancelledError) as stopped:
-        # Past its time, or its request went away (client gone, server shutting down):
-        # the child must not outlive it, holding a trace slot's CPU for nobody.
-        process.kill()
-        await process.wait()
-        if isinstance(stopped, asyncio.CancelledError):
-            raise
+    if finished is None:
         return None
-    if process.returncode != 0 or not out:
-        raise RuntimeError(
-            f"trace worker exited with {process.returncode}: {err.decode(errors='replace')[-2000:]}"
-        )
-    return msgspec.json.decode(out)  # type: ignore[no-any-return]
+    if finished.returncode != 0 or not finished.stdout:
+        err = finished.stderr.decode(errors="replace")[-2000:]
+        raise RuntimeError(f"trace worker exited with {finished.returncode}: {err}")
+    return msgspec.json.decode(finished.stdout)  # type: ignore[no-any-return]
 
 
 @operation(
