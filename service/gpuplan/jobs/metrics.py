@@ -37,19 +37,17 @@ class JobMetrics:
             buckets=DURATION_BUCKETS_SECONDS,
             registry=registry,
         )
-        self.queued = Gauge(
+        self.queued = _read_from_redis(
+            registry,
             "gpuplan_jobs_queued",
             "Jobs waiting in the queue (Redis), by kind and priority.",
             ["kind", "priority"],
-            registry=registry,
-            multiprocess_mode="mostrecent",
         )
-        self.oldest = Gauge(
+        self.oldest = _read_from_redis(
+            registry,
             "gpuplan_jobs_oldest_queued_seconds",
             "Seconds the oldest waiting job of each kind has waited (0: none waits).",
             ["kind"],
-            registry=registry,
-            multiprocess_mode="mostrecent",
         )
         for kind in KINDS:
             for status in STATUSES:
@@ -71,3 +69,12 @@ class JobMetrics:
             self.queued.labels(kind, priority).set(depth)
         for kind, seconds in queue.oldest_wait_seconds().items():
             self.oldest.labels(kind).set(seconds)
+
+
+def _read_from_redis(
+    registry: CollectorRegistry, name: str, documentation: str, labels: list[str]
+) -> Gauge:
+    """A gauge set from the queues in Redis at scrape time. Every process of a pod reads
+    the same queues, so under multiprocess metrics the most recent value is the answer,
+    not a sum over processes."""
+    return Gauge(name, documentation, labels, registry=registry, multiprocess_mode="mostrecent")
