@@ -15,6 +15,7 @@ import re
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import msgspec
 from click.testing import CliRunner
@@ -24,7 +25,7 @@ from gpuplan.api.app import create_app
 from gpuplan.api.example_files import Example, ExampleRequest, ExampleResponse, shorten
 from gpuplan.cli import main as cli
 from gpuplan.config.settings import Settings
-from tests.helpers import TINY_LLAMA, publish_snapshots
+from tests.helpers import TINY_LLAMA, publish_snapshots, request_body
 
 ROOT = Path(__file__).resolve().parent.parent
 FILES = ROOT / "service" / "gpuplan" / "api" / "examples"
@@ -34,6 +35,12 @@ CI_EXAMPLE = ROOT / "examples" / "llm-finetune-one-gpu.yaml"
 CI_QUOTE = re.compile(r"(```markdown\n)(.*?)(```\n)", re.S)
 """docs/ci.md quotes the head of ``gpuplan plan`` on CI_EXAMPLE: its verdicts, memory
 and table, up to the advice (tests/test_plan_ci_doc.py checks it is the head)."""
+
+
+def post(path: str, **body: Any) -> ExampleRequest:
+    """A POST of ``body``, its members in the order given, to ``path``."""
+    return ExampleRequest(method="POST", path=path, body=body)
+
 
 JOB_PATH = "/v1/jobs/{id}"
 """Stands for a job's path until a recording submits one."""
@@ -57,50 +64,38 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     ),
     "estimate_memory": (
         "A LoRA fine-tune of Llama 3.1 8B on one L4",
-        ExampleRequest(
-            method="POST",
-            path="/v1/memory/estimate",
-            body={
-                "model": {"name": "llama-3.1-8b"},
-                "workload": {
-                    "mode": "finetune_lora",
-                    "batch_size": 4,
-                    "sequence_length": 2048,
-                    "gradient_checkpointing": "full",
-                },
-                "gpu": "NVIDIA L4",
-            },
+        post(
+            "/v1/memory/estimate",
+            **request_body(
+                "llama-3.1-8b",
+                mode="finetune_lora",
+                batch_size=4,
+                sequence_length=2048,
+                gradient_checkpointing="full",
+            ),
+            gpu="NVIDIA L4",
         ),
     ),
     "trace_memory": (
         "A training step of a two-layer Llama config, traced",
-        ExampleRequest(
-            method="POST",
-            path="/v1/memory/trace",
-            body={
-                "model": {"hf_config": TINY_LLAMA},
-                "workload": {"mode": "training", "batch_size": 2, "sequence_length": 128},
-                "runtime": "cuda",
-            },
+        post(
+            "/v1/memory/trace",
+            model={"hf_config": TINY_LLAMA},
+            workload={"mode": "training", "batch_size": 2, "sequence_length": 128},
+            runtime="cuda",
         ),
     ),
     "list_models": ("The built-in presets", ExampleRequest(method="GET", path="/v1/models")),
     "recommendations": (
         "The cheapest GPUs for a billion-token Llama 3.1 8B fine-tune",
-        ExampleRequest(
-            method="POST",
-            path="/v1/recommendations",
-            body={
-                "model": {"name": "llama-3.1-8b"},
-                "workload": {
-                    "mode": "training",
-                    "sequence_length": 4096,
-                    "gradient_checkpointing": "full",
-                },
-                "training": {"training_tokens": 1_000_000_000},
-                "objective": "cheapest",
-                "limit": 2,
-            },
+        post(
+            "/v1/recommendations",
+            **request_body(
+                "llama-3.1-8b", mode="training", sequence_length=4096, gradient_checkpointing="full"
+            ),
+            training={"training_tokens": 1_000_000_000},
+            objective="cheapest",
+            limit=2,
         ),
     ),
     "mig_profiles": (
@@ -109,27 +104,21 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     ),
     "mig_validate": (
         "Is 4g.40gb beside 3g.40gb one A100's layout?",
-        ExampleRequest(
-            method="POST",
-            path="/v1/mig/validate",
-            body={
-                "gpu": "a100-sxm4-80gb",
-                "instances": [{"profile": "4g.40gb"}, {"profile": "3g.40gb"}],
-            },
+        post(
+            "/v1/mig/validate",
+            gpu="a100-sxm4-80gb",
+            instances=[{"profile": "4g.40gb"}, {"profile": "3g.40gb"}],
         ),
     ),
     "mig_plan": (
         "Two 35 GiB services and three notebooks on H100s",
-        ExampleRequest(
-            method="POST",
-            path="/v1/mig/plan",
-            body={
-                "gpu": "h100-sxm5-80gb",
-                "workloads": [
-                    {"name": "llm", "memory_gib": 35, "count": 2},
-                    {"name": "notebook", "profile": "1g.10gb", "count": 3},
-                ],
-            },
+        post(
+            "/v1/mig/plan",
+            gpu="h100-sxm5-80gb",
+            workloads=[
+                {"name": "llm", "memory_gib": 35, "count": 2},
+                {"name": "notebook", "profile": "1g.10gb", "count": 3},
+            ],
         ),
     ),
     "mig_slices": (
@@ -138,21 +127,18 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     ),
     "plan_job": (
         "A CI plan: does this fine-tune fit one A100 within $1,000?",
-        ExampleRequest(
-            method="POST",
-            path="/v1/plan",
-            body={
-                "model": {"name": "llama-2-7b"},
-                "workload": {
-                    "mode": "finetune_lora",
-                    "sequence_length": 4096,
-                    "gradient_checkpointing": "full",
-                },
-                "training": {"training_tokens": 100_000_000},
-                "objective": "cheapest",
-                "limit": 2,
-                "targets": {"fits": {"gpu": "a100-sxm4-80gb", "count": 1}, "max_cost_usd": 1000},
-            },
+        post(
+            "/v1/plan",
+            **request_body(
+                "llama-2-7b",
+                mode="finetune_lora",
+                sequence_length=4096,
+                gradient_checkpointing="full",
+            ),
+            training={"training_tokens": 100_000_000},
+            objective="cheapest",
+            limit=2,
+            targets={"fits": {"gpu": "a100-sxm4-80gb", "count": 1}, "max_cost_usd": 1000},
         ),
     ),
     "get_job": (

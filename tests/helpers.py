@@ -81,14 +81,20 @@ def fleet_client(redis_url: str | None, prefix: str = "gpuplan:v1:") -> TestClie
     return TestClient(app=create_app(settings))
 
 
+def request_body(model: str, **workload: Any) -> dict[str, Any]:
+    """A request body's model and workload: the preset ``model`` under ``workload`` (its
+    members in the order given). Spread it into a body that adds the other members."""
+    return {"model": {"name": model}, "workload": workload}
+
+
 LLAMA_TRAINING: dict[str, Any] = {
-    "model": {"name": "llama-2-7b"},
-    "workload": {
-        "mode": "training",
-        "sequence_length": 4096,
-        "precision": "amp_bf16",
-        "gradient_checkpointing": "full",
-    },
+    **request_body(
+        "llama-2-7b",
+        mode="training",
+        sequence_length=4096,
+        precision="amp_bf16",
+        gradient_checkpointing="full",
+    ),
     "training": {"training_tokens": 100_000_000},
 }
 """A Llama-2-7B full fine-tune of 10^8 tokens: the CI plan tests' job."""

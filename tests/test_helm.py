@@ -392,13 +392,21 @@ def test_workers_scale_on_queue_depth_with_keda_else_on_cpu() -> None:
     assert not _objects("external-redis-values.yaml", "ScaledObject")
 
 
-def test_worker_pod_monitor_labels_the_workers_job() -> None:
-    monitor = _one("full-values.yaml", "PodMonitor", "worker")
-    worker = _one("full-values.yaml", "Deployment", "worker")
-    pod_labels = worker["spec"]["template"]["metadata"]["labels"]
+def _pod_monitor(kind: str, component: str, job: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The full values' PodMonitor of ``component``, checked: it selects the pods of the
+    ``kind`` workload of ``component`` and scrapes them through one endpoint that labels
+    them ``job``. Returns that endpoint and the workload."""
+    monitor = _one("full-values.yaml", "PodMonitor", component)
+    workload = _one("full-values.yaml", kind, component)
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
-    assert {"targetLabel": "job", "replacement": "gpuplan-worker"} in endpoint["relabelings"]
+    assert {"targetLabel": "job", "replacement": job} in endpoint["relabelings"]
+    return endpoint, workload
+
+
+def test_worker_pod_monitor_labels_the_workers_job() -> None:
+    _pod_monitor("Deployment", "worker", job="gpuplan-worker")
 
 
 def test_internal_redis_is_one_hardened_instance_only_our_pods_reach() -> None:
@@ -469,13 +477,8 @@ def test_service_monitor_scrapes_the_api_service() -> None:
 
 
 def test_pod_monitor_scrapes_the_agents() -> None:
-    monitor = _one("full-values.yaml", "PodMonitor", "agent")
-    daemonset = _one("full-values.yaml", "DaemonSet", "agent")
-    pod_labels = daemonset["spec"]["template"]["metadata"]["labels"]
-    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    endpoint, daemonset = _pod_monitor("DaemonSet", "agent", job="gpuplan-agent")
     assert endpoint["port"] == _container(daemonset)["ports"][0]["name"]
-    assert {"targetLabel": "job", "replacement": "gpuplan-agent"} in endpoint["relabelings"]
 
 
 def test_prometheus_rule_is_the_rules_file() -> None:

@@ -66,6 +66,12 @@ def node(name: str, *instances: MigInstance, lost: tuple[int, ...] = ()) -> Node
     )
 
 
+def nodes_of(*instances: MigInstance) -> list[NodeSnapshot]:
+    """The nodes that hold ``instances``, in the order they first appear."""
+    names = dict.fromkeys(m.node for m in instances)
+    return [node(name, *(m for m in instances if m.node == name)) for name in names]
+
+
 def ask(nodes: list[NodeSnapshot], **query: object) -> SlicesResponse:
     return slices(msgspec.convert(query, SlicesQuery), nodes, CATALOG)
 
@@ -76,14 +82,11 @@ def picked(answer: SlicesResponse) -> list[tuple[str, int, str, int | None]]:
 
 def test_memory_is_matched_against_usable_memory_never_the_name() -> None:
     # H200 1g.18gb holds 16 GiB; A100 80GB 1g.10gb holds 9.5 GiB.
-    fleet = [
-        node(
-            "n1",
-            mig("n1", 0, "1g.18gb", 6, 16.0),
-            mig("n1", 0, "2g.35gb", 4, 31.5),
-            mig("n1", 1, "1g.10gb", 6, 9.5, model=A100),
-        )
-    ]
+    fleet = nodes_of(
+        mig("n1", 0, "1g.18gb", 6, 16.0),
+        mig("n1", 0, "2g.35gb", 4, 31.5),
+        mig("n1", 1, "1g.10gb", 6, 9.5, model=A100),
+    )
     assert picked(ask(fleet, memory_gib=16)) == [("n1", 0, "1g.18gb", 6), ("n1", 0, "2g.35gb", 4)]
     assert picked(ask(fleet, memory_gib=17)) == [("n1", 0, "2g.35gb", 4)]
     assert picked(ask(fleet, memory_gib=18)) == [("n1", 0, "2g.35gb", 4)]
@@ -95,21 +98,15 @@ def test_memory_is_matched_against_usable_memory_never_the_name() -> None:
 
 
 def test_best_fit_least_memory_then_compute_then_node_gpu_start() -> None:
-    fleet = [
-        node(
-            "b",
-            mig("b", 0, "2g.35gb", 0, 31.5),
-            mig("b", 0, "1g.35gb", 2, 31.5),
-            mig("b", 0, "3g.71gb", 4, 69.25),
-        ),
-        node(
-            "a",
-            mig("a", 1, "1g.35gb", 6, 31.5),
-            mig("a", 1, "1g.35gb", 2, 31.5),
-            mig("a", 0, "1g.35gb", 4, 31.5),
-            mig("a", 0, "1g.18gb", 0, 16.0),
-        ),
-    ]
+    fleet = nodes_of(
+        mig("b", 0, "2g.35gb", 0, 31.5),
+        mig("b", 0, "1g.35gb", 2, 31.5),
+        mig("b", 0, "3g.71gb", 4, 69.25),
+        mig("a", 1, "1g.35gb", 6, 31.5),
+        mig("a", 1, "1g.35gb", 2, 31.5),
+        mig("a", 0, "1g.35gb", 4, 31.5),
+        mig("a", 0, "1g.18gb", 0, 16.0),
+    )
     answer = ask(fleet, memory_gib=20)
     assert picked(answer) == [
         ("a", 0, "1g.35gb", 4),
@@ -129,13 +126,10 @@ def test_best_fit_least_memory_then_compute_then_node_gpu_start() -> None:
         ("b", 0, "3g.71gb", 4),
     ]
     # Memory before compute: across models a smaller instance can have more compute.
-    mixed = [
-        node(
-            "n1",
-            mig("n1", 0, "1g.35gb", 0, 31.5),
-            mig("n1", 1, "3g.20gb", 4, 19.625, model="NVIDIA A100-SXM4-40GB"),
-        )
-    ]
+    mixed = nodes_of(
+        mig("n1", 0, "1g.35gb", 0, 31.5),
+        mig("n1", 1, "3g.20gb", 4, 19.625, model="NVIDIA A100-SXM4-40GB"),
+    )
     assert picked(ask(mixed, memory_gib=10)) == [("n1", 1, "3g.20gb", 4), ("n1", 0, "1g.35gb", 0)]
     # Without memory_gib: every free instance, smallest first.
     assert ask(fleet).slices[0].profile == "1g.18gb"
@@ -143,14 +137,11 @@ def test_best_fit_least_memory_then_compute_then_node_gpu_start() -> None:
 
 
 def test_items_name_the_resource_the_model_and_unverified_facts() -> None:
-    fleet = [
-        node(
-            "n1",
-            mig("n1", 0, "1g.18gb+me", 0, 16.0),
-            mig("n1", 1, "3g.40gb", 4, 39.25, model=A100),
-            mig("n1", 2, "2g.20gb", 0, 19.0, model="NVIDIA Future GPU"),
-        )
-    ]
+    fleet = nodes_of(
+        mig("n1", 0, "1g.18gb+me", 0, 16.0),
+        mig("n1", 1, "3g.40gb", 4, 39.25, model=A100),
+        mig("n1", 2, "2g.20gb", 0, 19.0, model="NVIDIA Future GPU"),
+    )
     by_profile = {s.profile: s for s in ask(fleet).slices}
     me = by_profile["1g.18gb+me"]
     assert me.resource == "nvidia.com/mig-1g.18gb.me"

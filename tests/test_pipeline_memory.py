@@ -8,22 +8,21 @@ import msgspec
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate, in_flight
 from gpuplan.core.memory.schema import EstimateRequest, Parallelism
+from tests.helpers import request_body
 
 CATALOG = builtin_catalog()
 
 
 def _activations(**parallelism: Any) -> int:
-    body = {
-        "model": {"name": "llama-2-13b"},
-        "workload": {
-            "mode": "training",
-            "sequence_length": 2048,
-            "batch_size": 1,
-            "gradient_accumulation_steps": 16,
-            "precision": "bf16",
-            "parallelism": {"tensor": 2, "pipeline": 4, **parallelism},
-        },
-    }
+    body = request_body(
+        "llama-2-13b",
+        mode="training",
+        sequence_length=2048,
+        batch_size=1,
+        gradient_accumulation_steps=16,
+        precision="bf16",
+        parallelism={"tensor": 2, "pipeline": 4, **parallelism},
+    )
     return estimate(msgspec.convert(body, EstimateRequest), CATALOG).breakdown.activations_bytes
 
 

@@ -17,17 +17,11 @@ from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.mig import builtin_tables
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.recommend import RecommendRequest, recommend
-from tests.helpers import EVERY_TARGET, LLAMA_TRAINING
+from tests.helpers import EVERY_TARGET, LLAMA_TRAINING, request_body
 
-LLAMA_INFERENCE: dict[str, Any] = {
-    "model": {"name": "llama-2-7b"},
-    "workload": {
-        "mode": "inference",
-        "sequence_length": 4096,
-        "precision": "bf16",
-        "max_new_tokens": 256,
-    },
-}
+LLAMA_INFERENCE: dict[str, Any] = request_body(
+    "llama-2-7b", mode="inference", sequence_length=4096, precision="bf16", max_new_tokens=256
+)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.schema import Candidate, Latency, RecommendResponse
-from tests.helpers import problem_at
+from tests.helpers import problem_at, request_body
 
 CATALOG = builtin_catalog()
 
@@ -284,17 +284,24 @@ def test_the_cli_plans_a_given_layout_at_any_count(tmp_path: Path) -> None:
     assert top["layout"]["global_batch_size"] == 24
 
 
+def _given_layout(parallelism: dict[str, Any], **training: Any) -> dict[str, Any]:
+    """Llama 2 7B trained on 2,048-token sequences in batches of two, laid out as given."""
+    return {
+        **request_body(
+            "llama-2-7b",
+            mode="training",
+            sequence_length=2048,
+            batch_size=2,
+            parallelism=parallelism,
+        ),
+        "training": training,
+        "layout": "given",
+    }
+
+
 def test_a_plan_file_times_its_own_layout(client: TestClient[Litestar]) -> None:
     plan = {
-        "model": {"name": "llama-2-7b"},
-        "workload": {
-            "mode": "training",
-            "sequence_length": 2048,
-            "batch_size": 2,
-            "parallelism": {"data": 6, "zero_stage": 2},
-        },
-        "training": {"training_tokens": 100_000_000},
-        "layout": "given",
+        **_given_layout({"data": 6, "zero_stage": 2}, training_tokens=100_000_000),
         "constraints": {"include": ["h100-sxm5-80gb"]},
         "targets": {"max_time_hours": 1000},
     }
@@ -362,15 +369,5 @@ def test_pipeline_serving_is_refused_as_given(client: TestClient[Litestar]) -> N
 
 
 def test_a_given_global_batch_must_be_the_layouts(client: TestClient[Litestar]) -> None:
-    body = {
-        "model": {"name": "llama-2-7b"},
-        "workload": {
-            "mode": "training",
-            "sequence_length": 2048,
-            "batch_size": 2,
-            "parallelism": {"data": 8},
-        },
-        "training": {"training_tokens": 10**9, "global_batch_size": 1024},
-        "layout": "given",
-    }
+    body = _given_layout({"data": 8}, training_tokens=10**9, global_batch_size=1024)
     problem_at(client.post("/v1/recommendations", json=body), "$.training.global_batch_size")
