@@ -20,6 +20,7 @@ from gpuplan.core.ci.mig_fit import mig_capable, mig_fit, smallest_holding
 from gpuplan.core.ci.schema import CiPlan, CiReport, Targets, Verdict
 from gpuplan.core.ci.sizing import Sized, layouts_at, size_at
 from gpuplan.core.ci.verdicts import (
+    HeadroomBasis,
     cost_verdict,
     fits_verdict,
     headroom_verdict,
@@ -197,7 +198,7 @@ def _verdicts(
         verdicts.append(mig_verdict(spec, named, smallest_holding(table, need), need))
     if t.min_memory_headroom is not None:
         if fits_gpu is not None and t.fits is not None:
-            on: tuple[str, int, int | None, int] | None = (
+            on: HeadroomBasis | None = HeadroomBasis(
                 fits_gpu.id,
                 t.fits.count,
                 sized.required_bytes if sized else None,
@@ -206,7 +207,9 @@ def _verdicts(
         else:
             top = recs[0] if recs and recs[0].fits else None
             on = (
-                (top.gpu, top.count, top.required_bytes_per_gpu, top.usable_memory_bytes)
+                HeadroomBasis(
+                    top.gpu, top.count, top.required_bytes_per_gpu, top.usable_memory_bytes
+                )
                 if top
                 else None
             )

@@ -16,6 +16,7 @@ Semantics (docs/ci.md):
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.ci.schema import FitsTarget, TargetName, Unit, Verdict
@@ -145,9 +146,21 @@ def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
     )
 
 
-def headroom_verdict(limit: float, on: tuple[str, int, int | None, int] | None) -> Verdict:
-    """``on`` = (GPU id, count, required bytes per GPU or None, usable bytes); None: no GPU."""
-    if on is None or on[2] is None:
+class HeadroomBasis(NamedTuple):
+    """The GPUs the headroom is measured on: the ``fits`` target's, else the top
+    recommendation's."""
+
+    gpu: str
+    gpu_count: int
+    required_bytes: int | None
+    """Per GPU at ``gpu_count``; None when the job cannot be laid out there."""
+
+    usable_bytes: int
+
+
+def headroom_verdict(limit: float, on: HeadroomBasis | None) -> Verdict:
+    """``on`` None: no GPU fits the job."""
+    if on is None or on.required_bytes is None:
         return Verdict(
             target="min_memory_headroom",
             status="fail",
@@ -157,10 +170,10 @@ def headroom_verdict(limit: float, on: tuple[str, int, int | None, int] | None) 
             actual=None,
             limit=limit,
             unit="fraction",
-            gpu=on[0] if on else None,
-            count=on[1] if on else None,
+            gpu=on.gpu if on else None,
+            count=on.gpu_count if on else None,
         )
-    gpu, count, required, usable = on[0], on[1], on[2], on[3]
+    gpu, count, required, usable = on.gpu, on.gpu_count, on.required_bytes, on.usable_bytes
     headroom = round(1 - required / usable, 6)
     ok = headroom >= limit
     return Verdict(
