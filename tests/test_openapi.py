@@ -48,3 +48,13 @@ def test_structs_are_closed_and_described() -> None:
     assert problem["additionalProperties"] is False
     assert problem["properties"]["status"]["minimum"] == 400
     assert "JSONPath" in schemas["FieldError"]["properties"]["path"]["description"]
+
+
+def test_every_object_schema_is_described() -> None:
+    schemas = yaml.safe_load(COMMITTED.read_text(encoding="utf-8"))["components"]["schemas"]
+    blank = sorted(
+        name
+        for name, schema in schemas.items()
+        if schema.get("type") == "object" and not schema.get("description", "").strip()
+    )
+    assert not blank, f"give these Structs a class docstring (OpenAPI description): {blank}"

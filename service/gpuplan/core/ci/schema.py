@@ -133,6 +133,9 @@ class MigFit(Record, kw_only=True):
 
 
 class CiReport(Record, kw_only=True):
+    """A plan file, checked: a verdict per target, and the memory estimate,
+    recommendations and MIG fits behind them (``POST /v1/plan``, ``gpuplan plan``)."""
+
     plan_id: str
     """``sha256:`` of the normalized request (defaults filled, keys sorted): equal plans, equal ids."""
 
@@ -140,6 +143,8 @@ class CiReport(Record, kw_only=True):
     """Every target passed."""
 
     verdicts: list[Verdict]
+    """One per target present."""
+
     estimate: EstimateResponse
     """The job on one GPU, as its workload describes it (parallelism included)."""
 

@@ -72,6 +72,8 @@ class ModelSummary(Record):
 
 
 class ModelList(Record):
+    """The built-in model presets, sorted by name, as ``GET /v1/models`` answers."""
+
     count: int
     models: list[ModelSummary]
 

@@ -35,6 +35,9 @@ class ProfilesQuery(Record):
 
 
 class Placement(Record):
+    """A valid placement of a profile: the run of memory slices a GPU instance created
+    there occupies."""
+
     start: int
     """First memory slice."""
     size: int
@@ -42,6 +45,9 @@ class Placement(Record):
 
 
 class ProfileInfo(Record, kw_only=True):
+    """One GPU-instance profile of the GPU: its slices, usable memory, valid placements,
+    engines and the sources of its figures."""
+
     name: str
     profile_id: int | None
     """nvidia-smi GI profile ID where a capture confirms it."""
@@ -50,42 +56,58 @@ class ProfileInfo(Record, kw_only=True):
     memory_bytes: int
     """Usable memory as the driver reports it; plan on this, not on the name."""
     max_count: int
+    """Most GPU instances of this profile on one GPU."""
     placements: list[Placement]
     engines: Engines | None
+    """Engines the GPU instance owns; null where no source gives them."""
     resource: str
     """Kubernetes resource name under the ``mixed`` strategy."""
     unverified: list[str]
     """Fields not confirmed on hardware."""
     sources: dict[str, list[Source]]
+    """Field to the sources of its value (``memory_bytes``, ``placements``)."""
 
 
 class ProfilesResponse(Record, kw_only=True):
+    """A GPU's MIG geometry and every profile of it, as ``GET /v1/mig/profiles``
+    answers."""
+
     gpu: str
     """Catalog id of the GPU."""
     name: str
     table: str
     """Id of the MIG table (GPUs of one geometry share it)."""
     memory_slices: int
+    """Memory slices of the whole GPU."""
     compute_slices: int
+    """Compute slices of the whole GPU."""
     max_instances: int
+    """Most GPU instances on one GPU."""
     valid_layouts: int
     """Distinct valid multisets of profiles (placement-checked)."""
     unverified: bool
     """True when any profile has a field not confirmed on hardware."""
     profiles: list[ProfileInfo]
     sources: list[Source]
+    """Where the profile rows (names, slices, engines, counts) come from."""
 
 
 # -- validate -----------------------------------------------------------------------------
 
 
 class LayoutInstance(Record):
+    """One GPU instance of a layout to validate: its profile and, optionally, where it
+    starts."""
+
     profile: ProfileRef
     start: Slot | None = None
     """Start slot; omit to let the planner place it."""
 
 
 class ValidateRequest(Record):
+    """One GPU's layout to check: the GPU model and the GPU instances (1 to 16) to put
+    on it."""
+
     gpu: GpuName
     instances: Annotated[
         list[LayoutInstance], msgspec.Meta(min_length=1, max_length=MAX_INSTANCES_PER_LAYOUT)
@@ -105,6 +127,9 @@ LayoutProblemKind = Literal[
 
 
 class LayoutProblem(Record):
+    """Why a layout is invalid (in ``reasons``), or what a valid one wastes
+    (``stranded-compute``, in ``warnings``)."""
+
     kind: LayoutProblemKind
     detail: str
     instances: list[int] = []
@@ -112,13 +137,21 @@ class LayoutProblem(Record):
 
 
 class PlacedInstance(Record):
+    """A GPU instance of a profile at its place on the GPU."""
+
     profile: str
     start: int
+    """First memory slice."""
     size: int
+    """Memory slices occupied."""
 
 
 class ValidateResponse(Record, kw_only=True):
+    """Whether a layout is valid on the GPU and why not; for a valid one, a placement and
+    the creation order that yields it."""
+
     gpu: str
+    """Catalog id of the GPU."""
     valid: bool
     reasons: list[LayoutProblem]
     """Why the layout is invalid (empty when valid)."""
@@ -133,6 +166,8 @@ class ValidateResponse(Record, kw_only=True):
     memory_slices_used: int
     compute_slices_used: int
     stranded_compute_slices: int
+    """Compute slices no GPU instance can use without repartitioning (0 when the layout is
+    invalid)."""
     unverified: list[str]
     """Profiles in the layout with fields not confirmed on hardware."""
 
@@ -141,7 +176,12 @@ class ValidateResponse(Record, kw_only=True):
 
 
 class MigWorkload(Record, kw_only=True):
+    """``count`` instances of one workload to place, each on the named ``profile`` or on
+    any plain profile whose usable memory and compute cover ``memory_gib`` and
+    ``compute_slices``."""
+
     name: WorkloadName
+    """Unique within the request; the answer names the instances it gets by it."""
     count: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOTAL_WORKLOADS)] = 1
     profile: ProfileRef | None = None
     """Run on exactly this profile; or give ``memory_gib`` (and ``compute_slices``)."""
@@ -152,19 +192,30 @@ class MigWorkload(Record, kw_only=True):
 
 
 class CurrentInstance(Record, kw_only=True):
+    """A GPU instance that exists now on a GPU of ``current``."""
+
     profile: ProfileRef
     start: Slot
+    """First memory slice, in the MIG table's slots (a profile's ``placements``)."""
     in_use: bool = True
     """An instance in use is never moved or destroyed."""
     workload: WorkloadName | None = None
 
 
 class CurrentGpu(Record, kw_only=True):
+    """One GPU of the fleet as it is now, with its GPU instances; a GPU with no
+    instance in use may be repartitioned whole."""
+
     index: Annotated[int, msgspec.Meta(ge=0, le=MAX_GPUS)]
+    """The GPU's index, unique within ``current``; the answer's ``gpus`` and
+    ``repartition`` name the GPU by it."""
     instances: Annotated[list[CurrentInstance], msgspec.Meta(max_length=8)] = []
 
 
 class PartitionRequest(Record, kw_only=True):
+    """Workloads to pack onto the fewest MIG-partitioned GPUs of one model, afresh or
+    around the instances a fleet runs now (``current``)."""
+
     gpu: GpuName
     workloads: Annotated[
         list[MigWorkload], msgspec.Meta(min_length=1, max_length=MAX_WORKLOAD_ENTRIES)
@@ -176,32 +227,54 @@ class PartitionRequest(Record, kw_only=True):
 
 
 class PartitionInstance(Record, kw_only=True):
+    """One GPU instance of a planned GPU and the workload it serves."""
+
     profile: str
     start: int
+    """First memory slice."""
     size: int
+    """Memory slices occupied."""
     workload: str | None
+    """Null when it serves no workload."""
     memory_bytes: int
+    """Usable memory of the profile as the driver reports it."""
     compute_slices: int
     in_use: bool = False
     """Already running (incremental plans only)."""
 
 
 class PartitionGpu(Record, kw_only=True):
+    """One GPU of the plan: its layout and its GPU instances by start slot."""
+
     index: int
+    """Plan index (0, 1, …); in an incremental plan, the index the GPU has in
+    ``current``."""
     layout: str
-    """Name of the layout in ``mig_parted_config``."""
+    """Name of the GPU's layout (``gpuplan-layout-N``). It names an entry of
+    ``mig_parted_config`` when the plan partitions the GPU whole; in an incremental plan,
+    a GPU changed in place (see ``repartition``) or left as it is has no entry there."""
     instances: list[PartitionInstance]
     creation_order: list[str] | None
+    """Profiles in the order to create them on a cleared GPU so that the driver's first-fit
+    placement puts them at these starts; null for a GPU an incremental plan does not
+    repartition whole (its changes are in ``repartition``)."""
     stranded_compute_slices: int
 
 
 class Unplaced(Record):
+    """Instances of a workload the plan leaves out, and why: no profile covers its
+    demand, ``max_gpus`` is reached, or (incremental plans) no idle GPU is left."""
+
     workload: str
     count: int
+    """Instances of the workload left out."""
     reason: str
 
 
 class Utilization(Record, kw_only=True):
+    """Memory and compute slices the plan's GPU instances take, of the total of the GPUs
+    it uses."""
+
     memory_slices_used: int
     memory_slices_total: int
     compute_slices_used: int
@@ -211,14 +284,21 @@ class Utilization(Record, kw_only=True):
 
 
 class Resource(Record):
+    """The Kubernetes resource a workload's instances on one profile request; a workload
+    placed on two profiles has one entry per profile."""
+
     workload: str
     profile: str
     resource: str
     """Under the device plugin's ``mixed`` strategy: ``nvidia.com/mig-3g.40gb``."""
     count: int
+    """Instances of the workload on this profile."""
 
 
 class SingleStrategy(Record, kw_only=True):
+    """Whether the device plugin's ``migStrategy: single`` can serve the plan and, if
+    not, the one profile that could."""
+
     possible: bool
     """Whether every GPU of the plan carries one profile type (``migStrategy: single``)."""
     reason: str
@@ -230,8 +310,14 @@ class SingleStrategy(Record, kw_only=True):
 
 
 class Repartition(Record, kw_only=True):
+    """A GPU of ``current`` whose layout an incremental plan changes: the GPU instances to
+    create and to destroy."""
+
     index: int
     create: list[PlacedInstance]
+    """On a GPU with instances in use, in an order whose first-fit placement lands them
+    at their starts (when one exists); on a whole idle GPU, by start (its
+    ``creation_order`` in ``gpus`` gives the order)."""
     destroy: list[PlacedInstance]
     """Idle instances removed to make room (never an in-use one)."""
     whole_gpu_idle: bool
@@ -239,8 +325,14 @@ class Repartition(Record, kw_only=True):
 
 
 class PartitionResponse(Record, kw_only=True):
+    """A packing plan: each GPU's instances, how the GPU count compares with the lower
+    bound, the workloads left out, and the mig-parted config and Kubernetes resources
+    that apply it."""
+
     gpu: str
+    """Catalog id of the GPU."""
     table: str
+    """Id of the MIG table (GPUs of one geometry share it)."""
     gpus_used: int
     lower_bound: int
     """No packing of this demand uses fewer GPUs (LP relaxation and counting bounds)."""
@@ -290,6 +382,9 @@ class SlicesQuery(Record, kw_only=True):
 
 
 class FreeSlice(Record, kw_only=True):
+    """A free MIG instance of the live fleet that fits the query: where it is, what it
+    holds, and how much it has to spare."""
+
     node: str
     gpu_index: int
     gpu_uuid: str
@@ -300,6 +395,7 @@ class FreeSlice(Record, kw_only=True):
     mig_uuid: str
     """``MIG-…``: what ``CUDA_VISIBLE_DEVICES`` takes."""
     gpu_instance_id: int
+    """Id of the GPU instance on its GPU, as NVML reports it (``nvmlDeviceGetGpuInstanceId``)."""
     profile: str
     placement_start: int | None
     """First memory slice (null when the agent could not read the placement)."""
@@ -308,17 +404,22 @@ class FreeSlice(Record, kw_only=True):
     memory_bytes: int
     """Usable memory of the instance as the agent read it from the driver."""
     compute_slices: int
+    """The profile's compute slices: its MIG table row's, else the ``Ng`` of its name."""
     resource: str
     """Kubernetes resource name under the ``mixed`` strategy (``nvidia.com/mig-3g.40gb``)."""
     surplus_memory_bytes: int
     """Usable memory beyond the request: what best fit minimises first."""
     surplus_compute_slices: int
+    """Compute slices beyond the request."""
     unverified: list[str] | None
     """Fields of the profile's table row not confirmed on hardware (``[]``: all
     confirmed); null when gpuplan has no MIG table row for this model and profile."""
 
 
 class SlicesResponse(Record, kw_only=True):
+    """Free MIG instances of the live fleet that fit a workload, best fit first, with the
+    counts behind them and notes on what is missing."""
+
     memory_bytes: int
     """The request's memory in bytes (``ceil(memory_gib · 2^30)``; 0 when omitted)."""
     compute_slices: int

@@ -217,6 +217,9 @@ class ParallelLayout(Record, kw_only=True):
 
 
 class Throughput(Record, kw_only=True):
+    """A plan's rate on all its GPUs together: training, the whole job's; serving, every
+    replica's."""
+
     value: float
     unit: str
     """``tokens/s`` (trained, or generated for inference); ``samples/s`` for vision models."""
@@ -384,18 +387,34 @@ class Advice(Record, kw_only=True):
 
 
 class HybridOption(Record, kw_only=True):
+    """One way to pay for a month of the work: all cloud, all on-premises, or the owned
+    pool with the rest burst to the cloud."""
+
     name: Literal["all_cloud", "all_on_prem", "hybrid"]
     monthly_usd: float | None
+    """USD per month; None when a fitting plan or a price it needs is missing (``detail``
+    says which)."""
+
     detail: str
+    """How the figure is made up, or what is missing."""
 
 
 class HybridComparison(Record, kw_only=True):
+    """The owned pool + cloud burst comparison: a month of the job's work priced all
+    cloud, all on-premises and hybrid, and the utilization at which owning pays."""
+
     owned_gpu: str
+    """Catalog id of the owned GPU."""
+
     burst_gpu: str
+    """Catalog id of the cloud GPU the work bursts to."""
+
     owned_gpu_hours_per_month: float | None
     """Work of a month in owned-GPU hours."""
 
     burst_gpu_hours_per_month: float | None
+    """The same work in burst-GPU hours."""
+
     options: list[HybridOption]
     break_even_utilization: float | None
     """Busy share of the month above which an owned GPU beats renting the same work."""
@@ -404,19 +423,33 @@ class HybridComparison(Record, kw_only=True):
 
 
 class SearchStats(Record, kw_only=True):
+    """How much the search did."""
+
     gpus: int
+    """Candidate GPUs (the catalog after ``include``, ``exclude`` and ``vendors``)."""
+
     plans_considered: int
+    """Plans the search compared across those GPUs."""
+
     estimates: int
     """Memory estimates run (the search stops at a fixed bound)."""
 
 
 class RecommendResponse(Record, kw_only=True):
+    """The answer of ``POST /v1/recommendations``: each candidate GPU's best plan ranked
+    for the objective, with the scenario class, advice and the hybrid comparison."""
+
     objective: Objective
     workload_kind: Literal["training", "inference"]
     recommendations: list[Candidate]
+    """At most ``limit``, best first; GPUs with no plan that meets the constraints come
+    last, at score 0."""
+
     scenario: Scenario
     advice: list[Advice]
     hybrid: HybridComparison | None
+    """None unless ``constraints.deployment`` is ``hybrid`` or the request has ``hybrid``."""
+
     assumptions: list[str]
     unverified: list[str]
     warnings: list[str]
