@@ -15,7 +15,6 @@ not publish in its OpenAPI document is skipped, and so is a request whose probe 
 answer 2xx (the reason is recorded). Writes ``bench/results/api_overhead.json``.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -316,11 +315,7 @@ def run(seconds: float = 3.0, rounds: int = 3, connections: int = 32) -> dict[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=32)
-    args = parser.parse_args()
+    args = bench_wrk.arguments(__doc__.splitlines()[0], seconds=3.0, connections=32)
     result = run(args.seconds, args.rounds, args.connections)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "api_overhead.json").write_text(json.dumps(result, indent=2) + "\n")

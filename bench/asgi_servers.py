@@ -10,7 +10,6 @@ the table reports the median of the rounds and the ratio of the medians.
 Needs ``wrk`` (Debian package ``wrk``). Writes ``bench/results/asgi_servers.json``.
 """
 
-import argparse
 import json
 import os
 import platform
@@ -64,11 +63,7 @@ def _wrk(port: int, path: str, seconds: int, connections: int) -> dict[str, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=64)
-    args = parser.parse_args()
+    args = wrk.arguments(__doc__.splitlines()[0], seconds=10, connections=64)
     if shutil.which("wrk") is None:
         sys.exit("wrk not found: apt-get install wrk")
     samples: dict[str, dict[str, list[dict[str, float]]]] = {}

@@ -13,6 +13,7 @@ resident memory (the server and its worker processes, from /proc) after the warm
 and at the end. The run passes with zero errors and RSS growth under 10% after the
 warm-up. The client shares the machine with the server (and the 1-minute load average
 before and after is recorded, for a shared machine), so the throughput is a floor.
+The request set is data, in ``bench/load.toml``.
 """
 
 import argparse
@@ -27,65 +28,40 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
+import msgspec
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "load.json"
 
-ESTIMATE = {
-    "model": {"name": "llama-2-7b"},
-    "workload": {"mode": "training", "sequence_length": 4096, "batch_size": 2,
-                 "parallelism": {"data": 8, "zero_stage": 2}},
-    "gpu": "h100-sxm5-80gb",
-}  # fmt: skip
-RECOMMEND = {
-    "model": {"name": "llama-2-7b"},
-    "workload": {"mode": "inference", "sequence_length": 2048, "max_new_tokens": 256},
-    "inference": {"requests_per_second": 5},
-    "limit": 5,
-}
-MIG_PLAN = {
-    "gpu": "a100-sxm4-80gb",
-    "workloads": [{"name": "notebooks", "profile": "1g.10gb", "count": 9},
-                  {"name": "serving", "memory_gib": 30, "compute_slices": 3, "count": 4}],
-}  # fmt: skip
+MIX_FILE = Path(__file__).with_name("load.toml")
 
-# (kind, method, path, body, expected status); weights by repetition.
-MIX: list[tuple[str, str, str, Any, int]] = [
-    ("estimate", "POST", "/v1/memory/estimate", ESTIMATE, 200),
-    ("estimate", "POST", "/v1/memory/estimate", ESTIMATE, 200),
-    ("estimate", "POST", "/v1/memory/estimate", ESTIMATE, 200),
-    ("recommend", "POST", "/v1/recommendations", RECOMMEND, 200),
-    (
-        "plan",
-        "POST",
-        "/v1/plan",
-        {**RECOMMEND, "targets": {"fits": {"gpu": "h100-sxm5-80gb"}}},
-        200,
-    ),
-    ("mig-plan", "POST", "/v1/mig/plan", MIG_PLAN, 200),
-    ("mig-profiles", "GET", "/v1/mig/profiles?gpu=NVIDIA%20H100%2080GB%20HBM3", None, 200),
-    ("gpus", "GET", "/v1/gpus?vendor=nvidia&mig=true&sort=memory_bytes", None, 200),
-    ("gpu", "GET", "/v1/gpus/NVIDIA-H100-80GB-HBM3", None, 200),
-    ("models", "GET", "/v1/models", None, 200),
-    ("version", "GET", "/v1/version", None, 200),
-    ("healthz", "GET", "/healthz", None, 200),
-    ("readyz", "GET", "/readyz", None, 200),
-    (
-        "bad-422",
-        "POST",
-        "/v1/memory/estimate",
-        {"model": {"parameters": 10**30}, "workload": {"mode": "training"}},
-        422,
-    ),
-    ("bad-400", "POST", "/v1/memory/estimate", "{not json", 400),
-    ("unknown-404", "GET", "/v1/gpus/no-such-gpu", None, 404),
-]
-FLEET: list[tuple[str, str, str, Any, int]] = [
-    ("fleet", "GET", "/v1/fleet/nodes", None, 200),
-]
+
+class Request(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One request of the mix and the status it must answer (see load.toml)."""
+
+    kind: str
+    method: Literal["GET", "POST"]
+    path: str
+    body: Any = None  # sent as JSON; a string is sent as it is
+    status: int = 200
+    weight: int = 1
+
+
+class _Sets(msgspec.Struct, forbid_unknown_fields=True):
+    mix: list[Request]
+    fleet: list[Request]
+
+
+def _weighted(requests: list[Request]) -> list[Request]:
+    return [r for r in requests for _ in range(r.weight)]
+
+
+_SETS = msgspec.toml.decode(MIX_FILE.read_bytes(), type=_Sets)
+MIX = _weighted(_SETS.mix)
+FLEET = _weighted(_SETS.fleet)  # only with --redis-url: the fleet routes need Redis
 
 
 @dataclass
@@ -151,14 +127,15 @@ def wait_until_up(base: str, process: subprocess.Popen[bytes], timeout: float = 
 
 
 async def client_loop(
-    client: httpx.AsyncClient, mix: list[tuple[str, str, str, Any, int]], offset: int,
+    client: httpx.AsyncClient, mix: list[Request], offset: int,
     deadline: float, budget: list[int], tally: Tally, record_after: float,
 ) -> None:  # fmt: skip
     i = offset
     while time.monotonic() < deadline and budget[0] > 0:
         budget[0] -= 1
-        kind, method, path, body, expected = mix[i % len(mix)]
+        request = mix[i % len(mix)]
         i += 1
+        body = request.body
         content = (
             body.encode()
             if isinstance(body, str)
@@ -169,9 +146,11 @@ async def client_loop(
         headers = {"content-type": "application/json"} if content is not None else {}
         started = time.monotonic()
         try:
-            response = await client.request(method, path, content=content, headers=headers)
+            response = await client.request(
+                request.method, request.path, content=content, headers=headers
+            )
             status = response.status_code
-            ok = status == expected and (
+            ok = status == request.status and (
                 status < 400
                 or response.headers.get("content-type", "").startswith("application/problem+json")
             )
@@ -180,9 +159,9 @@ async def client_loop(
         elapsed = time.monotonic() - started
         tally.sent += 1
         if not ok:
-            tally.errors.append(f"{kind} {method} {path}: {status}")
+            tally.errors.append(f"{request.kind} {request.method} {request.path}: {status}")
         if started >= record_after:
-            tally.latencies.setdefault(kind, []).append(elapsed)
+            tally.latencies.setdefault(request.kind, []).append(elapsed)
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:

@@ -2,9 +2,10 @@
 
 bench/api_overhead.py and bench/asgi_servers.py both measure with one wrk thread at a
 fixed concurrency and read the same four figures from its ``--latency`` report, so
-the command and the reading live here once.
+the command, its options and the reading live here once.
 """
 
+import argparse
 import re
 import subprocess
 
@@ -14,6 +15,16 @@ _UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
 def _seconds(text: str) -> float:
     number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
     return float(number) * _UNIT[unit]
+
+
+def arguments(description: str, *, seconds: float, connections: int) -> argparse.Namespace:
+    """The command line of a wrk benchmark: ``--seconds`` a run (parsed as the type of the
+    script's default), ``--rounds`` (default 3) and ``--connections``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seconds", type=type(seconds), default=seconds)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=connections)
+    return parser.parse_args()
 
 
 def run(port: int, path: str, seconds: float, connections: int, script: str | None = None) -> str:

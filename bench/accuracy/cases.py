@@ -3,10 +3,17 @@
 Sizes are small enough for a 2-core CPU (a case takes seconds to a minute) but wide
 enough that every term of the estimator shows: vocabulary-dominated and
 activation-dominated shapes, GQA, long and short sequences.
+
+The model configs are the constants below; the cases are data, one line each in
+``cases.toml``, read into ``GRID`` (and its fast subset ``FAST``) when this loads.
 """
 
-from dataclasses import dataclass, field
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
+
+import msgspec
 
 
 @dataclass(frozen=True)
@@ -125,17 +132,6 @@ QWEN3 = dict(
     head_dim=32,
     max_position_embeddings=2048,
 )
-PHI3 = dict(
-    model_type="phi3",
-    vocab_size=6000,
-    hidden_size=256,
-    intermediate_size=704,
-    num_hidden_layers=3,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    max_position_embeddings=2048,
-    pad_token_id=0,
-)
 
 QWEN2_MOE = dict(
     model_type="qwen2_moe",
@@ -184,9 +180,7 @@ FALCON = dict(
 GEMMA2 = dict(GEMMA, model_type="gemma2", num_key_value_heads=2)
 ROBERTA = dict(BERT, model_type="roberta", max_position_embeddings=1026, pad_token_id=1)
 
-GPT_BIGCODE = dict(
-    model_type="gpt_bigcode", vocab_size=6000, n_embd=256, n_layer=4, n_head=8, n_positions=1024
-)
+GPT_BIGCODE = dict(GPT2, model_type="gpt_bigcode")
 STARCODER2 = dict(
     model_type="starcoder2",
     vocab_size=6000,
@@ -197,17 +191,7 @@ STARCODER2 = dict(
     num_key_value_heads=2,
     max_position_embeddings=2048,
 )
-GEMMA3 = dict(
-    model_type="gemma3_text",
-    vocab_size=6000,
-    hidden_size=256,
-    intermediate_size=704,
-    num_hidden_layers=3,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    head_dim=64,
-    max_position_embeddings=2048,
-)
+GEMMA3 = dict(GEMMA2, model_type="gemma3_text")
 QWEN3_MOE = dict(
     model_type="qwen3_moe",
     vocab_size=4000,
@@ -232,6 +216,7 @@ OLMO2 = dict(
     num_key_value_heads=4,
     max_position_embeddings=2048,
 )
+PHI3 = dict(OLMO2, model_type="phi3", pad_token_id=0)
 
 # Shapes where the peak falls elsewhere than the loss: activations dominate (large
 # hidden, small vocabulary), or the model states and the optimizer step do.
@@ -251,199 +236,32 @@ GPT2_ACT = dict(GPT2, vocab_size=500, n_embd=384, n_head=6)
 BERT_ACT = dict(
     BERT, vocab_size=500, hidden_size=384, intermediate_size=1536, num_attention_heads=6
 )
+NEOX_ACT = dict(NEOX, vocab_size=500)
+MIXTRAL_ACT = dict(MIXTRAL, vocab_size=500)
 
-FAST = [
-    Case("llama fp32 sdpa", LLAMA, tags=("fast",)),
-    Case("llama fp32 eager", LLAMA, attention="eager", tags=("fast",)),
-    Case("llama bf16 sdpa", LLAMA, precision="bf16", tags=("fast",)),
-    Case("gpt2 fp32 eager", GPT2, attention="eager", tags=("fast",)),
-    Case("llama inference fp32", LLAMA, mode="inference", batch=4, seq=512, tags=("fast",)),
-    Case(
-        "llama lora bf16 q,v",
-        LLAMA,
-        mode="finetune_lora",
-        precision="bf16",
-        lora_rank=8,
-        tags=("fast",),
-    ),
-]
+FILE = Path(__file__).with_name("cases.toml")
 
-GRID = [
-    *FAST,
-    Case("llama bf16 eager", LLAMA, precision="bf16", attention="eager"),
-    Case("llama amp_bf16 sdpa", LLAMA, precision="amp_bf16"),
-    Case("llama fp32 sdpa ckpt", LLAMA, checkpointing="full"),
-    Case("llama fp32 eager long", LLAMA_WIDE, attention="eager", seq=1024, batch=1),
-    Case("llama fp32 sgd", LLAMA, optimizer="sgd"),
-    Case("llama fp32 adam accum2", LLAMA, optimizer="adam", accumulation=2),
-    Case("qwen2 fp32 sdpa", QWEN2),
-    Case("qwen2 bf16 eager", QWEN2, precision="bf16", attention="eager"),
-    Case("mistral fp32 sdpa", MISTRAL),
-    Case("gpt2 fp32 sdpa", GPT2),
-    Case("gpt2 bf16 eager", GPT2, precision="bf16", attention="eager"),
-    Case("neox fp32 eager", NEOX, attention="eager"),
-    Case("neox bf16 sdpa", NEOX, precision="bf16"),
-    Case("opt fp32 eager", OPT, attention="eager"),
-    Case("bert fp32 eager", BERT, attention="eager"),
-    Case("mixtral fp32 sdpa", MIXTRAL),
-    Case("gemma fp32 sdpa", GEMMA),
-    Case("qwen3 bf16 sdpa", QWEN3, precision="bf16"),
-    Case("phi3 fp32 sdpa", PHI3),
-    Case(
-        "llama inference bf16 eager",
-        LLAMA,
-        mode="inference",
-        precision="bf16",
-        attention="eager",
-        batch=2,
-        seq=1024,
-    ),
-    Case("gpt2 inference fp32", GPT2, mode="inference", batch=8, seq=512),
-    Case("llama activations fp32 sdpa", LLAMA_ACT, batch=4),
-    Case(
-        "llama activations bf16 eager",
-        LLAMA_ACT,
-        precision="bf16",
-        attention="eager",
-        batch=2,
-        seq=512,
-    ),
-    Case(
-        "llama activations amp ckpt", LLAMA_ACT, precision="amp_bf16", checkpointing="full", batch=4
-    ),
-    Case("llama states fp32 adamw", LLAMA_STATES, batch=1, seq=32),
-    Case(
-        "llama states bf16 adam accum4",
-        LLAMA_STATES,
-        precision="bf16",
-        optimizer="adam",
-        batch=1,
-        seq=64,
-        accumulation=4,
-    ),
-    Case("gpt2 activations fp32 eager", GPT2_ACT, attention="eager", batch=4),
-    Case("bert activations bf16 sdpa", BERT_ACT, precision="bf16", batch=4),
-    Case("neox activations fp32 sdpa", dict(NEOX, vocab_size=500), batch=4),
-    Case("mixtral activations bf16 sdpa", dict(MIXTRAL, vocab_size=500), precision="bf16", batch=4),
-    Case(
-        "llama decode bf16",
-        LLAMA,
-        mode="inference",
-        precision="bf16",
-        batch=4,
-        seq=256,
-        new_tokens=16,
-    ),
-    Case("qwen2 inference bf16 long", QWEN2, mode="inference", precision="bf16", batch=1, seq=2048),
-    Case("neox inference bf16", NEOX, mode="inference", precision="bf16", batch=8, seq=512),
-    Case("phi3 inference fp32 decode", PHI3, mode="inference", batch=4, seq=256, new_tokens=8),
-    Case("falcon inference fp32", FALCON, mode="inference", batch=4, seq=512),
-    Case("qwen2_moe fp32 sdpa", QWEN2_MOE),
-    Case("deepseek_v3 fp32 sdpa", DEEPSEEK_V3),
-    Case("falcon fp32 sdpa", FALCON),
-    Case("gemma2 fp32 eager", GEMMA2, attention="eager"),
-    Case("roberta bf16 sdpa", ROBERTA, precision="bf16"),
-    Case("llama fp32 sgd momentum", LLAMA, optimizer="sgd_momentum"),
-    Case("llama states fp32 adafactor", LLAMA_STATES, optimizer="adafactor", batch=1, seq=32),
-    Case("llama fp16 sdpa", LLAMA, precision="fp16"),
-    Case("llama lora fp32 q,v", LLAMA, mode="finetune_lora", lora_rank=8),
-    Case(
-        "llama lora bf16 all-linear",
-        LLAMA_ACT,
-        mode="finetune_lora",
-        precision="bf16",
-        lora_rank=16,
-        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-        batch=2,
-    ),
-    Case("gpt_bigcode fp32 sdpa", GPT_BIGCODE),
-    Case("gpt_bigcode bf16 eager", GPT_BIGCODE, precision="bf16", attention="eager"),
-    Case("starcoder2 fp32 sdpa", STARCODER2),
-    Case("gemma3 fp32 sdpa", GEMMA3),
-    Case("gemma3 bf16 eager", GEMMA3, precision="bf16", attention="eager"),
-    Case("qwen3_moe fp32 sdpa", QWEN3_MOE),
-    Case("olmo2 fp32 sdpa", OLMO2),
-    Case("olmo2 bf16 eager", OLMO2, precision="bf16", attention="eager"),
-    Case("gpt_bigcode inference fp32", GPT_BIGCODE, mode="inference", batch=4, seq=512),
-    Case(
-        "starcoder2 inference bf16 decode",
-        STARCODER2,
-        mode="inference",
-        precision="bf16",
-        batch=4,
-        seq=256,
-        new_tokens=8,
-    ),
-    Case("gemma3 inference bf16", GEMMA3, mode="inference", precision="bf16", batch=4, seq=512),
-    Case("llama keep outputs fp32", LLAMA, keep_outputs=True),
-    Case(
-        "llama keep outputs bf16 ckpt",
-        LLAMA,
-        precision="bf16",
-        keep_outputs=True,
-        checkpointing="full",
-    ),
-    Case("llama loss chunks 8 bf16", LLAMA, precision="bf16", loss_chunks=8),
-    Case("qwen2 loss chunks 4 fp32", QWEN2, loss_chunks=4),
-    Case("llama optimizer in backward fp32", LLAMA_STATES, batch=1, seq=32, in_backward=True),
-    Case(
-        "llama sequence classification bf16",
-        LLAMA,
-        precision="bf16",
-        head="sequence_classification",
-        num_labels=5,
-    ),
-    Case("llama token classification fp32", LLAMA, head="token_classification", num_labels=9),
-    Case("bert sequence classification fp32", BERT, head="sequence_classification", num_labels=3),
-    Case(
-        "bert token classification bf16",
-        BERT_ACT,
-        precision="bf16",
-        head="token_classification",
-        num_labels=9,
-        batch=4,
-    ),
-    Case("roberta sequence classification fp32", ROBERTA, head="sequence_classification"),
-    Case(
-        "llama lora bf16 all-linear dropout",
-        LLAMA,
-        mode="finetune_lora",
-        precision="bf16",
-        lora_rank=8,
-        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-        lora_dropout=0.1,
-    ),
-    Case(
-        "llama lora amp_bf16 o,down dropout",
-        LLAMA,
-        mode="finetune_lora",
-        precision="amp_bf16",
-        lora_rank=8,
-        lora_targets=("q_proj", "o_proj", "down_proj"),
-        lora_dropout=0.05,
-    ),
-    Case(
-        "llama lora fp32 q,k,v,o dropout",
-        LLAMA,
-        mode="finetune_lora",
-        lora_rank=8,
-        lora_targets=("q_proj", "k_proj", "v_proj", "o_proj"),
-        lora_dropout=0.1,
-    ),
-    Case(
-        "gpt2 lora fp32 dropout",
-        GPT2,
-        mode="finetune_lora",
-        lora_rank=8,
-        lora_targets=("c_attn", "c_proj", "c_fc"),
-        lora_dropout=0.1,
-    ),
-    Case(
-        "qwen2 lora bf16 eager",
-        QWEN2,
-        mode="finetune_lora",
-        precision="bf16",
-        attention="eager",
-        lora_rank=8,
-    ),
-]
+
+def _config(name: str) -> dict[str, Any]:
+    """The model config a case names: one of the constants above."""
+    config = globals().get(name)
+    if not (name.isupper() and isinstance(config, dict)):
+        raise ValueError(f"{FILE.name}: no model config {name!r} in {Path(__file__).name}")
+    return config
+
+
+def _load() -> list[Case]:
+    """The cases of ``cases.toml``, in order, each checked against Case's fields and types."""
+    known = {f.name for f in fields(Case)}
+    cases = []
+    with FILE.open("rb") as f:
+        rows = tomllib.load(f)["case"]
+    for row in rows:
+        if unknown := row.keys() - known:
+            raise ValueError(f"{FILE.name}: case {row.get('name')!r}: unknown {sorted(unknown)}")
+        cases.append(msgspec.convert({**row, "config": _config(row["config"])}, Case))
+    return cases
+
+
+GRID = _load()
+FAST = [c for c in GRID if "fast" in c.tags]

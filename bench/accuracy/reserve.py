@@ -8,13 +8,15 @@ real Hugging Face step makes, op by op, through the same rules of PyTorch's cach
 allocator. Both are models of ``torch.cuda.max_memory_reserved``; this compares them
 at GPU sizes (Llama-3.2-3B and Llama-2-7B shapes, 4 to 16 layers, fake tensors, so
 any CPU runs it), with and without checkpointing, full training and LoRA, to show
-that the written-down step reproduces the allocator gap of the real one. Writes
-bench/results/reserve_replay.json; docs/memory.md quotes it.
+that the written-down step reproduces the allocator gap of the real one. The cases are
+data (bench/accuracy/reserve.toml). Writes bench/results/reserve_replay.json;
+docs/memory.md quotes it.
 """
 
 import argparse
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -23,108 +25,80 @@ import torch
 from bench.stats import error_stats, write_run
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.schema import EstimateRequest
+from gpuplan.core.memory.schema import EstimateRequest, Workload
 from gpuplan.trace.run import trace
 
-LLAMA_3B = {
-    "model_type": "llama",
-    "vocab_size": 128256,
-    "hidden_size": 3072,
-    "intermediate_size": 8192,
-    "num_attention_heads": 24,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "tie_word_embeddings": True,
-    "max_position_embeddings": 8192,
-}
-LLAMA_7B = {
-    "model_type": "llama",
-    "vocab_size": 32000,
-    "hidden_size": 4096,
-    "intermediate_size": 11008,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 32,
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 4096,
-}
-WIDE_VOCAB = {
-    "model_type": "llama",
-    "vocab_size": 50000,
-    "hidden_size": 2048,
-    "intermediate_size": 5632,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 8,
-    "tie_word_embeddings": False,
-    "max_position_embeddings": 4096,
-}
-
-# name, config, layers, batch, sequence, dtype, checkpointing, LoRA targets
-CASES: list[tuple[str, dict[str, Any], int, int, int, str, bool, tuple[str, ...]]] = [
-    ("3b-shape L8 b4 s768", LLAMA_3B, 8, 4, 768, "bf16", False, ()),
-    ("3b-shape L4 b4 s768", LLAMA_3B, 4, 4, 768, "bf16", False, ()),
-    ("3b-shape L16 b4 s768", LLAMA_3B, 16, 4, 768, "bf16", False, ()),
-    ("3b-shape L8 b4 s768 ckpt", LLAMA_3B, 8, 4, 768, "bf16", True, ()),
-    ("3b-shape L4 b4 s768 ckpt", LLAMA_3B, 4, 4, 768, "bf16", True, ()),
-    ("3b-shape L16 b4 s768 ckpt", LLAMA_3B, 16, 4, 768, "bf16", True, ()),
-    ("3b-shape L8 b4 s768 lora", LLAMA_3B, 8, 4, 768, "bf16", False, ("q_proj", "v_proj")),
-    ("3b-shape L8 b4 s768 lora ckpt", LLAMA_3B, 8, 4, 768, "bf16", True, ("q_proj", "v_proj")),
-    ("3b-shape L8 b1 s4096", LLAMA_3B, 8, 1, 4096, "bf16", False, ()),
-    ("3b-shape L8 b2 s512", LLAMA_3B, 8, 2, 512, "bf16", False, ()),
-    ("3b-shape L8 b8 s2048 ckpt", LLAMA_3B, 8, 8, 2048, "bf16", True, ()),
-    ("7b-shape L8 b8 s512", LLAMA_7B, 8, 8, 512, "bf16", False, ()),
-    ("7b-shape L8 b2 s512 ckpt", LLAMA_7B, 8, 2, 512, "bf16", True, ()),
-    ("7b-shape L8 b2 s512 lora ckpt", LLAMA_7B, 8, 2, 512, "bf16", True, ("q_proj", "v_proj")),
-    ("7b-shape L4 b8 s512 fp32", LLAMA_7B, 4, 8, 512, "fp32", False, ()),
-    ("50k-vocab L8 b16 s1024 ckpt", WIDE_VOCAB, 8, 16, 1024, "bf16", True, ()),
-    ("50k-vocab L8 b16 s1024", WIDE_VOCAB, 8, 16, 1024, "bf16", False, ()),
-]
-
+FILE = Path(__file__).with_name("reserve.toml")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
-def _build(
-    config: dict[str, Any], batch: int, seq: int, dtype: str, ckpt: bool, lora: tuple[str, ...]
-) -> Any:
+class Case(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """A model of ``shape`` with ``layers`` layers, and its workload as the API takes it."""
+
+    name: str
+    shape: str
+    layers: int
+    workload: dict[str, Any]
+
+
+class _File(msgspec.Struct, forbid_unknown_fields=True):
+    shape: dict[str, dict[str, Any]]
+    case: list[Case]
+
+
+def _load() -> tuple[dict[str, dict[str, Any]], list[Case]]:
+    """The shapes and cases of ``reserve.toml``; every case's request is checked here."""
+    data = msgspec.toml.decode(FILE.read_bytes(), type=_File)
+    for case in data.case:
+        msgspec.convert(request_body(case, data.shape), EstimateRequest)
+    return data.shape, data.case
+
+
+def request_body(case: Case, shapes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The estimate request of ``case``, as JSON: the results keep it with the figures."""
+    config = {**shapes[case.shape], "num_hidden_layers": case.layers}
+    return {"model": {"hf_config": config}, "workload": case.workload}
+
+
+SHAPES, CASES = _load()
+
+
+def _build(config: dict[str, Any], workload: Workload) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     values = dict(config)
     hf = AutoConfig.for_model(values.pop("model_type"), **values)
+    assert workload.sequence_length is not None, "every case gives its sequence_length"
+    shape = (workload.batch_size, workload.sequence_length)
 
     def build() -> Any:
         model = AutoModelForCausalLM.from_config(
-            hf, dtype=DTYPES[dtype], attn_implementation="sdpa"
+            hf, dtype=DTYPES[workload.precision], attn_implementation="sdpa"
         )
-        if ckpt:
+        if workload.gradient_checkpointing == "full":
             model.gradient_checkpointing_enable()
-        if lora:
+        if workload.lora is not None:
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(r=16, target_modules=list(lora)))
-        ids = torch.randint(0, hf.vocab_size, (batch, seq))
+            lora = LoraConfig(r=workload.lora.rank, target_modules=workload.lora.target_modules)
+            model = get_peft_model(model, lora)
+        ids = torch.randint(0, hf.vocab_size, shape)
         return model, {"input_ids": ids, "labels": ids}
 
     return build
 
 
-def run_case(case: tuple[Any, ...]) -> dict[str, Any]:
-    name, config, layers, batch, seq, dtype, ckpt, lora = case
-    config = {**config, "num_hidden_layers": layers}
+def run_case(case: Case) -> dict[str, Any]:
+    body = request_body(case, SHAPES)
+    request = msgspec.convert(body, EstimateRequest)
     started = time.perf_counter()
-    traced = trace(_build(config, batch, seq, dtype, ckpt, lora), runtime="cuda", foreach=True)
+    traced = trace(
+        _build(body["model"]["hf_config"], request.workload), runtime="cuda", foreach=True
+    )
     seconds = time.perf_counter() - started
-    workload: dict[str, Any] = {
-        "mode": "finetune_lora" if lora else "training",
-        "batch_size": batch,
-        "sequence_length": seq,
-        "precision": dtype,
-        "gradient_checkpointing": "full" if ckpt else "none",
-    }
-    if lora:
-        workload["lora"] = {"rank": 16, "target_modules": list(lora)}
-    body = {"model": {"hf_config": config}, "workload": workload}
-    estimated = estimate(msgspec.convert(body, EstimateRequest), builtin_catalog())
+    estimated = estimate(request, builtin_catalog())
     return {
-        "case": name,
+        "case": case.name,
         "request": body,
         "traced_peak_bytes": traced.peak_bytes,
         "traced_reserved_bytes": traced.reserved_bytes,
@@ -144,7 +118,7 @@ def main() -> None:
     torch.set_num_threads(2)
     rows = []
     for case in CASES:
-        if args.only and args.only not in case[0]:
+        if args.only and args.only not in case.name:
             continue
         row = run_case(case)
         rows.append(row)

@@ -10,6 +10,7 @@ import json
 import time
 from typing import Any
 
+import msgspec
 import torch
 
 from bench.accuracy.cases import FAST, GRID, Case
@@ -17,7 +18,7 @@ from bench.accuracy.measure import Measured, measure_inference, measure_training
 from bench.stats import error_stats, write_run
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.schema import EstimateRequest, Lora, ModelSpec, Workload
+from gpuplan.core.memory.schema import EstimateRequest
 
 DTYPES = {
     "fp32": torch.float32,
@@ -27,35 +28,35 @@ DTYPES = {
 }
 
 
+# The fields of a Case that are fields of the API's workload, each with the API's name for it.
+WORKLOAD_FIELDS = {
+    "mode": "mode",
+    "batch": "batch_size",
+    "seq": "sequence_length",
+    "precision": "precision",
+    "optimizer": "optimizer",
+    "attention": "attention",
+    "checkpointing": "gradient_checkpointing",
+    "accumulation": "gradient_accumulation_steps",
+    "new_tokens": "max_new_tokens",
+    "keep_outputs": "keep_outputs",
+    "loss_chunks": "loss_chunks",
+    "in_backward": "optimizer_in_backward",
+}
+
+
 def request_for(case: Case) -> EstimateRequest:
-    return EstimateRequest(
-        model=ModelSpec(
-            hf_config=case.config,
-            head=case.head or None,  # type: ignore[arg-type]
-            num_labels=case.num_labels,
-        ),
-        workload=Workload(
-            mode=case.mode,  # type: ignore[arg-type]
-            batch_size=case.batch,
-            sequence_length=case.seq,
-            precision=case.precision,  # type: ignore[arg-type]
-            optimizer=case.optimizer,  # type: ignore[arg-type]
-            attention=case.attention,  # type: ignore[arg-type]
-            gradient_checkpointing=case.checkpointing,  # type: ignore[arg-type]
-            gradient_accumulation_steps=case.accumulation,
-            max_new_tokens=case.new_tokens,
-            keep_outputs=case.keep_outputs,
-            loss_chunks=case.loss_chunks,
-            optimizer_in_backward=case.in_backward,
-            lora=Lora(
-                rank=case.lora_rank,
-                target_modules=list(case.lora_targets),
-                dropout=case.lora_dropout,
-            )
-            if case.mode == "finetune_lora"
-            else None,
-        ),
-        runtime="cpu",
+    """The estimate request for ``case`` (runtime cpu), checked as the API checks one."""
+    workload = {api: getattr(case, name) for name, api in WORKLOAD_FIELDS.items()}
+    if case.mode == "finetune_lora":
+        workload["lora"] = {
+            "rank": case.lora_rank,
+            "target_modules": list(case.lora_targets),
+            "dropout": case.lora_dropout,
+        }
+    model = {"hf_config": case.config, "head": case.head or None, "num_labels": case.num_labels}
+    return msgspec.convert(
+        {"model": model, "workload": workload, "runtime": "cpu"}, EstimateRequest
     )
 
 
