@@ -9,6 +9,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.cli import main
+from tests.helpers import TINY_LLAMA
 
 LLAMA_INFERENCE = {
     "model": {"name": "llama-2-7b"},
@@ -45,6 +46,7 @@ def test_same_input_gives_byte_identical_json(client: TestClient[Litestar]) -> N
         ({"model": {"parameters": 10**30}, "workload": {"mode": "training"}}, "$.model.parameters"),
         ({"model": {"name": "nope"}, "workload": {"mode": "training", "sequence_length": 8}}, "$.model.name"),
         ({"model": {"hf_config": {"model_type": "llama"}}, "workload": {"mode": "training", "sequence_length": 8}}, "$.model.hf_config.hidden_size"),
+        ({"model": {"hf_config": {**TINY_LLAMA, "hidden_act": ["silu"]}}, "workload": {"mode": "training", "sequence_length": 8}}, "$.model.hf_config.hidden_act"),
         ({"model": {"name": "llama-2-7b"}, "workload": {"mode": "training", "sequence_length": 8}, "gpu": "nope"}, "$.gpu"),
         ({"workload": {"mode": "training"}}, "$.model"),
         ({"model": {"name": "llama-2-7b"}, "workload": {"mode": "training", "batch": 8}}, "$.workload.batch"),

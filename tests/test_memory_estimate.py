@@ -159,6 +159,31 @@ def test_missing_fields_are_named() -> None:
     } <= paths
 
 
+CLIENT_VALUES: list[Any] = [[1], {"a": 1}, "x", 1.5, True, -1, 0, 2**70, None]
+"""JSON a client may put under any key of ``hf_config``."""
+
+READ_WHEN_PRESENT = ("hidden_act", "hidden_activation", "activation_function", "activation",
+                     "tie_word_embeddings", "attention_bias", "sliding_window", "head_dim")  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", sorted(TINY))
+def test_any_value_under_any_key_is_read_or_refused_naming_it(model_type: str) -> None:
+    """The config is the client's: each key a family reads may hold any JSON value. The
+    reader answers an architecture, or an InvalidModel naming that key once; never
+    another exception (an unhashable ``hidden_act`` list was a 500)."""
+    base = {"model_type": model_type, **TINY[model_type]}
+    for key in [*TINY[model_type], *READ_WHEN_PRESENT]:
+        for value in CLIENT_VALUES:
+            errors: list[tuple[str, str]] = []
+            try:
+                from_hf_config({**base, key: value})
+            except InvalidModel as refused:
+                errors = refused.errors
+            if errors:
+                assert f"$.model.hf_config.{key}" in [p for p, _ in errors], (key, value, errors)
+                assert len(set(errors)) == len(errors), errors
+
+
 @pytest.mark.parametrize(
     ("model", "workload", "path"),
     [

@@ -91,7 +91,7 @@ class _Reader:
             value = self.config.get(key)
             if value is None:
                 continue
-            if value not in _ACTIVATIONS:
+            if not isinstance(value, str) or value not in _ACTIVATIONS:
                 self.errors.append(
                     (
                         f"{ROOT}.{key}",
@@ -103,8 +103,10 @@ class _Reader:
         return _ACTIVATIONS[default]
 
     def check(self) -> None:
+        """Fail with every error found, each once (some keys are read twice: a family's
+        ``head_dim`` with the attention and again after the MLP)."""
         if self.errors:
-            raise InvalidModel(self.errors)
+            raise InvalidModel(list(dict.fromkeys(self.errors)))
 
 
 @dataclass(frozen=True)
