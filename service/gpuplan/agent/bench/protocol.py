@@ -18,12 +18,21 @@ CPU_DTYPES: tuple[MatmulDtype, ...] = ("fp64", "fp32", "bf16", "fp16")
 
 
 class BenchGpu(Record, kw_only=True):
+    """An idle GPU to measure, as NVML named it. The child finds its CUDA device by
+    ``uuid`` (torch's order need not be NVML's) and falls back to ``index`` only where
+    torch reports no UUIDs."""
+
     index: int
+    """NVML's index: the key pairs and results use."""
+
     uuid: str
     model_name: str
 
 
 class BenchPair(Record, kw_only=True):
+    """A device-to-device copy to time, between the GPUs of NVML index ``src`` and
+    ``dst``."""
+
     src: int
     dst: int
     path: CopyPath
@@ -31,6 +40,9 @@ class BenchPair(Record, kw_only=True):
 
 
 class BenchPlan(Record, kw_only=True):
+    """One benchmark run: the idle GPUs and pairs (or, with none, the CPU) and the sizes
+    and repetitions to time them with."""
+
     mode: Literal["cpu", "gpu"]
     cpu_model_name: str = "cpu"
     gpus: list[BenchGpu] = []
@@ -48,6 +60,8 @@ class BenchPlan(Record, kw_only=True):
 
 
 class BenchOutput(Record, kw_only=True):
+    """The child's answer: what it measured, and each device or dtype it could not."""
+
     torch_version: str
     matmul: list[MatmulResult] = []
     copy: list[CopyResult] = []
