@@ -9,6 +9,7 @@ nobody.
 """
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -36,7 +37,8 @@ async def run_child(
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(stdin), timeout_seconds)
     except (TimeoutError, asyncio.CancelledError) as stopped:
-        process.kill()
+        with contextlib.suppress(ProcessLookupError):  # it may have exited meanwhile
+            process.kill()
         await process.wait()
         if isinstance(stopped, asyncio.CancelledError):
             raise
