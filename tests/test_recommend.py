@@ -287,29 +287,42 @@ def test_a_given_layout_over_the_bounds_says_so() -> None:
     assert "constraints.required_interconnect" in [b.constraint for b in rtx.breaches]
 
 
+def _megatron_over_slow_links(precision: str, dtype: str | None) -> tuple[float, int]:
+    """(exposed communication s, required bytes per GPU) of a Llama 2 7B step on 64
+    data-parallel H100s joined by 1 GB/s, under Megatron, reducing in ``dtype``."""
+    parallelism: dict[str, object] = {"data": 64, "zero_stage": 1, "framework": "megatron"}
+    if dtype is not None:
+        parallelism["gradient_reduce_dtype"] = dtype
+    body = train("llama-2-7b", global_batch=64)
+    body["workload"].update(batch_size=1, precision=precision, parallelism=parallelism)
+    body["layout"] = "given"
+    body["constraints"] = {
+        "include": ["h100-sxm5-80gb"],
+        "max_gpus_per_job": 64,
+        "network_bytes_per_s_per_gpu": 1e9,
+    }
+    (r,) = recommend(req(**body), CATALOG).recommendations
+    assert r.step is not None
+    return r.step.exposed_comm_s, r.required_bytes_per_gpu
+
+
 def test_a_named_gradient_reduce_dtype_sets_the_gradient_traffic() -> None:
     """Reducing in fp32 sends twice the bytes of bf16: over a slow network the step
     exposes more communication, and the bf16 buffer needs less memory."""
-    steps, memory = {}, {}
-    for dtype in ("fp32", "bf16"):
-        body = train("llama-2-7b", global_batch=64)
-        body["workload"].update(
-            batch_size=1,
-            precision="bf16",
-            parallelism={"data": 64, "zero_stage": 1, "framework": "megatron",
-                         "gradient_reduce_dtype": dtype},
-        )  # fmt: skip
-        body["layout"] = "given"
-        body["constraints"] = {
-            "include": ["h100-sxm5-80gb"],
-            "max_gpus_per_job": 64,
-            "network_bytes_per_s_per_gpu": 1e9,
-        }
-        (r,) = recommend(req(**body), CATALOG).recommendations
-        assert r.step is not None
-        steps[dtype], memory[dtype] = r.step.exposed_comm_s, r.required_bytes_per_gpu
-    assert steps["fp32"] > steps["bf16"] > 0
-    assert memory["fp32"] > memory["bf16"]
+    fp32, bf16 = (_megatron_over_slow_links("bf16", d) for d in ("fp32", "bf16"))
+    assert fp32[0] > bf16[0] > 0
+    assert fp32[1] > bf16[1]
+
+
+@pytest.mark.parametrize(("precision", "default"), [("bf16", "fp32"), ("fp16", "fp16")])
+def test_megatron_reduces_in_its_default_dtype_for_time_and_memory_alike(
+    precision: str, default: str
+) -> None:
+    """Unnamed, Megatron-LM's default holds for both answers: fp32 for bf16 (it forces
+    fp32 accumulation and reduction), the parameters' own dtype for fp16."""
+    assert _megatron_over_slow_links(precision, None) == _megatron_over_slow_links(
+        precision, default
+    )
 
 
 def test_the_search_keeps_the_gradient_reduce_dtype_where_the_framework_takes_it() -> None:

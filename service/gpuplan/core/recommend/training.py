@@ -33,6 +33,7 @@ from gpuplan.core.memory.numerics import DTYPE_BYTES
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
+from gpuplan.core.memory.states import framework_of, gradient_reduce_dtype
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
 from gpuplan.core.perf.step import Step, StepLinks, StepShape, training_step
@@ -249,10 +250,13 @@ def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
 
 
 def _gradient_bytes(w: Workload, wide: bool) -> int:
-    """Bytes per gradient on the wire: the reduce dtype the job names, else the one the
-    efficiencies were fitted with (fp32 beside fp32 weights, else the compute dtype)."""
-    given = w.parallelism.gradient_reduce_dtype
-    return DTYPE_BYTES[given] if given is not None else (4 if wide else 2)
+    """Bytes per gradient on the wire: the reduce dtype the job names; under Megatron,
+    else, Megatron-LM's default, the dtype the memory estimate keeps its gradient buffer
+    in (fp32 for bf16, ``states.gradient_reduce_dtype``); else the one the efficiencies
+    were fitted with (fp32 beside fp32 weights, else the compute dtype)."""
+    if w.parallelism.gradient_reduce_dtype is not None or framework_of(w) == "megatron":
+        return DTYPE_BYTES[gradient_reduce_dtype(w)]
+    return 4 if wide else 2
 
 
 def _links(
