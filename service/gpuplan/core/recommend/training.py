@@ -250,10 +250,11 @@ def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
 
 
 def _gradient_bytes(w: Workload, wide: bool) -> int:
-    """Bytes per gradient on the wire: the reduce dtype the job names; under Megatron,
-    else, Megatron-LM's default, the dtype the memory estimate keeps its gradient buffer
-    in (fp32 for bf16, ``states.gradient_reduce_dtype``); else the one the efficiencies
-    were fitted with (fp32 beside fp32 weights, else the compute dtype)."""
+    """Bytes per gradient on the wire: the reduce dtype the job names. Unnamed under
+    Megatron, Megatron-LM's default, the dtype the memory estimate keeps the gradient
+    buffer in (fp32 for bf16: ``states.gradient_reduce_dtype``); unnamed elsewhere, the
+    bytes the efficiencies were fitted with (fp32 beside fp32 weights, else the compute
+    dtype)."""
     if w.parallelism.gradient_reduce_dtype is not None or framework_of(w) == "megatron":
         return DTYPE_BYTES[gradient_reduce_dtype(w)]
     return 4 if wide else 2
