@@ -432,7 +432,6 @@ DIALECTS: dict[str, Dialect] = {
 """Every supported ``model_type``'s dialect, in the order the refusal lists them."""
 
 SUPPORTED = tuple(DIALECTS)
-LLAMA_LIKE = tuple(name for name, dialect in DIALECTS.items() if dialect.family == "llama")
 
 
 def from_hf_config(config: Mapping[str, Any]) -> tuple[Architecture, list[str]]:
