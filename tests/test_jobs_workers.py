@@ -1,6 +1,6 @@
 """The job queue with real worker processes (``gpuplan worker``) and a real Redis: a warm
-trace, twenty at once in order, a worker killed mid-job, Redis restarted mid-queue,
-cancellation, expiry, a 7B trace byte for byte, and the CLI waiting on a job."""
+trace, twenty at once in order, a worker killed mid-job, a job taken by a worker that
+died before starting it, Redis restarted mid-queue, cancellation, expiry, a 7B trace byte for byte, and the CLI waiting on a job."""
 
 import contextlib
 import itertools
@@ -26,6 +26,7 @@ from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
+from gpuplan.jobs.handoff import HandoffQueue
 from gpuplan.jobs.queue import queue_names
 from tests.conftest import RedisServer, free_port
 from tests.helpers import TINY_LLAMA, drop_jobs, job_settings
@@ -305,6 +306,28 @@ def test_an_answer_expires(redis_url: str, key_prefix: str, tmp_path: Path) -> N
     drop_jobs(redis_url, key_prefix)
     assert expired["status"] == "expired", expired
     assert "result" not in expired
+
+
+def test_a_job_taken_by_a_worker_that_died_before_starting_it_runs(
+    redis_url: str, key_prefix: str, tmp_path: Path
+) -> None:
+    """The gap RQ leaves between taking a job from several queues and starting it: the
+    job must neither wait forever nor fail."""
+    settings = job_settings(redis_url, key_prefix, trace_cache_ttl_seconds=0)
+    prefix = f"{key_prefix}jobs:"
+    connection = redis.Redis.from_url(redis_url)
+    queues = [HandoffQueue(n, connection=connection) for n in queue_names(prefix)]
+    with TestClient(app=create_app(settings)) as client:
+        job_id = submit(client, body(SMALL))
+        taken = HandoffQueue.dequeue_any(queues, None, connection=connection)
+        assert taken is not None  # by a worker that is gone before it starts the job
+        assert taken[0].id == job_id
+        with pool(redis_url, key_prefix, tmp_path, "t1"):
+            job = wait_for(client, job_id, {"succeeded", "failed"}, 60)
+    left = [connection.llen(q.intermediate_queue_key) for q in queues]
+    drop_jobs(redis_url, key_prefix)
+    assert (job["status"], job["runs"]) == ("succeeded", 1), job
+    assert left == [0, 0, 0]
 
 
 @pytest.mark.parametrize("persistent", [True, False], ids=["aof", "no-persistence"])

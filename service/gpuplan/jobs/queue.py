@@ -34,6 +34,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from gpuplan.jobs.config import DEFAULT_PREFIX
+from gpuplan.jobs.handoff import HandoffQueue
 
 Kind = Literal["trace"]
 KINDS: tuple[Kind, ...] = ("trace",)
@@ -116,7 +117,7 @@ class JobQueue:
         self.result_ttl = result_ttl
 
     def _queue(self, kind: str, priority: str) -> Queue:
-        return Queue(
+        return HandoffQueue(
             queue_name(self.prefix, kind, priority),
             connection=self.redis,
             serializer=JSONSerializer,

@@ -29,6 +29,7 @@ from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from gpuplan.jobs.config import WorkerConfig
+from gpuplan.jobs.handoff import HandoffQueue
 from gpuplan.jobs.metrics import JobMetrics
 from gpuplan.jobs.queue import FUNCTIONS, JobQueue, connect, queue_names
 
@@ -102,12 +103,14 @@ class KnownJob(Job):
 
 
 class TraceWorker(Worker):
-    """RQ's forking worker, counting what it runs and quick to notice a lost peer."""
+    """RQ's forking worker, taking jobs without a gap (:mod:`gpuplan.jobs.handoff`),
+    counting what it runs and quick to notice a lost peer."""
 
     def __init__(
         self, *args: Any, metrics: JobMetrics | None = None, lost_after: int = 30, **kwargs: Any
     ) -> None:
         kwargs.setdefault("job_class", KnownJob)
+        kwargs.setdefault("queue_class", HandoffQueue)
         super().__init__(*args, **kwargs)
         self.metrics = metrics
         self.lost_after = lost_after
@@ -120,6 +123,11 @@ class TraceWorker(Worker):
             remaining = job.timeout - float(self.current_job_working_time or 0)
             interval = int(max(1, min(remaining, interval)))
         return interval + self.lost_after
+
+    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
+        # Every job was taken onto an intermediate list (RQ assumes so for one queue
+        # only): leave it in the transaction that marks the job started.
+        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         job.meta["runs"] = int(job.meta.get("runs", 0)) + 1

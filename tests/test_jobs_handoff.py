@@ -1,0 +1,126 @@
+"""Taking jobs without a gap (gpuplan.jobs.handoff), against a real Redis: the highest
+priority first, onto an intermediate list, woken by a push, and a job that a worker took
+but never started put back at the front of its queue."""
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from rq.exceptions import DequeueTimeout
+from rq.serializers import JSONSerializer
+
+from gpuplan.jobs.handoff import DOORBELL_LENGTH, HandoffQueue, doorbell_key, taken_key
+from gpuplan.jobs.queue import JobQueue, Priority, queue_names
+from gpuplan.jobs.worker import TraceWorker
+from tests.helpers import drop_jobs
+
+
+@pytest.fixture
+def jobs(redis_url: str, key_prefix: str) -> Iterator[JobQueue]:
+    yield JobQueue(redis.Redis.from_url(redis_url), f"{key_prefix}jobs:")
+    drop_jobs(redis_url, key_prefix)
+
+
+def queues(jobs: JobQueue) -> list[HandoffQueue]:
+    return [
+        HandoffQueue(name, connection=jobs.redis, serializer=JSONSerializer)
+        for name in queue_names(jobs.prefix)
+    ]
+
+
+def submit(jobs: JobQueue, priority: Priority = "normal") -> str:
+    return jobs.submit("trace", {}, timeout_seconds=60, priority=priority)
+
+
+def take(jobs: JobQueue, timeout: int | None = None) -> str | None:
+    taken = HandoffQueue.dequeue_any(
+        queues(jobs), timeout, connection=jobs.redis, serializer=JSONSerializer
+    )
+    return None if taken is None else taken[0].id
+
+
+def ids(connection: redis.Redis, key: str) -> list[str]:
+    return [m.decode() if isinstance(m, bytes) else str(m) for m in connection.lrange(key, 0, -1)]
+
+
+def sweep(jobs: JobQueue, lost_after: int) -> None:
+    """One worker's maintenance of every queue's intermediate list."""
+    worker = TraceWorker(queues(jobs), connection=jobs.redis, lost_after=lost_after)
+    for queue in worker.queues:
+        queue.intermediate_queue.cleanup(worker, queue)
+
+
+def test_the_highest_priority_job_moves_onto_its_queues_intermediate_list(
+    jobs: JobQueue,
+) -> None:
+    low, normal, high = submit(jobs, "low"), submit(jobs, "normal"), submit(jobs, "high")
+    assert take(jobs) == high
+    first = queues(jobs)[0]
+    assert ids(jobs.redis, first.key) == []
+    assert ids(jobs.redis, first.intermediate_queue_key) == [high]
+    assert jobs.redis.hexists(taken_key(first.intermediate_queue_key), high)
+    record = jobs.get(high)
+    assert record is not None
+    assert record.status == "queued"  # taken, not started: still waiting
+    assert [take(jobs), take(jobs), take(jobs)] == [normal, low, None]
+
+
+def test_an_idle_taker_wakes_when_a_job_is_pushed(jobs: JobQueue) -> None:
+    got: list[str | None] = []
+    waiter = threading.Thread(target=lambda: got.append(take(jobs, timeout=60)))
+    waiter.start()
+    time.sleep(0.3)
+    job_id = submit(jobs, "low")
+    waiter.join(timeout=15)  # woken by the push, not by the 60 s timeout
+    assert not waiter.is_alive()
+    assert got == [job_id]
+
+
+def test_a_taker_with_nothing_to_take_times_out(jobs: JobQueue) -> None:
+    with pytest.raises(DequeueTimeout):
+        take(jobs, timeout=1)
+
+
+def test_rings_are_kept_to_a_bounded_length(jobs: JobQueue) -> None:
+    for _ in range(DOORBELL_LENGTH + 5):
+        submit(jobs)
+    normal = queues(jobs)[1]
+    assert jobs.redis.llen(doorbell_key(normal.key)) == DOORBELL_LENGTH
+    assert jobs.redis.llen(normal.key) == DOORBELL_LENGTH + 5
+
+
+def test_a_job_taken_and_never_started_goes_back_to_the_front(jobs: JobQueue) -> None:
+    first, second = submit(jobs), submit(jobs)
+    assert take(jobs) == first  # by a worker that dies before its child starts the job
+    normal = queues(jobs)[1]
+    sweep(jobs, lost_after=3600)
+    assert ids(jobs.redis, normal.key) == [second]  # not yet: its worker may be slow
+    jobs.redis.delete(doorbell_key(normal.key))
+    sweep(jobs, lost_after=0)
+    assert ids(jobs.redis, normal.key) == [first, second]
+    assert ids(jobs.redis, normal.intermediate_queue_key) == []
+    assert not jobs.redis.exists(taken_key(normal.intermediate_queue_key))
+    assert ids(jobs.redis, doorbell_key(normal.key)) == [first]  # an idle worker wakes
+    assert take(jobs) == first
+
+
+def test_a_taken_job_cancelled_meanwhile_is_not_put_back(jobs: JobQueue) -> None:
+    job_id = submit(jobs)
+    assert take(jobs) == job_id
+    jobs.cancel(job_id)
+    sweep(jobs, lost_after=0)
+    normal = queues(jobs)[1]
+    assert ids(jobs.redis, normal.key) == []
+    assert ids(jobs.redis, normal.intermediate_queue_key) == []
+    record = jobs.get(job_id)
+    assert record is not None
+    assert (record.status, record.failure) == ("failed", "cancelled")
+
+
+def test_a_job_deleted_while_it_waited_is_skipped(jobs: JobQueue) -> None:
+    gone, kept = submit(jobs), submit(jobs)
+    jobs.redis.delete(f"rq:job:{gone}")
+    assert take(jobs) == kept
+    assert ids(jobs.redis, queues(jobs)[1].intermediate_queue_key) == [kept]
