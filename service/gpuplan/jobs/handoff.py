@@ -12,7 +12,10 @@ moves the head of the first non-empty queue (highest priority first) onto that q
 intermediate list and records when, in Redis's clock; the child's bookkeeping removes
 it from there in the transaction that marks the job started. Waiting cannot be a script
 (scripts do not block), so every push rings a doorbell, a short list per queue that an
-idle worker blocks on with ``BLPOP``; a ring says "look again", never which job.
+idle worker blocks on with ``BLPOP``; a ring says "look again", never which job. (RQ
+requeues a lost worker's job through a plain queue, which does not ring; the worker
+whose maintenance requeued it looks next, and every idle worker looks again at least
+once a dequeue timeout, ``maintenance_seconds``.)
 
 A job still on an intermediate list ``lost_after_seconds`` after it was taken, and
 still ``queued``, was taken by a worker that never started it: maintenance puts it back
