@@ -99,14 +99,14 @@ def run(runs: int = 20, fresh_runs: int = 3) -> dict[str, Any]:
         "warm_worker_median_seconds": round(statistics.median(warm), 3),
         "warm_worker_max_seconds": round(max(warm), 3),
         "fresh_process_seconds": [round(s, 2) for s in fresh],
-        "fresh_process_median_seconds": round(statistics.median(fresh), 2),
+        "fresh_process_median_seconds": round(statistics.median(fresh), 2) if fresh else None,
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--fresh-runs", type=int, default=3)
+    parser.add_argument("--fresh-runs", type=int, default=3, help="0: the warm worker only")
     args = parser.parse_args()
     result = run(args.runs, args.fresh_runs)
     RESULTS.mkdir(exist_ok=True)
