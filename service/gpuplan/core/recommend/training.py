@@ -254,7 +254,14 @@ def _gradient_bytes(w: Workload, wide: bool) -> int:
     Megatron, Megatron-LM's default, the dtype the memory estimate keeps the gradient
     buffer in (fp32 for bf16: ``states.gradient_reduce_dtype``); unnamed elsewhere, the
     bytes the efficiencies were fitted with (fp32 beside fp32 weights, else the compute
-    dtype)."""
+    dtype).
+
+    FSDP2 with fp8 is the one place this parts from the memory estimate, which keeps
+    torchao's fp32 shards and so an fp32 reduce: sending 4 bytes there and refitting
+    (``python -m bench.published.fit``, tried 2026-12-04) leaves the float8 blog's three
+    fp8 runs 19% to 36% slow, the held-out 405B among them, while their bf16 twins stay
+    within 8%. Those runs paid for their reduce as the bf16 ones did, so the wire keeps
+    the compute dtype's bytes until a run names its reduce dtype."""
     if w.parallelism.gradient_reduce_dtype is not None or framework_of(w) == "megatron":
         return DTYPE_BYTES[gradient_reduce_dtype(w)]
     return 4 if wide else 2
