@@ -27,7 +27,9 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "service")}
+    # The caller's path too: where the image lacks a package, it travels on that path.
+    path = [str(ROOT / "service"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.run(
         [sys.executable, *args], capture_output=True, text=True, timeout=timeout, env=env,
         check=False,
