@@ -130,6 +130,10 @@ def main() -> None:
         row = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(row)
         print(json.dumps(row), flush=True)
+        _write(name, rows)  # after each target: a run cut short keeps what it measured
+
+
+def _write(name: str, rows: list[dict[str, Any]]) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "trace_cuda.json").write_text(
         json.dumps(
