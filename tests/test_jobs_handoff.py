@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 from rq.exceptions import DequeueTimeout
+from rq.job import Job
+from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
 from gpuplan.jobs.handoff import DOORBELL_LENGTH, HandoffQueue, doorbell_key, taken_key
@@ -124,3 +126,34 @@ def test_a_job_deleted_while_it_waited_is_skipped(jobs: JobQueue) -> None:
     jobs.redis.delete(f"rq:job:{gone}")
     assert take(jobs) == kept
     assert ids(jobs.redis, queues(jobs)[1].intermediate_queue_key) == [kept]
+
+
+def taken(jobs: JobQueue) -> tuple[Job, Queue]:
+    got = HandoffQueue.dequeue_any(queues(jobs), None, connection=jobs.redis)
+    assert got is not None
+    return got
+
+
+def test_a_registered_job_is_left_to_rqs_recovery(jobs: JobQueue) -> None:
+    """Once the worker has put the job in RQ's started registry, a lost worker is RQ's
+    to handle (its heartbeat lapses): maintenance must not queue the job again."""
+    job_id = submit(jobs)
+    job, queue = taken(jobs)
+    TraceWorker(queues(jobs), connection=jobs.redis).prepare_execution(job)
+    assert job_id in queue.started_job_registry
+    assert ids(jobs.redis, queue.intermediate_queue_key) == []
+    assert not jobs.redis.hexists(taken_key(queue.intermediate_queue_key), job_id)
+    sweep(jobs, lost_after=0)
+    assert ids(jobs.redis, queue.key) == []
+
+
+def test_a_registered_job_whose_child_died_is_queued_once(jobs: JobQueue) -> None:
+    """A child killed before it marked the job started: RQ retries it, and maintenance
+    must not add a second copy."""
+    job_id = submit(jobs)
+    job, queue = taken(jobs)
+    worker = TraceWorker(queues(jobs), connection=jobs.redis)
+    worker.prepare_execution(job)
+    worker.handle_job_failure(job, queue, exc_string="Work-horse terminated unexpectedly")
+    sweep(jobs, lost_after=0)
+    assert ids(jobs.redis, queue.key) == [job_id]

@@ -9,8 +9,11 @@ but only for a worker on one queue, and ours listen on one per priority.
 
 :class:`HandoffQueue` takes the way RQ does for one queue, for any number: one script
 moves the head of the first non-empty queue (highest priority first) onto that queue's
-intermediate list and records when, in Redis's clock; the child's bookkeeping removes
-it from there in the transaction that marks the job started. Waiting cannot be a script
+intermediate list and records when, in Redis's clock. The worker ends the handoff
+(:func:`hand_over`) in the transaction that puts the job in RQ's started registry, in
+the worker process before it forks: from then on RQ's own recovery owns the job (a lost
+worker's heartbeat lapses, a killed child fails or retries it), so a job is never both
+on an intermediate list and in the started registry. Waiting cannot be a script
 (scripts do not block), so every push rings a doorbell, a short list per queue that an
 idle worker blocks on with ``BLPOP``; a ring says "look again", never which job. (RQ
 requeues a lost worker's job through a plain queue, which does not ring; the worker
@@ -18,9 +21,10 @@ whose maintenance requeued it looks next, and every idle worker looks again at l
 once a dequeue timeout, ``maintenance_seconds``.)
 
 A job still on an intermediate list ``lost_after_seconds`` after it was taken, and
-still ``queued``, was taken by a worker that never started it: maintenance puts it back
-at the front of its queue (:meth:`Handoff.cleanup`). It never ran, so running it is
-safe; RQ itself would fail it.
+still ``queued``, was taken by a worker that died before it registered the job (the
+moments between a script and the next transaction): maintenance puts it back at the
+front of its queue (:meth:`Handoff.cleanup`). It never ran, so running it is safe; RQ
+itself would fail it.
 """
 
 import math
@@ -90,9 +94,10 @@ class Handoff(IntermediateQueue):
         started (maintenance calls this for each queue, under RQ's maintenance lock)."""
         grace = float(getattr(worker, "lost_after", 60))
         taken = taken_key(self.key)
-        ids = self.get_job_ids()
         now = _redis_time(self.connection)
+        # The times before the list: a job taken in between has its time and is kept.
         recorded = {as_text(k): float(v) for k, v in self.connection.hgetall(taken).items()}
+        ids = self.get_job_ids()
         for job_id in set(recorded) - set(ids):  # started: its child removed it from the list
             self.connection.hdel(taken, job_id)
         for job_id in ids:
@@ -167,14 +172,35 @@ class HandoffQueue(Queue):
                 try:
                     job = job_cls.fetch(job_id, connection=connection, serializer=serializer)
                 except NoSuchJobError:  # deleted while it waited: nothing to run
-                    Handoff(queue.key, connection).remove(job_id)
+                    _drop(connection, queue.key, job_id)
                     continue
+                except Exception:  # unreadable: RQ reports it; never taken again
+                    _drop(connection, queue.key, job_id)
+                    raise
                 return job, queue
             if deadline is None:
                 return None
             left = deadline - time.monotonic()
             if left <= 0 or connection.blpop(doorbells, max(1, math.ceil(left))) is None:
                 raise DequeueTimeout(timeout, [q.key for q in queues])
+
+
+def hand_over(pipe: Pipeline, job: Job) -> None:
+    """End ``job``'s handoff: off its queue's intermediate list, in ``pipe`` (the
+    transaction that registers the job as started)."""
+    intermediate = IntermediateQueue.get_intermediate_queue_key(
+        Queue.redis_queue_namespace_prefix + job.origin
+    )
+    pipe.lrem(intermediate, 1, job.id)
+    pipe.hdel(taken_key(intermediate), job.id)
+
+
+def _drop(connection: Redis, queue_key: str, job_id: str) -> None:
+    intermediate = IntermediateQueue.get_intermediate_queue_key(queue_key)
+    pipe = connection.pipeline()
+    pipe.lrem(intermediate, 1, job_id)
+    pipe.hdel(taken_key(intermediate), job_id)
+    pipe.execute()
 
 
 def ring(pipe: Pipeline | Redis, queue_key: str, job_id: str) -> None:

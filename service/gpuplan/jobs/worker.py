@@ -24,12 +24,14 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Worker
 from rq.exceptions import AbandonedJobError
+from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
+from rq.worker import WorkerStatus
 
 from gpuplan.jobs.config import WorkerConfig
-from gpuplan.jobs.handoff import HandoffQueue
+from gpuplan.jobs.handoff import HandoffQueue, hand_over
 from gpuplan.jobs.metrics import JobMetrics
 from gpuplan.jobs.queue import FUNCTIONS, JobQueue, connect, queue_names
 
@@ -124,10 +126,19 @@ class TraceWorker(Worker):
             interval = int(max(1, min(remaining, interval)))
         return interval + self.lost_after
 
-    def prepare_job_execution(self, job: Job, remove_from_intermediate_queue: bool = False) -> None:
-        # Every job was taken onto an intermediate list (RQ assumes so for one queue
-        # only): leave it in the transaction that marks the job started.
-        super().prepare_job_execution(job, remove_from_intermediate_queue=True)
+    def prepare_execution(self, job: Job) -> Execution:
+        # RQ's step in this process, before the fork, that puts the job in the started
+        # registry (rq/executions.py: prepare_execution), with the job's handoff ended
+        # in the same transaction: RQ's recovery owns the job from here.
+        with self.connection.pipeline() as pipe:
+            execution = Execution.create(
+                job, self.get_heartbeat_ttl(job), pipeline=pipe, worker_name=self.name
+            )
+            self.set_state(WorkerStatus.BUSY, pipeline=pipe)
+            hand_over(pipe, job)
+            pipe.execute()
+        self.execution = execution
+        return execution
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         job.meta["runs"] = int(job.meta.get("runs", 0)) + 1
