@@ -240,3 +240,23 @@ def test_recorder_without_a_driver_says_so() -> None:
     assert done.returncode == 1
     assert "cannot record: NVML did not initialise" in done.stderr
     assert done.stdout == ""
+
+
+def test_a_real_h200_recording_replays_through_the_collector() -> None:
+    """tests/fixtures/nvml/h200-vm.json was captured from a real H200 (driver 580): the
+    collector reads it as the driver answered, NVLink (absent in that VM) unsupported."""
+    source, replay = replay_source("h200-vm")
+    sweep = source.collect("vm")
+    assert sweep.driver_version == "580.159.04"
+    [gpu] = sweep.gpus
+    assert (gpu.model_name, gpu.up, gpu.mig_enabled) == ("NVIDIA H200", True, False)
+    assert gpu.memory_total_bytes == 150_754_820_096  # 140.4 GiB: NVML's total, not 141 GB
+    assert gpu.memory_used_bytes == 644_939_776
+    assert gpu.power_limit_watts == 700.0
+    assert gpu.temperature_celsius == 31.0  # TemperatureV answers on 580
+    assert (gpu.sm_clock_hertz, gpu.sm_clock_max_hertz) == (345e6, 1980e6)
+    assert (gpu.pcie_generation, gpu.pcie_width) == (5, 16)
+    assert gpu.compute_processes == 0
+    assert gpu.unsupported_fields == ["nvlink_links_active", "nvlink_version"]
+    assert sweep.nvlink_pairs == set()
+    assert replay.missed == []
