@@ -24,7 +24,8 @@ def test_estimate_answers_with_breakdown_and_fit(client: TestClient[Litestar]) -
     body = response.json()
     assert body["parameters"] == 6_738_415_616
     assert body["breakdown"]["kv_cache_bytes"] == 2 << 30
-    assert body["total_bytes"] == body["peak_bytes"] + body["breakdown"]["framework_overhead_bytes"]
+    tensors = body["peak_bytes"] - body["breakdown"]["workspace_bytes"]
+    assert body["total_bytes"] == tensors + body["breakdown"]["framework_overhead_bytes"]
     assert body["fit"]["gpu"] == "l4-24gb"
     assert body["fit"]["fits"] is True
     assert body["method"] == "analytic"

@@ -262,7 +262,8 @@ def test_overhead_and_headroom() -> None:
     cuda = run({"name": "gpt2"}, sequence_length=128)
     assert cpu.breakdown.framework_overhead_bytes == 0
     assert cpu.total_bytes == cpu.peak_bytes
-    assert cuda.total_bytes == cuda.peak_bytes + cuda.breakdown.framework_overhead_bytes
+    tensors = cuda.peak_bytes - cuda.breakdown.workspace_bytes
+    assert cuda.total_bytes == tensors + cuda.breakdown.framework_overhead_bytes
     assert cuda.breakdown.framework_overhead_bytes >= 256 << 20  # a CUDA context at least
     assert cuda.required_bytes == pytest.approx(cuda.total_bytes * 1.2, abs=1)
     nccl = run({"name": "gpt2"}, sequence_length=128, parallelism={"data": 8})
@@ -271,13 +272,20 @@ def test_overhead_and_headroom() -> None:
 
 def test_the_measures_by_their_tools_names() -> None:
     """peak (max_memory_allocated) <= reserved (max_memory_reserved) <= device
-    (nvidia-smi) and required = device x 1.2; their parts add up."""
+    (nvidia-smi) and required = device x 1.2; their parts add up. The cuBLAS workspaces
+    are allocated, so they are in the peak (an H200 read them there:
+    bench/results/reserve_cuda.json)."""
     r = run({"name": "llama-3.1-8b"}, sequence_length=2048, batch_size=2, gpu="h100-sxm5-80gb")
     b = r.breakdown
     assert r.peak_bytes < r.reserved_bytes < r.device_bytes == r.total_bytes
-    assert r.reserved_bytes == r.peak_bytes + b.workspace_bytes + b.allocator_cache_bytes
+    tensors = (
+        b.weights_bytes + b.gradients_bytes + b.optimizer_state_bytes + b.master_weights_bytes
+        + b.activations_bytes + b.kv_cache_bytes + b.temporary_bytes
+    )  # fmt: skip
+    assert r.peak_bytes == tensors + b.workspace_bytes
+    assert r.reserved_bytes == r.peak_bytes + b.allocator_cache_bytes
     assert r.device_bytes == r.reserved_bytes + b.context_bytes + b.communication_buffers_bytes
-    assert b.framework_overhead_bytes == r.device_bytes - r.peak_bytes
+    assert b.framework_overhead_bytes == r.device_bytes - tensors
     assert r.required_bytes == math.ceil(r.device_bytes * 1.2)
     assert r.fit is not None
     assert r.fit.required_bytes == r.required_bytes

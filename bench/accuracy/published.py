@@ -34,13 +34,13 @@ def figure(r: EstimateResponse, measure: str) -> int:
     """The estimate's figure for what the source measured."""
     b = r.breakdown
     if measure == "max_memory_allocated":
-        return r.peak_bytes + b.workspace_bytes
+        return r.peak_bytes  # the tensors and the cuBLAS workspaces
     if measure == "max_memory_reserved":
         return r.reserved_bytes
     if measure == "nvidia_smi":
         return r.device_bytes
     if measure == "allocated_plus_outside":
-        return r.peak_bytes + b.workspace_bytes + b.context_bytes + b.communication_buffers_bytes
+        return r.peak_bytes + b.context_bytes + b.communication_buffers_bytes
     raise ValueError(f"unknown measure {measure!r}")
 
 

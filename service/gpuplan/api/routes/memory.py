@@ -28,8 +28,8 @@ async def estimate_memory(
 
     The model is a Hugging Face `config.json` (`hf_config`, read offline), a built-in
     preset (`name`, see `GET /v1/models`) or a bare `parameters` count. The answer is
-    per GPU, by the tool that reads it: `peak_bytes` (tensor bytes at the peak:
-    `torch.cuda.max_memory_allocated`), `reserved_bytes` (the caching allocator's
+    per GPU, by the tool that reads it: `peak_bytes` (tensors and cuBLAS workspaces at
+    the peak: `torch.cuda.max_memory_allocated`), `reserved_bytes` (the caching allocator's
     segments: `torch.cuda.max_memory_reserved`), `device_bytes` (what `nvidia-smi`
     shows: plus the CUDA context and NCCL buffers) and `required_bytes` (`device_bytes`
     plus 20% planning headroom), with the breakdown at the peak and the assumptions

@@ -1,9 +1,9 @@
 """The measures a job is read by, beyond its tensors: reserved, device, required.
 
-* ``peak_bytes``: tensor bytes at the peak, ``torch.cuda.max_memory_allocated``.
+* ``peak_bytes``: bytes allocated at the peak, ``torch.cuda.max_memory_allocated``: the
+  tensors and the cuBLAS workspaces, which come from the same caching allocator.
 * ``reserved_bytes``: the caching allocator's segments, ``torch.cuda.max_memory_reserved``:
-  the peak, the gap the allocator's segments leave above it (:mod:`reserve`), and the
-  cuBLAS workspaces, which are allocated through the same allocator.
+  the peak and the gap the allocator's segments leave above it (:mod:`reserve`).
 * ``device_bytes``: what ``nvidia-smi`` shows for the process: the reserved segments,
   the CUDA (or ROCm) context with the kernels the job loaded, and NCCL's buffers, none
   of which the allocator sees.
@@ -91,7 +91,7 @@ class Overhead(Record, kw_only=True):
     """Bytes a process holds beyond its tensors, on one GPU."""
 
     workspaces: float
-    """BLAS workspaces, inside the caching allocator (so in ``reserved_bytes``)."""
+    """BLAS workspaces, inside the caching allocator (so in ``peak_bytes``)."""
 
     context: float
     """CUDA/ROCm context with the job's kernels, outside the allocator."""
@@ -157,7 +157,7 @@ def _overhead(
         f"{context / MiB:.0f} MiB with {figures[0].module_loading} module loading (the mean of "
         f"{len(figures)} published job figure(s), core/memory/data/runtime.toml)"
         + (f", and {len(groups)} NCCL communicator(s), {nccl / 1e6:.0f} MB" if nccl else ""),
-        f"reserved_bytes includes {handles} cuBLAS workspace(s) of {workspace:,} B, "
+        f"peak_bytes includes {handles} cuBLAS workspace(s) of {workspace:,} B, "
         "allocated through the caching allocator",
     ]
     return Overhead(

@@ -1,6 +1,7 @@
 """``max_memory_reserved``: the caching allocator's segments, from the step's pattern.
 
-``torch.cuda.max_memory_allocated`` counts tensor bytes; ``max_memory_reserved`` counts
+``torch.cuda.max_memory_allocated`` counts the bytes handed out (tensors, and the cuBLAS
+workspaces); ``max_memory_reserved`` counts
 the segments PyTorch's caching allocator obtained from ``cudaMalloc`` to hold them,
 and it never gives a segment back during a job (no ``empty_cache``). The gap is not a
 percentage of the peak: it comes from the order and the sizes of the step's requests.

@@ -126,7 +126,7 @@ class Measures(Record, kw_only=True):
 
 
 def measures(
-    peak_bytes: int,
+    tensor_bytes: int,
     allocator_gap: float,
     *,
     runtime: str,
@@ -136,10 +136,15 @@ def measures(
     cuda_version: str | None = None,
     loading: str = "lazy",
 ) -> Measures:
-    """``peak_bytes`` read as ``max_memory_reserved``, ``nvidia-smi`` and with headroom.
+    """The tensors alive at the peak (``tensor_bytes``) read as ``max_memory_allocated``,
+    ``max_memory_reserved``, ``nvidia-smi`` and with headroom.
 
-    The recommendation's memory oracle re-prices a GPU-independent estimate with this
-    function, so a GPU changes only these terms.
+    The cuBLAS workspaces come from the caching allocator, so ``max_memory_allocated``
+    counts them beside the tensors: 17 training steps on an H200 (3B and 7B Llama
+    shapes, bench/results/reserve_cuda.json) read 64 to 70 MiB above the tensors, the
+    two 32 MiB workspaces of a training step. The recommendation's memory oracle
+    re-prices a GPU-independent estimate with this function, so a GPU changes only
+    these terms.
     """
     load = module_loading(cuda_version, "eager" if loading == "eager" else "lazy")
     overhead = framework_overhead(
@@ -149,15 +154,16 @@ def measures(
     if load != loading:
         notes.append(f"CUDA {cuda_version} predates lazy module loading (11.7): eager")
     if runtime == "cpu":
-        reserved = device = peak_bytes
+        peak = reserved = device = tensor_bytes
         workspaces = cache = 0
     else:
         workspaces = _b(sum(round_segment(w) for w in [overhead.workspaces]))
         cache = _b(allocator_gap)
-        reserved = peak_bytes + workspaces + cache
+        peak = tensor_bytes + workspaces
+        reserved = peak + cache
         device = reserved + _b(overhead.outside_allocator)
     return Measures(
-        peak=peak_bytes,
+        peak=peak,
         reserved=reserved,
         device=device,
         required=_b(device * (1 + HEADROOM)),
@@ -211,7 +217,7 @@ def respond(
         activations_bytes=_b(peak.activations),
         kv_cache_bytes=_b(peak.kv_cache),
         temporary_bytes=_b(peak.temporary),
-        framework_overhead_bytes=measured.device - measured.peak,
+        framework_overhead_bytes=measured.device - measured.peak + measured.workspaces,
         workspace_bytes=measured.workspaces,
         allocator_cache_bytes=measured.cache,
         context_bytes=measured.context if request.runtime != "cpu" else 0,

@@ -333,10 +333,12 @@ class Breakdown(Record):
     kv_cache_bytes: int
     temporary_bytes: int
     framework_overhead_bytes: int
-    """Everything beyond the tensors: ``device_bytes - peak_bytes``, the sum of the four below."""
+    """Everything beyond the tensors: ``device_bytes`` less the seven components above,
+    the sum of the four below."""
 
     workspace_bytes: int = 0
-    """cuBLAS workspaces, allocated through the caching allocator."""
+    """cuBLAS workspaces, allocated through the caching allocator: part of ``peak_bytes``,
+    as ``torch.cuda.max_memory_allocated`` counts them."""
 
     allocator_cache_bytes: int = 0
     """Segments the caching allocator holds beyond the peak (cached free blocks, splits)."""
@@ -384,12 +386,13 @@ class EstimateResponse(Record):
 
     trainable_parameters: int
     peak_bytes: int
-    """Tensor bytes at the peak: compare with ``torch.cuda.max_memory_allocated``."""
+    """Bytes allocated at the peak, the tensors and the cuBLAS workspaces: compare with
+    ``torch.cuda.max_memory_allocated``."""
 
     reserved_bytes: int
     """The caching allocator's segments at their most: compare with
-    ``torch.cuda.max_memory_reserved`` (``peak_bytes``, the cuBLAS workspaces and the
-    blocks the allocator keeps cached beside them)."""
+    ``torch.cuda.max_memory_reserved`` (``peak_bytes`` and the blocks the allocator
+    keeps cached beside them)."""
 
     device_bytes: int
     """What ``nvidia-smi`` shows for the process at the peak: ``reserved_bytes`` plus the

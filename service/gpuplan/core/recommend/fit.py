@@ -111,7 +111,7 @@ class MemoryOracle:
             return None
         p = workload.parallelism
         value = measures(
-            base.peak_bytes,
+            base.peak_bytes - base.breakdown.workspace_bytes,  # the tensors alone
             base.breakdown.allocator_cache_bytes,
             runtime=runtime,
             architecture=gpu.architecture,
