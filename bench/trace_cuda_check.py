@@ -44,9 +44,9 @@ def _hf_medium(dtype: torch.dtype) -> Callable[[], Any]:
     def build() -> Any:
         from transformers import AutoConfig, AutoModelForCausalLM
 
-        values = dict(LLAMA_MEDIUM)
-        hf = AutoConfig.for_model(values.pop("model_type"), **values)
-        model = AutoModelForCausalLM.from_config(hf, dtype=dtype)
+        values: dict[str, Any] = dict(LLAMA_MEDIUM)
+        hf = AutoConfig.for_model(str(values.pop("model_type")), **values)
+        model = AutoModelForCausalLM.from_config(hf, dtype=dtype)  # type: ignore[no-untyped-call]
         ids = torch.randint(0, hf.vocab_size, (4, 1024))
         return model, {"input_ids": ids, "labels": ids}
 

@@ -72,7 +72,7 @@ def _build(config: dict[str, Any], workload: Workload) -> Any:
     shape = (workload.batch_size, workload.sequence_length)
 
     def build() -> Any:
-        model = AutoModelForCausalLM.from_config(
+        model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
             hf, dtype=DTYPES[workload.precision], attn_implementation="sdpa"
         )
         if workload.gradient_checkpointing == "full":

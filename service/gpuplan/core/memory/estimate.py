@@ -121,6 +121,12 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
             sp=w.parallelism.sequence_parallel,
         )
         costs = _layer_costs(arch, counts, d, num, w)
+        if w.attention != "eager" and keeps_attention_weights(arch, w, num):
+            assumptions.append(
+                "attention: sdpa in fp32 with grouped key/value heads runs PyTorch's math "
+                "kernel on CUDA (no fused kernel takes that call), which keeps each layer's "
+                "s x s attention weights for the backward, as eager attention does"
+            )
         if w.mode == "inference":
             peak = _inference(
                 arch,
@@ -161,7 +167,7 @@ def _layer_costs(
     arch: Architecture, counts: ParameterCount, d: Dims, num: Numerics, w: Workload
 ) -> list[LayerCost]:
     step = Step(
-        eager=w.attention == "eager",
+        eager=keeps_attention_weights(arch, w, num),
         training=w.mode != "inference",
         selective=w.gradient_checkpointing == "selective",
         trainable=_trainable(arch, w),
@@ -216,6 +222,29 @@ def _layer_costs(
             priced[key] = cost
         costs.append(cost)
     return costs
+
+
+def keeps_attention_weights(arch: Architecture, w: Workload, num: Numerics) -> bool:
+    """Whether a layer's attention keeps its s×s weights for the backward.
+
+    Eager attention does. So does ``sdpa`` when a training step on CUDA calls it in fp32
+    with grouped key/value heads (Hugging Face passes ``enable_gqa`` for an unpadded
+    batch): flash attention computes in 16 bits only, and the memory-efficient kernel
+    did not take grouped heads in torch 2.11, so PyTorch ran its math kernel. On an
+    H200 a Llama of 16 query and 4 key/value heads in fp32 allocated 8,573,155,328 B
+    (bench/results/trace_cuda.json, ``llama_medium_fp32``); with the weights kept the
+    estimate is 0.6% below that, without them 28%. In bf16 the same model ran flash
+    attention and kept none. The CPU kernels take fp32 grouped heads.
+    """
+    if w.attention == "eager":
+        return True
+    return (
+        w.attention == "sdpa"
+        and w.mode != "inference"
+        and not num.cpu
+        and num.matmul == FP32
+        and arch.num_kv_heads < arch.num_heads
+    )
 
 
 def _chunked_loss(head: HeadCost, d: Dims, num: Numerics, chunks: int) -> HeadCost:

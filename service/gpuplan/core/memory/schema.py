@@ -257,7 +257,9 @@ class Workload(Record):
     (a factor fitted to published runs)."""
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
-    log-sum-exp per query."""
+    log-sum-exp per query, except ``sdpa`` training in fp32 on CUDA with grouped
+    key/value heads, which PyTorch runs through its math kernel (measured on an H200):
+    it keeps the scores as ``eager`` does."""
 
     gradient_accumulation_steps: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)] = 1
     parallelism: Parallelism = msgspec.field(default_factory=Parallelism)
