@@ -91,14 +91,14 @@ class Handoff(IntermediateQueue):
 
     def cleanup(self, worker: Any, queue: Queue) -> None:
         """Put back every job taken longer than the worker's ``lost_after`` ago and never
-        started (maintenance calls this for each queue, under RQ's maintenance lock)."""
+        registered (maintenance calls this for each queue, under RQ's maintenance lock)."""
         grace = float(getattr(worker, "lost_after", 60))
         taken = taken_key(self.key)
         now = _redis_time(self.connection)
         # The times before the list: a job taken in between has its time and is kept.
         recorded = {as_text(k): float(v) for k, v in self.connection.hgetall(taken).items()}
         ids = self.get_job_ids()
-        for job_id in set(recorded) - set(ids):  # started: its child removed it from the list
+        for job_id in set(recorded) - set(ids):  # registered: :func:`hand_over` removed it
             self.connection.hdel(taken, job_id)
         for job_id in ids:
             since = recorded.get(job_id)
@@ -186,21 +186,23 @@ class HandoffQueue(Queue):
 
 
 def hand_over(pipe: Pipeline, job: Job) -> None:
-    """End ``job``'s handoff: off its queue's intermediate list, in ``pipe`` (the
-    transaction that registers the job as started)."""
-    intermediate = IntermediateQueue.get_intermediate_queue_key(
-        Queue.redis_queue_namespace_prefix + job.origin
-    )
-    pipe.lrem(intermediate, 1, job.id)
-    pipe.hdel(taken_key(intermediate), job.id)
+    """End ``job``'s handoff in ``pipe`` (the transaction that registers the job as
+    started)."""
+    _forget(pipe, Queue.redis_queue_namespace_prefix + job.origin, job.id)
 
 
 def _drop(connection: Redis, queue_key: str, job_id: str) -> None:
-    intermediate = IntermediateQueue.get_intermediate_queue_key(queue_key)
+    """Take a job that will not run off ``queue_key``'s intermediate list."""
     pipe = connection.pipeline()
+    _forget(pipe, queue_key, job_id)
+    pipe.execute()
+
+
+def _forget(pipe: Pipeline, queue_key: str, job_id: str) -> None:
+    """Off the queue's intermediate list, with its taken-at time."""
+    intermediate = IntermediateQueue.get_intermediate_queue_key(queue_key)
     pipe.lrem(intermediate, 1, job_id)
     pipe.hdel(taken_key(intermediate), job_id)
-    pipe.execute()
 
 
 def ring(pipe: Pipeline | Redis, queue_key: str, job_id: str) -> None:
