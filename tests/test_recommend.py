@@ -18,7 +18,7 @@ from gpuplan.core.perf.step import Rates, StepLinks, StepShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
-from gpuplan.core.recommend.schema import Candidate, ParallelLayout, RecommendResponse
+from gpuplan.core.recommend.schema import Candidate, ParallelLayout, RecommendResponse, StepTime
 
 GiB = 1 << 30
 CATALOG = builtin_catalog()
@@ -826,3 +826,76 @@ def test_vision_speed_uses_measured_flops_per_sample() -> None:
     bigger_best = recommend(bigger, builtin_catalog()).recommendations[0]
     assert bigger_best.throughput is not None
     assert bigger_best.throughput.value == pytest.approx(best.throughput.value / 4, rel=0.05)
+
+
+# ---------------------------------------------------------------- attention kernels
+
+FALCON_7B = {
+    "model_type": "falcon",
+    "hidden_size": 4544,
+    "num_attention_heads": 71,
+    "num_hidden_layers": 32,
+    "multi_query": True,
+    "new_decoder_architecture": False,
+    "vocab_size": 65024,
+}
+
+
+def _step_on_h100(model: dict[str, Any], precision: str, attention: str) -> StepTime:
+    body = train("llama-2-7b", global_batch=8, precision=precision, attention=attention)
+    body["model"] = model
+    body["workload"].update(batch_size=1, parallelism={"data": 8, "zero_stage": 3})
+    body["layout"] = "given"
+    body["constraints"] = {"include": ["h100-sxm5-80gb"], "max_gpus_per_job": 8}
+    (plan,) = recommend(req(**body), CATALOG).recommendations
+    assert plan.step is not None
+    return plan.step
+
+
+@pytest.mark.parametrize(
+    ("model", "precision"),
+    [
+        ({"name": "llama-3.1-8b"}, "fp32"),  # grouped heads in fp32: no fused kernel
+        ({"hf_config": FALCON_7B}, "bf16"),  # one key/value head, not repeated
+    ],
+)
+def test_sdpa_on_its_math_kernel_is_timed_as_eager_attention(
+    model: dict[str, Any], precision: str
+) -> None:
+    """Where SDPA runs its math kernel, it computes every score as eager attention does:
+    the speed model skips no causal half for it, as the memory estimate keeps its
+    weights (one rule in core/memory/kernels.py)."""
+    sdpa = _step_on_h100(model, precision, "sdpa")
+    assert sdpa == _step_on_h100(model, precision, "eager")
+
+
+def test_sdpa_on_a_fused_kernel_skips_the_causal_half() -> None:
+    model = {"name": "llama-3.1-8b"}
+    sdpa, eager = (_step_on_h100(model, "bf16", a) for a in ("sdpa", "eager"))
+    assert sdpa.compute_s < eager.compute_s
+
+
+def test_serving_prefill_on_the_math_kernel_is_timed_as_eager_attention() -> None:
+    def served(attention: str) -> Candidate:
+        body = {
+            "model": {"hf_config": FALCON_7B},
+            "workload": {
+                "mode": "inference",
+                "sequence_length": 2048,
+                "batch_size": 1,
+                "attention": attention,
+            },
+            "inference": {"output_tokens": 128, "max_concurrency": 4},
+            "layout": "given",
+            "constraints": {"include": ["h100-sxm5-80gb"], "max_gpus_per_job": 1},
+        }
+        (plan,) = recommend(req(**body), CATALOG).recommendations
+        return plan
+
+    sdpa, eager = served("sdpa"), served("eager")
+    assert sdpa.latency is not None
+    assert eager.latency is not None
+    # The same time; only the memory left for the KV cache differs (eager attention's
+    # forward holds its scores in a buffer of its own).
+    timed = ("time_to_first_token_s", "time_per_output_token_s", "requests_per_s")
+    assert [getattr(sdpa.latency, f) for f in timed] == [getattr(eager.latency, f) for f in timed]

@@ -16,6 +16,7 @@ from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
 from gpuplan.core.memory.head import HeadCost, head_cost
 from gpuplan.core.memory.inference import inference_peak, kv_bytes_per_token, mask_bytes
+from gpuplan.core.memory.kernels import keeps_attention_weights
 from gpuplan.core.memory.layers import LayerCost, Step, Trainable, adapter_dropout, layer_cost
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.modules import linear_modules, lora_targets
@@ -222,29 +223,6 @@ def _layer_costs(
             priced[key] = cost
         costs.append(cost)
     return costs
-
-
-def keeps_attention_weights(arch: Architecture, w: Workload, num: Numerics) -> bool:
-    """Whether a layer's attention keeps its s×s weights for the backward.
-
-    Eager attention does. So does ``sdpa`` when a training step on CUDA calls it in fp32
-    with grouped key/value heads (Hugging Face passes ``enable_gqa`` for an unpadded
-    batch): flash attention computes in 16 bits only, and the memory-efficient kernel
-    did not take grouped heads in torch 2.11, so PyTorch ran its math kernel. On an
-    H200 a Llama of 16 query and 4 key/value heads in fp32 allocated 8,573,155,328 B
-    (bench/results/trace_cuda.json, ``llama_medium_fp32``); with the weights kept the
-    estimate is 0.6% below that, without them 28%. In bf16 the same model ran flash
-    attention and kept none. The CPU kernels take fp32 grouped heads.
-    """
-    if w.attention == "eager":
-        return True
-    return (
-        w.attention == "sdpa"
-        and w.mode != "inference"
-        and not num.cpu
-        and num.matmul == FP32
-        and arch.num_kv_heads < arch.num_heads
-    )
 
 
 def _chunked_loss(head: HeadCost, d: Dims, num: Numerics, chunks: int) -> HeadCost:

@@ -15,6 +15,7 @@ import msgspec
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
+from gpuplan.core.memory.kernels import unrepeated_multi_query
 from gpuplan.core.memory.modules import Linear, linear_modules
 from gpuplan.core.memory.numerics import FP32, Numerics
 from gpuplan.core.record import Record
@@ -146,7 +147,7 @@ def _math_fallback(
     arch: Architecture, d: Dims, num: Numerics, *, eager: bool, dropout: bool
 ) -> bool:
     """Does SDPA run its math path (see :func:`_core`)?"""
-    multi_query = arch.family == "falcon" and d.kv_heads < d.heads
+    multi_query = unrepeated_multi_query(arch, heads=d.heads, kv_heads=d.kv_heads)
     mla = arch.mla
     narrow_v = mla is not None and mla.v_head_dim != mla.qk_nope_head_dim + mla.qk_rope_head_dim
     return not eager and ((dropout and num.cpu) or multi_query or (narrow_v and num.cpu))

@@ -42,6 +42,9 @@ class ServeShape(Record, kw_only=True):
     num_layers: int
     activation_bytes: int
     causal_skip: bool
+    """The prefill's attention skips the causal mask's blocks (a fused kernel; see
+    :attr:`gpuplan.core.perf.step.StepShape.causal_skip`)."""
+
     weights_bytes: float
     """Weights one GPU of the replica reads each step."""
 

@@ -43,6 +43,10 @@ class StepShape(Record, kw_only=True):
     """With ``full`` or ``selective_op``: one layer in this many is checkpointed."""
 
     causal_skip: bool
+    """A fused attention kernel: it skips the causal mask's blocks and keeps the scores
+    on chip. False for eager attention and SDPA's math kernel
+    (:func:`gpuplan.core.memory.kernels.materializes_scores`)."""
+
     frozen_base: bool
     """LoRA/QLoRA: no weight gradients for the base (4N a token instead of 6N)."""
 
@@ -215,7 +219,8 @@ def micro_batch(
         if shape.compile:
             traffic *= k.compile_elementwise_factor
         if not shape.causal_skip:
-            # Eager attention writes and reads every score: heads x keys per token.
+            # Eager attention and SDPA's math kernel write and read every score: heads x
+            # keys per token.
             scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
             traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
     launch = layers * k.layer_overhead_seconds

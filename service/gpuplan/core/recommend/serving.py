@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.serve import Replica, Served, ServeShape, budget_concurrency, serve
@@ -232,7 +233,7 @@ def serve_option(
         mlp_width=job.mlp_width,
         num_layers=arch.num_layers if arch else 1,
         activation_bytes=4 if w.precision == "fp32" else 2,
-        causal_skip=w.attention != "eager",
+        causal_skip=not materializes_scores(arch, w),
         weights_bytes=memory.weights_bytes,
         kv_bytes_per_token=memory.per_token_bytes,
         token_budget=efficiency_data().serving.token_budget(gpu),

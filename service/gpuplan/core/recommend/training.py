@@ -29,6 +29,7 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.numerics import DTYPE_BYTES
 from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Framework as FrameworkName
@@ -229,7 +230,7 @@ def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
         accumulation=w.gradient_accumulation_steps,
         checkpointing=w.gradient_checkpointing,
         checkpoint_every=w.checkpoint_every_n_layers,
-        causal_skip=w.attention != "eager",
+        causal_skip=not materializes_scores(arch, w),
         frozen_base=w.mode in ("finetune_lora", "finetune_qlora"),
         hidden_size=arch.hidden_size if arch else 0,
         mlp_width=job.mlp_width,
