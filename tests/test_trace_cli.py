@@ -31,6 +31,23 @@ def test_file_target_json() -> None:
     assert body["steps"] == 2
 
 
+def test_a_users_own_step_in_a_fresh_process() -> None:
+    """``--step`` before any other trace in the process: the tracer's one-off calibration
+    backward (the engine's gradient sums) ran through the step's patched ``backward``
+    and recursed until Python gave up. The user's step traces to the built-in loop's peak."""
+    from gpuplan.trace.accumulation import buffer_only_counts
+
+    def peak(*extra: str) -> int:
+        args = ["trace", f"{TARGETS}:mlp", "--runtime", "cpu", "--format", "json", *extra]
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 0, out.output
+        return int(json.loads(out.stdout)["peak_bytes"])
+
+    buffer_only_counts.cache_clear()
+    own = peak("--step", f"{TARGETS}:mlp_step")
+    assert own == peak()
+
+
 def test_module_target_cuda_table() -> None:
     result = CliRunner().invoke(
         main,

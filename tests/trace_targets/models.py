@@ -315,3 +315,12 @@ def hf_llama_trainer_step(model: Any, inputs: dict[str, Any], optimizer: Any) ->
     del loss
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def mlp_step(model: Any, inputs: tuple[torch.Tensor, ...], optimizer: Any) -> None:
+    """The built-in loop's step for ``mlp`` written out (its default loss is the sum)."""
+    loss = model(*inputs).sum()
+    loss.backward()
+    del loss  # as the loop drops it before the optimizer steps
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

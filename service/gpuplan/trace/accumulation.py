@@ -61,14 +61,18 @@ class _Calibrate(TorchDispatchMode):  # type: ignore[no-untyped-call]
 @functools.cache
 def buffer_only_counts() -> tuple[int, int]:
     """The counts of a gradient only the engine's buffer holds, measured: ``x`` feeds
-    ``sin`` and ``cos``, and the engine sums their fresh gradients for it."""
+    ``sin`` and ``cos``, and the engine sums their fresh gradients for it.
+
+    It calls ``torch.autograd.backward``, not ``Tensor.backward``: a user's own step
+    (``gpuplan trace --step``) is traced with ``Tensor.backward`` wrapped to mark the
+    backward phase, and this calibration is no step's backward."""
     with _disable_current_modes():  # real tensors, unrecorded
         x = torch.ones(4, requires_grad=True)
         y = x * 2
         loss = (y.sin() + y.cos()).sum()
         mode = _Calibrate()
         with mode:
-            loss.backward()  # type: ignore[no-untyped-call]
+            torch.autograd.backward(loss)
     return mode.seen[0]
 
 
