@@ -11,6 +11,7 @@ from litestar.testing import TestClient
 from gpuplan.api.app import create_app
 from gpuplan.api.decode import MAX_JSON_DEPTH
 from gpuplan.config.settings import Settings
+from tests.helpers import problem_at
 
 PROBLEM = "application/problem+json"
 
@@ -165,3 +166,17 @@ def test_trace_refuses_a_config_without_a_model_type_before_starting_a_worker(
     problem = response.json()
     assert problem["type"] == "urn:gpuplan:problem:invalid-model"
     assert problem["errors"][0]["path"] == "$.model.hf_config.model_type"
+
+
+def test_trace_refuses_expandable_segments_on_the_cpu_runtime(
+    client: TestClient[Litestar],
+) -> None:
+    """The CPU has no caching allocator to configure: refused before any worker starts,
+    naming the field."""
+    body = {
+        "model": {"hf_config": {"model_type": "llama"}},
+        "workload": {"expandable_segments": True},
+        "runtime": "cpu",
+    }
+    response = client.post("/v1/memory/trace", json=body)
+    problem_at(response, "$.workload.expandable_segments")

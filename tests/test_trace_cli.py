@@ -14,6 +14,7 @@ pytest.importorskip("torch")
 from gpuplan.cli import main  # noqa: E402
 
 TARGETS = Path(__file__).resolve().parent / "trace_targets" / "models.py"
+MiB = 1 << 20
 
 
 def test_file_target_json() -> None:
@@ -46,6 +47,27 @@ def test_a_users_own_step_in_a_fresh_process() -> None:
     buffer_only_counts.cache_clear()
     own = peak("--step", f"{TARGETS}:mlp_step")
     assert own == peak()
+
+
+def test_expandable_segments_replay() -> None:
+    """--expandable-segments replays the same tensors through the allocator's other rules
+    (one growing segment per pool): the same peak, another reserve (here 4 MiB more: a
+    20 MiB page granularity; bench.accuracy.varlen_replay checks the rules against an
+    H200). Refused on the CPU runtime, which has no caching allocator."""
+
+    def run(*extra: str) -> Any:
+        args = ["trace", f"{TARGETS}:widening", "--format", "json", *extra]
+        return CliRunner().invoke(main, args)
+
+    default, expandable = run(), run("--expandable-segments")
+    assert default.exit_code == expandable.exit_code == 0, default.output + expandable.output
+    plain, grown = json.loads(default.stdout), json.loads(expandable.stdout)
+    assert grown["peak_bytes"] == plain["peak_bytes"]
+    assert (plain["reserved_bytes"], grown["reserved_bytes"]) == (498 * MiB, 502 * MiB)
+    assert any("expandable segments" in note for note in grown["notes"])
+    refused = run("--runtime", "cpu", "--expandable-segments")
+    assert refused.exit_code == 2
+    assert "--expandable-segments" in refused.stderr
 
 
 def test_module_target_cuda_table() -> None:

@@ -11,6 +11,7 @@ from gpuplan.core.trace.allocator import (
     LARGE_BUFFER,
     SMALL_BUFFER,
     CachingAllocator,
+    ExpandableAllocator,
     round_size,
     segment_size,
 )
@@ -62,6 +63,53 @@ def test_fragmentation_grows_reserved() -> None:
     stats = simulate(requests)
     assert stats.segments == 2
     assert stats.peak_reserved_bytes == 2 * LARGE_BUFFER
+
+
+def test_expandable_segment_maps_pages_at_its_end() -> None:
+    allocator = ExpandableAllocator()
+    first = allocator.malloc(30 * MiB)  # two 20 MiB pages; 10 MiB split off, free
+    assert first is not None
+    assert (first.size, allocator.reserved) == (30 * MiB, 40 * MiB)
+    second = allocator.malloc(15 * MiB)  # the free 10 MiB at the end grows by one page
+    assert second is not None
+    assert (second.offset, allocator.reserved) == (30 * MiB, 60 * MiB)
+    assert allocator.segments == 1
+
+
+def test_expandable_segment_splits_any_remainder_of_512_bytes() -> None:
+    allocator = ExpandableAllocator()
+    block = allocator.malloc(19 * MiB + 512)  # without expandable segments: 20 MiB taken
+    assert block is not None
+    assert block.size == 19 * MiB + 512
+    assert allocator.allocated == 19 * MiB + 512
+
+
+def test_expandable_segment_passes_over_its_growable_end() -> None:
+    """The free block at the mapped end is taken only when no other block fits."""
+    allocator = ExpandableAllocator()
+    first, _, _ = [allocator.malloc(n * MiB) for n in (18, 2, 12)]  # at 0, 18 and 20 MiB
+    assert first is not None
+    assert allocator.reserved == 40 * MiB  # the end: 8 MiB free at 32 MiB
+    allocator.release(first)  # an 18 MiB hole at 0
+    offsets = []
+    for n in (6, 8, 10):
+        block = allocator.malloc(n * MiB)
+        assert block is not None
+        offsets.append(block.offset // MiB)
+    # 6 and 8 MiB fit the 8 MiB end best but go to the hole; 10 fits only the end, grown
+    assert offsets == [0, 6, 32]
+    assert allocator.reserved == 60 * MiB
+
+
+def test_expandable_segments_reuse_what_sizes_would_strand() -> None:
+    """A freed 30 MiB tensor, then a 50 MiB one: the default allocator keeps the first
+    segment and opens a second; an expandable segment grows the freed block."""
+    requests = [(1, 30 * MiB), (1, -1), (2, 50 * MiB)]
+    assert simulate(requests).peak_reserved_bytes == 30 * MiB + 50 * MiB
+    expandable = simulate(requests, expandable_segments=True)
+    assert (expandable.segments, expandable.peak_reserved_bytes) == (1, 60 * MiB)
+    small = simulate([(i, 1000) for i in range(100)], expandable_segments=True)
+    assert (small.segments, small.peak_reserved_bytes) == (1, SMALL_BUFFER)
 
 
 def _log(events: Sequence[Event]) -> TraceLog:

@@ -43,13 +43,28 @@ def lengths(steps: int, varying: bool) -> list[int]:
     return [LONGEST] + [rng.randint(64, LONGEST) for _ in range(steps - 1)]
 
 
-def measure(kind: str, steps: int) -> dict[str, Any]:
-    from transformers import AutoConfig, AutoModelForCausalLM
+def config() -> Any:
+    """The model's Hugging Face config: reserve.toml's Llama-3.2-3B shape, 8 layers."""
+    from transformers import AutoConfig
 
     from bench.accuracy.reserve import SHAPES
 
     values: dict[str, Any] = {**SHAPES["llama-3b"], "num_hidden_layers": 8}
-    hf = AutoConfig.for_model(str(values.pop("model_type")), **values)
+    return AutoConfig.for_model(str(values.pop("model_type")), **values)
+
+
+def train_step(model: Any, optimizer: Any, ids: torch.Tensor) -> None:
+    """One step as the measured loop runs it (bench.accuracy.varlen_replay replays it)."""
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def measure(kind: str, steps: int) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    hf = config()
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
@@ -61,11 +76,7 @@ def measure(kind: str, steps: int) -> dict[str, Any]:
         ids = torch.randint(0, hf.vocab_size, (BATCH, length), device="cuda")
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-        loss = model(input_ids=ids, labels=ids).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        del loss
+        train_step(model, optimizer, ids)
         torch.cuda.synchronize()
         rows.append(
             {
@@ -93,7 +104,7 @@ def main() -> None:
         return
     if not torch.cuda.is_available():
         sys.exit("no CUDA device: this check needs an NVIDIA GPU")
-    runs = []
+    runs: list[dict[str, Any]] = []
     for kind in ("fixed", "varying", "varying_expandable"):
         env = dict(os.environ)
         if kind == "varying_expandable":

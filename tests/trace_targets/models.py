@@ -324,3 +324,12 @@ def mlp_step(model: Any, inputs: tuple[torch.Tensor, ...], optimizer: Any) -> No
     del loss  # as the loop drops it before the optimizer steps
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+
+
+def widening() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """Activations of 4.5 to 7.5 MiB: the default allocator serves each 1-10 MiB request
+    from a 20 MiB segment, an expandable segment from pages of one range."""
+    model = nn.Sequential(
+        nn.Linear(1024, 3072), nn.GELU(), nn.Linear(3072, 5120), nn.GELU(), nn.Linear(5120, 1024)
+    )
+    return model, (torch.randn(384, 1024),)

@@ -223,6 +223,7 @@ def trace(
     probe_budget_bytes: int = DEFAULT_BUDGET_BYTES,
     keep_outputs: bool = False,
     user_step: Callable[[Any, Any, Any], Any] | None = None,
+    expandable_segments: bool = False,
 ) -> TraceResult:
     """Trace ``steps`` steps of the model ``build()`` returns; describe the last one.
 
@@ -328,6 +329,7 @@ def trace(
         steps=steps,
         gpu_architecture=gpu_architecture,
         communicators=communicators,
+        expandable_segments=expandable_segments,
     )
     result = msgspec.structs.replace(
         result, seconds=round(time.perf_counter() - started, 3), new_tokens=new_tokens

@@ -61,6 +61,7 @@ def answer(
             tensor_parallel=workload.tensor_parallel,
             new_tokens=workload.new_tokens,
             keep_outputs=workload.keep_outputs,
+            expandable_segments=workload.expandable_segments,
             probe_budget_bytes=probe_budget_bytes,
         )
     except passthrough:

@@ -170,7 +170,7 @@ async def trace_memory(
         # Refused here, before a worker process (seconds of imports) is started for it.
         reason = f"expected a transformers model type such as 'llama', got {model_type!r}"
         raise InvalidRequest([("$.model.hf_config.model_type", reason)], kind="invalid-model")
-    conflicts = workload_conflicts(body.workload)
+    conflicts = workload_conflicts(body.workload, body.runtime)
     if conflicts:
         errors = [(f"$.workload.{field}", why) for field, why in conflicts]
         raise InvalidRequest(errors, kind="invalid-workload")

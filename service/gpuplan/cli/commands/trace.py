@@ -155,7 +155,7 @@ def trace_command(
     with reported("trace", target):
         given = {f.name: options[f.name] for f in WORKLOAD if options[f.name] is not None}
         workload = convert(given, TraceWorkload)
-        conflicts = workload_conflicts(workload)
+        conflicts = workload_conflicts(workload, "cpu" if runtime == "cpu" else "cuda")
         if conflicts:
             raise InvalidRequest([(f"--{name.replace('_', '-')}", why) for name, why in conflicts])
         architecture = catalog(catalog_file).lookup(gpu, "--gpu").architecture if gpu else None
@@ -171,6 +171,7 @@ def trace_command(
             tensor_parallel=workload.tensor_parallel,
             gpu_architecture=architecture,
             keep_outputs=workload.keep_outputs,
+            expandable_segments=workload.expandable_segments,
             user_step=cast("Callable[[Any, Any, Any], Any]", load_target(step_target))
             if step_target
             else None,

@@ -22,6 +22,9 @@ Rules modelled, from the header comment and code of ``c10/cuda/CUDACachingAlloca
 * a freed block merges with free neighbours of its segment and returns to its pool;
   segments are never released (no ``empty_cache``, no out-of-memory retry: the
   replay describes a GPU with room for the whole step).
+
+:class:`ExpandableAllocator` replays ``expandable_segments:True`` instead: each pool is
+one segment that grows by mapping pages at its end (see its docstring).
 """
 
 import bisect
@@ -123,19 +126,27 @@ class CachingAllocator:
             self.peak_reserved = max(self.peak_reserved, self.reserved)
         remaining = block.size - size
         if (remaining >= MIN_BLOCK) if small else (remaining > SMALL_SIZE):
-            rest = _Block(
-                segment=block.segment,
-                offset=block.offset + size,
-                size=remaining,
-                small=small,
-                prev=block,
-                next=block.next,
-            )
-            if block.next is not None:
-                block.next.prev = rest
-            block.next = rest
-            block.size = size
-            self._insert(rest)
+            self._split(block, size)
+        return self._hand_out(block)
+
+    def _split(self, block: _Block, size: int) -> _Block:
+        """Keep ``size`` bytes in ``block``; the rest becomes a free block after it."""
+        rest = _Block(
+            segment=block.segment,
+            offset=block.offset + size,
+            size=block.size - size,
+            small=block.small,
+            prev=block,
+            next=block.next,
+        )
+        if block.next is not None:
+            block.next.prev = rest
+        block.next = rest
+        block.size = size
+        self._insert(rest)
+        return rest
+
+    def _hand_out(self, block: _Block) -> _Block:
         block.free = False
         self.allocated += block.size
         self.peak_allocated = max(self.peak_allocated, self.allocated)
@@ -169,11 +180,89 @@ class CachingAllocator:
         )
 
 
-def simulate(requests: list[tuple[int, int]]) -> AllocatorStats:
+class ExpandableAllocator(CachingAllocator):
+    """The caching allocator under ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``.
+
+    Each pool is one segment: a virtual address range (larger than the GPU) whose pages
+    are mapped as needed, 2 MiB at a time for the small pool and 20 MiB for the large
+    one, and unmapped only by ``empty_cache`` or an out-of-memory retry, so reserved
+    memory is the mapped high-water mark. Rules, from ``c10/cuda/CUDACachingAllocator.cpp``
+    (PyTorch 2.9-2.11: ``find_expandable_block``, ``try_allocate_expandable_block``,
+    ``map_block``, ``get_free_block``, ``should_split``):
+
+    * a request takes the smallest free mapped block large enough, as without expandable
+      segments, except that the free block at the end of the mapped range (which could
+      grow) is passed over for the next larger one when there is one;
+    * with no block large enough, the segment maps pages at its end for what the free
+      block there (if any) lacks, merges them into it, and serves the request from it;
+    * a remainder of at least 512 bytes is split off in both pools;
+    * freed blocks merge with free neighbours, as without expandable segments.
+
+    Requests round to 512 bytes as before. What changes is that no memory is set aside
+    in a request's shape (a 20 MiB segment for a 1-10 MiB request, a segment sized to a
+    large tensor): freed blocks merge across what were segments, so batches whose
+    tensors change size reuse one range instead of stranding cached segments.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._end: dict[bool, _Block | None] = {True: None, False: None}
+
+    def malloc(self, nbytes: int) -> _Block | None:
+        if nbytes <= 0:
+            return None
+        size = round_size(nbytes)
+        small = size <= SMALL_SIZE
+        pool = self._free[small]
+        index = bisect.bisect_left(pool, (size, -1, -1))
+        if index < len(pool):
+            block = self._by_key[pool[index]]
+            if block is self._end[small] and index + 1 < len(pool):
+                block = self._by_key[pool[index + 1]]
+            self._remove(block)
+        else:
+            block = self._grow(size, small)
+        if block.size - size >= MIN_BLOCK:
+            rest = self._split(block, size)
+            if block is self._end[small]:
+                self._end[small] = rest
+        return self._hand_out(block)
+
+    def _grow(self, size: int, small: bool) -> _Block:
+        """Map pages at the pool's end for ``size`` bytes; the free block there, grown."""
+        page = SMALL_BUFFER if small else LARGE_BUFFER
+        end = self._end[small]
+        if end is not None and end.free:  # no free block fits, so this one is short
+            self._remove(end)
+            mapped = -(-(size - end.size) // page) * page
+            end.size += mapped
+            block = end
+        else:
+            mapped = -(-size // page) * page
+            offset = 0 if end is None else end.offset + end.size
+            block = _Block(segment=int(small), offset=offset, size=mapped, small=small, prev=end)
+            if end is None:
+                self.segments += 1
+            else:
+                end.next = block
+            self._end[small] = block
+        self.reserved += mapped
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        return block
+
+    def release(self, block: _Block) -> None:
+        super().release(block)
+        if block.next is None:  # it merged with the end block, or was it
+            self._end[block.small] = block
+
+
+def simulate(
+    requests: list[tuple[int, int]], *, expandable_segments: bool = False
+) -> AllocatorStats:
     """Replay ``(handle, nbytes)`` pairs: ``nbytes > 0`` allocates a block for
     ``handle``, ``nbytes == -1`` frees it. Mostly for tests; the analysis drives a
     :class:`CachingAllocator` directly."""
-    allocator = CachingAllocator()
+    allocator = ExpandableAllocator() if expandable_segments else CachingAllocator()
     live: dict[int, _Block] = {}
     for handle, nbytes in requests:
         if nbytes < 0:

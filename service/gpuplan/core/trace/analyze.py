@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gpuplan.core.memory.overhead import framework_overhead, workspace_bytes
 from gpuplan.core.memory.response import HEADROOM
-from gpuplan.core.trace.allocator import CachingAllocator, _Block
+from gpuplan.core.trace.allocator import CachingAllocator, ExpandableAllocator, _Block
 from gpuplan.core.trace.log import Category, Event, Op, Phase, TraceLog
 from gpuplan.core.trace.schema import (
     ModuleMemory,
@@ -51,9 +51,11 @@ class _Cuda:
     notes: list[str]
 
 
-def _replay_allocator(events: list[Event]) -> tuple[dict[int, int], CachingAllocator]:
+def _replay_allocator(
+    events: list[Event], expandable_segments: bool
+) -> tuple[dict[int, int], CachingAllocator]:
     """Bytes the CUDA caching allocator hands out for each storage of ``events``."""
-    allocator = CachingAllocator()
+    allocator = ExpandableAllocator() if expandable_segments else CachingAllocator()
     sizes: dict[int, int] = {}
     blocks: dict[int, _Block] = {}
     for op, storage, nbytes, _, _ in events:
@@ -70,7 +72,11 @@ def _replay_allocator(events: list[Event]) -> tuple[dict[int, int], CachingAlloc
 
 
 def _cuda(
-    log: TraceLog, mode: TraceMode, architecture: str | None, communicators: list[int]
+    log: TraceLog,
+    mode: TraceMode,
+    architecture: str | None,
+    communicators: list[int],
+    expandable_segments: bool,
 ) -> _Cuda:
     # One cuBLAS handle per (thread, stream): the forward runs on the caller's thread,
     # the backward on the autograd engine's device thread.
@@ -81,11 +87,16 @@ def _cuda(
         (Op.ALLOC, -1 - i, workspace, Category.OTHER, -1) for i in range(threads)
     ]
     events = workspaces + list(log.events)
-    sizes, allocator = _replay_allocator(events)
+    sizes, allocator = _replay_allocator(events, expandable_segments)
+    segments = (
+        "expandable segments, one per pool, mapped in 2 MiB (small) and 20 MiB (large) pages"
+        if expandable_segments
+        else "2 MiB small-pool and 20 MiB large-pool segments"
+    )
     notes = [
         "runtime cuda: allocations replayed through a model of the CUDA caching allocator "
-        "(512-byte blocks; 2 MiB small-pool and 20 MiB large-pool segments; best-fit "
-        "splitting; no memory limit, so no cache flushes); not yet validated on a real GPU",
+        f"(512-byte blocks; {segments}; best-fit splitting; no memory limit, so no cache "
+        "flushes); checked against an H200's max_memory_reserved (docs/memory.md)",
         f"cuBLAS workspaces ({workspace} B, cuBLASLt sharing them) for {threads} thread(s) are "
         "allocated through the caching allocator (one handle per thread)",
         *overhead.notes[:1],
@@ -157,10 +168,18 @@ def analyze(
     seconds: float = 0.0,
     gpu_architecture: str | None = None,
     communicators: list[int] | None = None,
+    expandable_segments: bool = False,
     top: int = 10,
 ) -> TraceResult:
-    """Peak, breakdown, phase peaks and top modules of the last step in ``log``."""
-    cuda = _cuda(log, mode, gpu_architecture, communicators or []) if runtime == "cuda" else None
+    """Peak, breakdown, phase peaks and top modules of the last step in ``log``.
+
+    ``expandable_segments`` replays the allocator as
+    ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` runs it (runtime cuda)."""
+    cuda = (
+        _cuda(log, mode, gpu_architecture, communicators or [], expandable_segments)
+        if runtime == "cuda"
+        else None
+    )
     if cuda is not None:
         sizes = cuda.sizes
         events = cuda.events
