@@ -89,7 +89,11 @@ def workload_conflicts(
     conflicts = []
     if workload.expandable_segments and runtime != "cuda":
         conflicts.append(
-            ("expandable_segments", "a setting of the CUDA caching allocator: runtime cuda")
+            (
+                "expandable_segments",
+                "a setting of the CUDA caching allocator, which runtime cpu does not model: "
+                "use runtime cuda",
+            )
         )
     if workload.new_tokens and workload.mode != "inference":
         conflicts.append(("new_tokens", "decode steps need mode 'inference'"))
