@@ -234,7 +234,9 @@ def trace(
     with ``new_tokens`` adds that many greedy decode steps after the prefill (a causal
     LM's KV cache). On runtime
     cpu, kernels that allocate inside a call are run once for real on tensors of up to
-    ``probe_budget_bytes`` (:mod:`gpuplan.trace.probe`; 0: never).
+    ``probe_budget_bytes`` (:mod:`gpuplan.trace.probe`; 0: never). On runtime cuda,
+    ``expandable_segments`` replays the allocator under
+    ``PYTORCH_ALLOC_CONF=expandable_segments:True``.
     """
     _check(
         steps=steps, fsdp=fsdp, tensor_parallel=tensor_parallel, new_tokens=new_tokens, mode=mode
