@@ -20,7 +20,7 @@ import msgspec
 
 from gpuplan.core.catalog.catalog import Catalog, DuplicateName
 from gpuplan.core.catalog.model import PRECISIONS, GpuSpec, Source
-from gpuplan.core.catalog.prices import attach, read_price_tables
+from gpuplan.core.catalog.prices import PriceTableError, attach, read_price_tables
 from gpuplan.core.errors import DataError, field_error
 
 # Fields whose value must name a source. peak_flops may be covered as a whole or per
@@ -78,7 +78,10 @@ def build_catalog(
                 entries[gpu_id] = copy.deepcopy(raw)
             origins[gpu_id] = origin
     specs = [_spec(origins[gpu_id], raw, sources) for gpu_id, raw in entries.items()]
-    tables = read_price_tables(price_tables, entries)
+    try:
+        tables = read_price_tables(price_tables, entries)
+    except PriceTableError as exc:
+        raise CatalogError(str(exc)) from None
     specs = [attach(spec, tables) for spec in specs]
     try:
         return Catalog(specs, tables.providers)
