@@ -372,3 +372,28 @@ def test_a_plan_files_cost_target_uses_the_basis() -> None:
     # The same plan on the same GPUs, costed at each table's A100 price.
     ratio = table_price("a100-sxm4-80gb", "aws") / table_price("a100-sxm4-80gb", "runpod")
     assert costs[0] == pytest.approx(costs[1] * ratio)
+
+
+def test_the_price_table_in_docs_is_the_data() -> None:
+    """docs/catalog.md prints every table row; a changed price changes the page."""
+    rows = [
+        "| GPU | " + " | ".join(PROVIDERS) + " |",
+        "| --- | " + " | ".join("---:" for _ in PROVIDERS) + " |",
+    ]
+    for gpu in CATALOG:
+        if not gpu.price.cloud:
+            continue
+        cells = [
+            "<br>".join(
+                f"{q.usd_per_gpu_hour:.2f}"
+                if q.kind == "on_demand"
+                else f"{q.kind} {q.usd_per_gpu_hour:.2f}"
+                for q in gpu.price.cloud
+                if q.provider == provider
+            )
+            for provider in PROVIDERS
+        ]
+        rows.append(f"| `{gpu.id}` | " + " | ".join(cells) + " |")
+    text = (Path(__file__).parents[1] / "docs" / "catalog.md").read_text(encoding="utf-8")
+    printed = text.split("<!-- price-table -->\n", 1)[1].split("<!-- /price-table -->", 1)[0]
+    assert printed.splitlines() == rows
