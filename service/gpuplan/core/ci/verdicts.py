@@ -122,11 +122,17 @@ def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
         basis,
         what="cost",
         value=lambda r: r.cost_usd,
-        missing=lambda r: f"{r.gpu} has no price ({'; '.join(r.reasons[-1:])})",
+        missing=lambda r: f"{r.gpu} has no price ({_why_unpriced(r)})",
         describe=lambda r, usd, cmp: (
             f"${usd:,.2f} on {r.count} x {r.gpu} ({basis}, {_priced_at(r)}) {cmp} ${limit:,.2f}"
         ),
     )
+
+
+def _why_unpriced(r: Candidate) -> str:
+    """The reason that says which price is missing (the recommendation's own words)."""
+    said = [x for x in r.reasons if x.startswith("no ") and "price" in x]
+    return "; ".join(said[:1] or r.reasons[-1:])
 
 
 def _priced_at(r: Candidate) -> str:

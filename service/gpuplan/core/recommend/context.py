@@ -121,11 +121,11 @@ def _price(gpu: GpuSpec, job: Job, c: Constraints) -> tuple[PriceUsed | None, st
             )
         )
     if not options:
-        cloud_need = f"a cloud price on the basis ({basis_words(job)})"
+        cloud_need = f"cloud price on the basis ({basis_words(job)})"
         need, fix = {
             "cloud": (cloud_need, "constraints.prices, or pricing.providers that list it"),
-            "on_prem": ("a purchase price", "constraints.prices (purchase_usd)"),
-            "hybrid": (f"{cloud_need} or a purchase price", "constraints.prices"),
+            "on_prem": ("purchase price", "constraints.prices (purchase_usd)"),
+            "hybrid": (f"{cloud_need} or purchase price", "constraints.prices"),
         }[c.deployment]
         return None, None, f"no {need} for {gpu.id}; pass {fix}"
     _, basis, price, note = min(options, key=lambda o: (o[0], o[1]))

@@ -74,10 +74,10 @@ def describe(price: PriceUsed) -> str:
 
 
 def basis_words(job: Job) -> str:
-    """The basis in a few words, e.g. "aws on_demand (the default basis)"."""
+    """The basis in a few words, e.g. "aws on_demand, the default basis"."""
     tables = ", ".join(job.providers)
-    lowest_of = " (each GPU at the lowest of them)" if len(job.providers) > 1 else ""
-    default = " (the default basis)" if job.default_basis else ""
+    lowest_of = ", each GPU at the lowest of them" if len(job.providers) > 1 else ""
+    default = ", the default basis" if job.default_basis else ""
     return f"{tables} {job.price_kind}{lowest_of}{default}"
 
 
