@@ -57,11 +57,13 @@ def publish_snapshots(
     asyncio.run(go())
 
 
-def fleet_unavailable(response: httpx.Response) -> None:
-    """A fleet route's 503 without a Redis configured: the problem names the setting."""
-    body = problem(response, 503)
-    assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
+def fleet_not_configured(response: httpx.Response) -> None:
+    """A fleet route's 404 without a Redis configured (no Retry-After: nothing will
+    change until the server is configured): the problem names the setting."""
+    body = problem(response, 404)
+    assert body["type"] == "urn:gpuplan:problem:fleet-not-configured"
     assert "GPUPLAN_REDIS_URL" in body["detail"]
+    assert "retry-after" not in response.headers
 
 
 def redis_outage(own_redis: RedisServer, client: TestClient[Litestar], path: str) -> None:

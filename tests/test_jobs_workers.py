@@ -445,7 +445,7 @@ def test_workers_listen_highest_priority_first() -> None:
 
 
 def test_the_cli_traces_on_a_server_without_a_queue(tmp_path: Path) -> None:
-    """Such a server refuses `Prefer: respond-async` (501): the CLI asks again without it."""
+    """Such a server ignores `Prefer: respond-async` (RFC 7240) and answers when traced."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(SMALL))
     with serving() as base:
