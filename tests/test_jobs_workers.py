@@ -456,3 +456,41 @@ def test_the_cli_traces_on_a_server_without_a_queue(tmp_path: Path) -> None:
         )  # fmt: skip
     assert process.returncode == 0, process.stderr
     assert json.loads(process.stdout)["parameters"] == 53440
+
+
+def test_a_worker_beside_the_api_needs_only_the_apis_redis_setting(
+    redis_url: str, key_prefix: str
+) -> None:
+    """`gpuplan worker` with only the API's GPUPLAN_REDIS_URL and GPUPLAN_JOB_QUEUE_PREFIX
+    in its environment (no GPUPLAN_WORKER_*, no option) runs a queued trace end to end,
+    and says where its Redis and prefix came from."""
+    settings = job_settings(redis_url, key_prefix, trace_cache_ttl_seconds=0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPLAN_")}
+    env |= {"GPUPLAN_REDIS_URL": redis_url, "GPUPLAN_JOB_QUEUE_PREFIX": settings.job_queue_prefix}
+    try:
+        with TestClient(app=create_app(settings)) as client:
+            job_id = submit(client, body(SMALL))
+            ran = subprocess.run(
+                [sys.executable, "-m", "gpuplan", "worker", "--burst", "--no-warm",
+                 "--metrics-port", "0", "--name", f"fallback-{key_prefix.split(':')[1][:8]}"],
+                capture_output=True, text=True, env=env, timeout=180, check=False,
+            )  # fmt: skip
+            assert ran.returncode == 0, ran.stderr[-3000:]
+            job = wait_for(client, job_id, {"succeeded", "failed"}, 10)
+        assert job["status"] == "succeeded", job
+        assert job["result"]["parameters"] == 53440
+        assert "redis_url from GPUPLAN_REDIS_URL (the API's setting" in ran.stderr
+        assert "queue_prefix from GPUPLAN_JOB_QUEUE_PREFIX (the API's setting" in ran.stderr
+    finally:
+        drop_jobs(redis_url, key_prefix)
+
+
+def test_a_worker_without_any_redis_setting_says_which_to_set() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPLAN_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "worker", "--burst"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 2
+    assert "--redis-url, GPUPLAN_WORKER_REDIS_URL or the API's GPUPLAN_REDIS_URL" in ran.stderr
+    assert "Object missing required field" not in ran.stderr
