@@ -18,7 +18,7 @@ tests with many more examples (``GPUPLAN_FUZZ_EXAMPLES``, ``GPUPLAN_FUZZ_TRACE_E
 
 import atexit
 import os
-import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ from schemathesis.config import SchemathesisConfig
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
 from tests.agent_fixtures import snapshot
-from tests.conftest import RedisServer, _answers
+from tests.conftest import RedisServer, _answers, forget_keys, fresh_prefix
 from tests.helpers import publish_snapshots
 
 pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
@@ -56,10 +56,7 @@ def _redis_url() -> str:
 
 
 REDIS_URL = _redis_url()
-PREFIX = f"gpuplan-test:fuzz:{uuid.uuid4().hex}:"
-publish_snapshots(
-    REDIS_URL, PREFIX, snapshot("node-a"), snapshot("node-b")
-)  # fleet answers are validated, not just empty lists
+PREFIX = fresh_prefix("fuzz")
 
 APP = create_app(
     Settings(
@@ -72,6 +69,17 @@ APP = create_app(
 # The same server without Redis, as the quick start runs it: the fleet routes answer
 # 404 (no fleet here), `Prefer: respond-async` is ignored, and nothing is a 5xx.
 APP_WITHOUT_REDIS = create_app(Settings(trace_cache_ttl_seconds=0, trace_timeout_seconds=60))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _fleet() -> Iterator[None]:
+    """Two published nodes, so fleet answers are validated, not just empty lists; they
+    (and what the fuzzed routes wrote) leave with the module. Published here, not at
+    import, so a run that deselects these tests writes nothing."""
+    publish_snapshots(REDIS_URL, PREFIX, snapshot("node-a"), snapshot("node-b"))
+    yield
+    forget_keys(REDIS_URL, PREFIX)
+
 
 CHECKS = [
     st_checks.status_code_conformance,

@@ -224,7 +224,9 @@ def test_a_worker_runs_only_gpuplan_job_functions(redis_url: str, key_prefix: st
         "os.getcwd", job_id=new_id("trace")
     )
     try:
-        TraceWorker([name], connection=connection, serializer=JSONSerializer).work(burst=True)
+        TraceWorker(
+            [name], name=f"{key_prefix}worker", connection=connection, serializer=JSONSerializer
+        ).work(burst=True)
         job.refresh()  # type: ignore[no-untyped-call]
         assert job.get_status() == "failed"
         result = job.latest_result()

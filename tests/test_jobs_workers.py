@@ -69,7 +69,7 @@ class Pool:
         self.tmp = tmp
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.store = redis.Redis.from_url(redis_url, decode_responses=True)
-        self.tag = prefix.split(":")[1][:8]
+        self.tag = prefix.split(":")[2][:8]
         """Worker names carry the test's own tag: a shared Redis keeps others' names."""
 
     def real(self, name: str) -> str:
@@ -472,7 +472,7 @@ def test_a_worker_beside_the_api_needs_only_the_apis_redis_setting(
             job_id = submit(client, body(SMALL))
             ran = subprocess.run(
                 [sys.executable, "-m", "gpuplan", "worker", "--burst", "--no-warm",
-                 "--metrics-port", "0", "--name", f"fallback-{key_prefix.split(':')[1][:8]}"],
+                 "--metrics-port", "0", "--name", f"fallback-{key_prefix.split(':')[2][:8]}"],
                 capture_output=True, text=True, env=env, timeout=180, check=False,
             )  # fmt: skip
             assert ran.returncode == 0, ran.stderr[-3000:]
