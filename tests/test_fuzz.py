@@ -12,7 +12,7 @@ Every operation runs twice: against a server with Redis and against one without 
 fleet routes then answer 404 ``fleet-not-configured``), and ``not_a_server_error``
 holds on both. ``POST /v1/memory/trace`` starts a subprocess per request (seconds
 each), so it gets a handful of examples; a ``Prefer: respond-async`` among them is
-ignored on these queue-less servers (RFC 7240), never refused with a 5xx. ``bench/fuzz.py`` runs the same
+ignored on these queue-less servers (RFC 7240), never refused with a 5xx. ``bench/service/fuzz.py`` runs the same
 tests with many more examples (``GPUPLAN_FUZZ_EXAMPLES``, ``GPUPLAN_FUZZ_TRACE_EXAMPLES``).
 """
 
@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.fuzz]
 SPEC = Path(__file__).parent.parent / "api" / "openapi.yaml"
 EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_EXAMPLES", "100"))
 TRACE_EXAMPLES = int(os.environ.get("GPUPLAN_FUZZ_TRACE_EXAMPLES", "2"))
-DERANDOMIZE = os.environ.get("GPUPLAN_FUZZ_RANDOM") != "1"  # bench/fuzz.py explores anew
+DERANDOMIZE = os.environ.get("GPUPLAN_FUZZ_RANDOM") != "1"  # bench/service/fuzz.py explores anew
 TRACE_PATH = "/v1/memory/trace"
 PROBLEM = "application/problem+json"
 

@@ -52,7 +52,7 @@ LLAMA_2_7B = {
     "num_key_value_heads": 32, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False,
 }  # fmt: skip
-"""bench/trace_7b.py's Llama-2-7B."""
+"""bench/trace/trace_7b.py's Llama-2-7B."""
 
 
 def body(config: dict[str, Any], **workload: Any) -> dict[str, Any]:

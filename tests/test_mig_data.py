@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import msgspec
 import pytest
-from bench.mig_check import layouts as independent_layouts
+from bench.mig.mig_check import layouts as independent_layouts
 
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.mig import MigDataError, builtin_tables
