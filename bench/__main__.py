@@ -11,9 +11,11 @@ Each benchmark runs in its own interpreter under a wall-time limit (a benchmark 
 overruns is reported as timed out, the others still run), on loopback only, and returns
 a dict; the suite writes them together to ``bench/results/suite.json`` (the new
 benchmarks, api_overhead and peers, also to their own files) and prints one table of the
-figures with their goals. The modules stay runnable alone (``python -m bench.x``), with
+figures with their goals. The modules stay runnable alone
+(``python -m bench.<folder>.<name>``, e.g. ``python -m bench.speed.estimate_speed``), with
 their full-size defaults and their own result files; the suite runs the bounded sizes
-below.
+below. Each folder of bench/ holds the studies of one subject (bench/README.md lists
+them).
 """
 
 import argparse
@@ -53,13 +55,13 @@ BENCHMARKS: dict[str, Bench] = {
         timeout_s=60,
     ),
     "estimate_speed": Bench(
-        "bench.estimate_speed:run",
+        "bench.speed.estimate_speed:run",
         "analytic estimate, in-process, per call",
         {"calls": 100, "rounds": 9},
         timeout_s=120,
     ),
     "recommend_speed": Bench(
-        "bench.recommend_speed:run",
+        "bench.speed.recommend_speed:run",
         "recommendation over the whole catalog, in-process",
         {"repeat": 10},
         timeout_s=180,
@@ -71,13 +73,13 @@ BENCHMARKS: dict[str, Bench] = {
         writes="published_speed.json",
     ),
     "mig_packing": Bench(
-        "bench.mig_packing:run",
+        "bench.mig.mig_packing:run",
         "MIG planner vs exact MILP (HiGHS), 60 random instances + 10k-workload run",
         {"instances": 60, "seed": 7, "time_limit": 20.0},
         timeout_s=300,
     ),
     "api_overhead": Bench(
-        "bench.api_overhead:run",
+        "bench.service.api_overhead:run",
         "HTTP throughput/latency of the planning routes vs /healthz (wrk, one server)",
         {"seconds": 3.0, "rounds": 3, "connections": 32},
         timeout_s=300,
@@ -90,7 +92,7 @@ BENCHMARKS: dict[str, Bench] = {
         fast=False,
     ),
     "trace_7b": Bench(
-        "bench.trace_7b:run",
+        "bench.trace.trace_7b:run",
         "fake-tensor trace of a Llama-2-7B AdamW step: time and peak RSS",
         {"configs": [{"dtype": "bf16", "amp": "none", "batch": 1, "seq": 4096, "runtime": "cuda"}]},
         timeout_s=300,

@@ -1,6 +1,6 @@
 """API overhead: the planning endpoints' throughput and latency against GET /healthz.
 
-    python -m bench.api_overhead [--seconds 3] [--rounds 3] [--connections 32]
+    python -m bench.service.api_overhead [--seconds 3] [--rounds 3] [--connections 32]
 
 Starts one ``gpuplan serve`` (granian, one worker) on a free loopback port and drives
 it with ``wrk`` (Debian package ``wrk``, a separate process) at the same concurrency
@@ -31,11 +31,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import wrk as bench_wrk
 from bench.requests import request_set
+from bench.service import wrk as bench_wrk
 
-RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[2]
 
 _ROUTES: list[dict[str, Any]] = request_set("api_overhead")
 

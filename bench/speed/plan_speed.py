@@ -1,6 +1,6 @@
 """In-process speed of ``check()`` on every plan file in examples/.
 
-    python -m bench.plan_speed [--repeat 30]
+    python -m bench.speed.plan_speed [--repeat 30]
 
 A plan runs the recommendation over the whole catalog, a second one narrowed to the
 ``fits`` GPU (for the cost and time targets), the sizing at the ``fits`` count, the
@@ -17,13 +17,13 @@ from pathlib import Path
 
 import msgspec
 
-from bench.recommend_speed import _time
+from bench.speed.recommend_speed import _time
 from gpuplan.config.documents import read_document
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.ci import CiPlan, check
 
-RESULTS = Path(__file__).parent / "results"
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def main() -> None:

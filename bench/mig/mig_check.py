@@ -2,7 +2,7 @@
 
 It shares only the *facts* (the profile tables) with ``gpuplan.core.mig``: layouts are
 enumerated here by a different method (a left-to-right walk over memory slots), and a
-plan is checked GI by GI against the table. The tests and ``bench/mig_packing.py`` use
+plan is checked GI by GI against the table. The tests and ``bench/mig/mig_packing.py`` use
 it to catch a planner that agrees with itself but not with the rules.
 """
 

@@ -6,7 +6,7 @@ thread counts, and records the figures it published and the wall time of the run
 The default sizes are what the test suite and a CPU-only node use; the larger size
 shows how far the small default is from the CPU's matmul rate.
 
-    python -m bench.agent_cpu [--rounds 3]
+    python -m bench.agent.agent_cpu [--rounds 3]
 
 Writes ``bench/results/agent_cpu.json``; docs/agent.md quotes it.
 """
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = (
     {"cpu_matmul_size": 256, "cpu_threads": 1},
     {"cpu_matmul_size": 256, "cpu_threads": 0},
@@ -79,7 +79,7 @@ def main() -> None:
         print(json.dumps(row))
     result = {
         "benchmark": "agent_cpu",
-        "command": "python -m bench.agent_cpu",
+        "command": "python -m bench.agent.agent_cpu",
         "machine": {
             "cpu": runs[0]["cpu"],
             "python": platform.python_version(),

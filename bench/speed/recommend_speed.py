@@ -1,6 +1,6 @@
 """In-process speed of a recommendation over the whole built-in catalog.
 
-    python -m bench.recommend_speed [--repeat 30]
+    python -m bench.speed.recommend_speed [--repeat 30]
 
 For each case: median and 95th-percentile wall time of ``recommend()`` (warm: the
 catalog and data files are loaded once, as in a running server), the memory
@@ -25,7 +25,7 @@ from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.recommend import RecommendRequest, recommend
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 CASES: dict[str, dict[str, Any]] = request_set("recommend_speed")

@@ -1,6 +1,6 @@
 """How well the usable-memory model reproduces the MIG captures (docs/mig.md quotes it).
 
-    PYTHONPATH=service:. python -m bench.mig_usable
+    PYTHONPATH=service:. python -m bench.mig.mig_usable
 
 For every captured table and memory fraction: the captured usable memory, the model fitted
 on all captures (in sample) and the model fitted without that table (leave one out), with

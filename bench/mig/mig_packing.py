@@ -3,7 +3,7 @@
 For each random instance (a MIG table, workloads naming a profile or giving memory and
 compute) this runs ``gpuplan.core.mig.partition`` end to end and an exact MILP (HiGHS via
 ``scipy.optimize.milp``, a bench/dev-only dependency) over layouts enumerated
-independently (``bench/mig_check.py``):
+independently (``bench/mig/mig_check.py``):
 
     min sum_k x_k
     s.t. sum_p y[j,p] = d_j                      for each class j
@@ -21,7 +21,7 @@ Two families of instances: ``scaled`` (1-6 classes sized to about a target numbe
 GPUs, 1 to 2,000) and ``mixed`` (2-10 classes with small odd counts, where rounding an
 LP hurts most).
 
-    python -m bench.mig_packing [--instances 400] [--seed 7] [--out bench/results/mig_packing.json]
+    python -m bench.mig.mig_packing [--instances 400] [--seed 7] [--out bench/results/mig_packing.json]
 """
 
 import argparse
@@ -36,7 +36,7 @@ import msgspec
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 
-from bench.mig_check import check_plan, eligible, layouts
+from bench.mig.mig_check import check_plan, eligible, layouts
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.mig import PartitionRequest, builtin_tables, partition
 
@@ -359,7 +359,7 @@ def run(
     }
     return {
         "benchmark": "mig_packing",
-        "command": f"python -m bench.mig_packing --instances {instances} --seed {seed}",
+        "command": f"python -m bench.mig.mig_packing --instances {instances} --seed {seed}",
         "machine": {
             "python": platform.python_version(),
             "processor": platform.processor() or platform.machine(),

@@ -1,6 +1,6 @@
 """Convolutional nets traced with and without kernel probes, against real CPU steps.
 
-    python -m bench.trace_probes
+    python -m bench.trace.trace_probes
 
 ResNet-50 and YOLOv5s (bench/presets/architectures.py) take two steps for real on
 this CPU (AdamW training in fp32 and under bf16 autocast, and inference) and are
@@ -25,7 +25,7 @@ from bench.accuracy.measure_target import measure_target
 from bench.presets.architectures import ResNet, YoloV5
 from gpuplan.trace.run import trace
 
-RESULTS = Path(__file__).resolve().parent / "results" / "trace_probes.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "trace_probes.json"
 
 MODELS: dict[str, tuple[Callable[[], torch.nn.Module], int, int]] = {
     # name: (model, image side, batch); small enough for two real steps on 2 cores

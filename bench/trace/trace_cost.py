@@ -1,7 +1,7 @@
 """What a trace costs: operator calls per layer by model type, and seconds per call.
 
-    python -m bench.trace_cost            # measure, write bench/results/trace_cost.json
-    python -m bench.trace_cost --toml     # also rewrite the predictor's table
+    python -m bench.trace.trace_cost            # measure, write bench/results/trace_cost.json
+    python -m bench.trace.trace_cost --toml     # also rewrite the predictor's table
                                           # (service/gpuplan/core/trace/data/cost.toml)
 
 A trace's time is the dispatch of every aten operator its step runs through the
@@ -34,7 +34,7 @@ from typing import Any
 
 from bench.requests import request_set
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
 TOML = ROOT / "service" / "gpuplan" / "core" / "trace" / "data" / "cost.toml"
 
@@ -224,13 +224,13 @@ def derive(runs: list[dict[str, Any]], parallel: list[dict[str, Any]]) -> dict[s
 def write_toml(derived: dict[str, Any], machine: str) -> None:
     lines = [
         "# The trace cost predictor's table (gpuplan.core.trace.cost), measured by",
-        "# `python -m bench.trace_cost --toml` (bench/results/trace_cost.json):",
+        "# `python -m bench.trace.trace_cost --toml` (bench/results/trace_cost.json):",
         f"# {machine}.",
         "# Operator calls the recorder dispatches, per decoder layer, by model type; a",
         "# trace's predicted time is their sum over its layers, steps and decode steps",
         "# times the seconds per call (a training or an inference trace's), plus fixed_seconds.",
         "",
-        'source = "bench/results/trace_cost.json (python -m bench.trace_cost)"',
+        'source = "bench/results/trace_cost.json (python -m bench.trace.trace_cost)"',
         f"seconds_per_training_operator = {derived['seconds_per_training_operator']:.3e}",
         f"seconds_per_inference_operator = {derived['seconds_per_inference_operator']:.3e}",
         f"fixed_seconds = {derived['fixed_seconds']:.3f}",

@@ -1,6 +1,6 @@
 """Analytic estimate vs traced peak at sizes no CPU can run for real.
 
-    python -m bench.trace_vs_analytic [--only NAME]
+    python -m bench.trace.trace_vs_analytic [--only NAME]
 
 The accuracy grid checks the analytic estimator against real steps of small models;
 this checks it at realistic sizes (7B, 8B, 70B, Mixtral 8x7B) against the tracer,
@@ -25,7 +25,7 @@ from gpuplan.core.trace.schema import TraceWorkload
 from gpuplan.trace.hf import builder
 from gpuplan.trace.run import trace
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 LLAMA_2_7B = {
     "model_type": "llama",

@@ -1,6 +1,6 @@
 """A small trace end to end: through a warm ``gpuplan worker``, and in a fresh process.
 
-    python -m bench.job_latency [--runs 20] [--fresh-runs 3]
+    python -m bench.service.job_latency [--runs 20] [--fresh-runs 3]
 
 The issue's small model (one Llama layer, 54k parameters, training, runtime cuda) is
 sent to ``POST /v1/memory/trace`` of the real app (in process, Litestar's test client)
@@ -25,7 +25,7 @@ from typing import Any
 
 from gpuplan.jobs.worker import WARM_CONFIG
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 REDIS = "redis://127.0.0.1:6379/0"
 SMALL = {**WARM_CONFIG, "max_position_embeddings": 512, "tie_word_embeddings": True}
 """The worker's warm-up model, made another config so that no cache answers for it."""

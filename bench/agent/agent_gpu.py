@@ -7,7 +7,7 @@
 3. summarises what docs/agent.md quotes: achieved vs catalog peak per dtype, H2D/D2H and
    D2D bandwidth, and which NVML fields answered.
 
-    python -m bench.agent_gpu [--timeout 900] [--out bench/results/agent_gpu.json]
+    python -m bench.agent.agent_gpu [--timeout 900] [--out bench/results/agent_gpu.json]
 
 Needs nvidia-ml-py and a CUDA torch. ``--nvml-recording FILE`` replays a recording
 instead of the driver (a dry run of this script on a machine without a GPU).
@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def _run(args: list[str], timeout: float) -> subprocess.CompletedProcess[str]:

@@ -1,6 +1,6 @@
 """Trace time of decode steps: Llama-2-7B inference, prompt 512, N new tokens.
 
-    python -m bench.trace_decode
+    python -m bench.trace.trace_decode
 
 Each decode step is a full forward of one token through every layer on fake tensors,
 so its trace time grows with the layer count and the number of steps, not with the
@@ -18,12 +18,12 @@ from typing import Any
 import msgspec
 import torch
 
-from bench.trace_7b import LLAMA_2_7B
+from bench.trace.trace_7b import LLAMA_2_7B
 from gpuplan.core.trace.schema import TraceWorkload
 from gpuplan.trace.hf import builder
 from gpuplan.trace.run import trace
 
-RESULTS = Path(__file__).resolve().parent / "results" / "trace_decode.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "trace_decode.json"
 NEW_TOKENS = (0, 8, 32)
 
 

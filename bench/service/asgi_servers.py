@@ -5,7 +5,7 @@ the other on the same machine, and drives each with wrk on loopback. Rounds
 alternate between the servers so that drift of a shared, noisy machine hits both;
 the table reports the median of the rounds and the ratio of the medians.
 
-    python -m bench.asgi_servers [--seconds 10] [--rounds 3] [--connections 64]
+    python -m bench.service.asgi_servers [--seconds 10] [--rounds 3] [--connections 64]
 
 Needs ``wrk`` (Debian package ``wrk``). Writes ``bench/results/asgi_servers.json``.
 """
@@ -22,9 +22,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import wrk
+from bench.service import wrk
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 APP = "gpuplan.api.asgi:app"
 PATHS = ("/healthz", "/v1/version")
 

@@ -6,7 +6,7 @@ and reads the peak resident set (VmHWM) of the granian parent and each worker fr
 /proc. The chart requests 256 MiB and limits 512 MiB per API pod; these figures say how
 much of that one pod uses.
 
-    python -m bench.api_memory [--requests 200]
+    python -m bench.service.api_memory [--requests 200]
 
 Writes ``bench/results/api_memory.json``; docs/deploy.md quotes it. Linux only (/proc).
 """
@@ -24,8 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[2]
 
 ESTIMATE = {
     "model": {"name": "llama-2-7b"},

@@ -1,6 +1,6 @@
 """Load: a mixed request set at a fixed concurrency against a real `gpuplan serve`.
 
-    python -m bench.load [--concurrency 64] [--seconds 60] [--warmup 10] [--max-requests 2000000]
+    python -m bench.service.load [--concurrency 64] [--seconds 60] [--warmup 10] [--max-requests 2000000]
                          [--workers 1] [--redis-url URL] [--out bench/results/load.json]
 
 Starts ``gpuplan serve`` on a free loopback port (never anything but 127.0.0.1), then
@@ -13,7 +13,7 @@ resident memory (the server and its worker processes, from /proc) after the warm
 and at the end. The run passes with zero errors and RSS growth under 10% after the
 warm-up. The client shares the machine with the server (and the 1-minute load average
 before and after is recorded, for a shared machine), so the throughput is a floor.
-The request set is data, in ``bench/load.toml``.
+The request set is data, in ``bench/service/load.toml``.
 """
 
 import argparse
@@ -33,7 +33,7 @@ from typing import Any, Literal
 import httpx
 import msgspec
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "load.json"
 
 MIX_FILE = Path(__file__).with_name("load.toml")

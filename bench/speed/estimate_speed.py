@@ -1,6 +1,6 @@
 """In-process speed of the analytic estimate: median microseconds per call.
 
-    python -m bench.estimate_speed
+    python -m bench.speed.estimate_speed
 
 Each request is estimated in batches of calls; the median of the batches' per-call
 times is reported (the machine is shared, medians resist the noise). The goal in
@@ -26,7 +26,7 @@ from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.reserve import forget
 from gpuplan.core.memory.schema import EstimateRequest
 
-RESULTS = Path(__file__).resolve().parent / "results" / "estimate_speed.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "estimate_speed.json"
 
 REQUESTS: dict[str, dict[str, Any]] = request_set("estimate_speed")
 

@@ -1,6 +1,6 @@
 """wrk, as the HTTP benchmarks drive it: one run on loopback, and the figures of its report.
 
-bench/api_overhead.py and bench/asgi_servers.py both measure with one wrk thread at a
+bench/service/api_overhead.py and bench/service/asgi_servers.py both measure with one wrk thread at a
 fixed concurrency and read the same four figures from its ``--latency`` report, so
 the command, its options and the reading live here once.
 """

@@ -1,6 +1,6 @@
 """Check ``--runtime cuda`` against a real GPU: traced vs ``torch.cuda`` peaks.
 
-    python -m bench.trace_cuda_check          # on a machine with an NVIDIA GPU
+    python -m bench.trace.trace_cuda_check          # on a machine with an NVIDIA GPU
 
 For each target (the exactness-test models and a few Hugging Face shapes), the same
 build function runs twice: traced on fake CPU tensors with runtime cuda (allocator
@@ -26,7 +26,7 @@ from gpuplan.core.trace.log import Phase
 from gpuplan.trace.run import trace, unpack
 from gpuplan.trace.step import make_optimizer, run_steps
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 LLAMA_MEDIUM = dict(
     models.LLAMA,
@@ -118,7 +118,7 @@ def main() -> None:
     rows = []
     for key in TARGETS:
         out = subprocess.run(
-            [sys.executable, "-m", "bench.trace_cuda_check", "--one", key],
+            [sys.executable, "-m", "bench.trace.trace_cuda_check", "--one", key],
             capture_output=True,
             text=True,
             check=False,

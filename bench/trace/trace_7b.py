@@ -1,6 +1,6 @@
 """Trace a 7B Llama training step on fake tensors: time and resident memory.
 
-    python -m bench.trace_7b
+    python -m bench.trace.trace_7b
 
 Each configuration runs in a fresh interpreter (so its peak RSS is its own) and
 traces Llama-2-7B's architecture (random init from the config, no weights) for two
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 LLAMA_2_7B = dict(
     model_type="llama",
@@ -87,7 +87,7 @@ def run(configs: list[dict[str, object]] | None = None) -> dict[str, object]:
     for config in configs or CONFIGS:
         started = time.perf_counter()
         out = subprocess.run(
-            [sys.executable, "-m", "bench.trace_7b", "--child", json.dumps(config)],
+            [sys.executable, "-m", "bench.trace.trace_7b", "--child", json.dumps(config)],
             capture_output=True,
             text=True,
             check=True,

@@ -1,6 +1,6 @@
 """The long schema-fuzzing run: tests/test_fuzz.py with many more examples.
 
-    python -m bench.fuzz [--examples 2000] [--trace-examples 20] [--timeout 1800]
+    python -m bench.service.fuzz [--examples 2000] [--trace-examples 20] [--timeout 1800]
 
 Runs the same schemathesis tests as the default suite (every operation of
 ``api/openapi.yaml`` against the app in-process, a Redis on 127.0.0.1:6379 for the
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "fuzz.json"
 
 

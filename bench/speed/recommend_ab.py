@@ -1,9 +1,9 @@
 """Side-by-side CPU time of ``recommend()`` under two source trees (before / after a change).
 
     git worktree add /tmp/before <commit>
-    python -m bench.recommend_ab /tmp/before/service service [--rounds 3 --repeat 15]
+    python -m bench.speed.recommend_ab /tmp/before/service service [--rounds 3 --repeat 15]
 
-Each round runs every case of :mod:`bench.recommend_speed` that both trees accept, first
+Each round runs every case of :mod:`bench.speed.recommend_speed` that both trees accept, first
 under one tree then the other, each in its own interpreter; the figures are the median
 CPU ms over the rounds, and their ratio (after / before). Alternating in one run keeps
 the shared machine's load out of the ratio. Writes ``bench/results/recommend_ab.json``.
@@ -17,15 +17,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, statistics, sys, time
 import msgspec
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.recommend import RecommendRequest, recommend
-from bench.recommend_speed import CASES
+from bench.speed.recommend_speed import CASES
 catalog = builtin_catalog()
 out = {}
 for name, body in CASES.items():
