@@ -186,11 +186,18 @@ def _put(params: list[Parameter], x: np.ndarray) -> None:
         p.put(math.exp(v) if p.log else float(v))
 
 
-def fit(cases: list[Case | ServingCase], params: list[Parameter]) -> None:
+def fit(
+    cases: list[Case | ServingCase], params: list[Parameter], priors: list[float] | None = None
+) -> None:
+    """Fit ``params`` to ``cases`` in place, each pulled weakly towards its prior: its
+    value now, or ``priors`` (one per parameter; the cross-validation's neutral ones)."""
     x0 = _vector(params)
     low = np.array([math.log(p.low) if p.log else p.low for p in params])
     high = np.array([math.log(p.high) if p.log else p.high for p in params])
-    prior = x0.copy()
+    if priors is None:
+        prior = x0.copy()
+    else:
+        prior = np.array([math.log(v) if p.log else v for p, v in zip(params, priors, strict=True)])
     scale = np.maximum(np.abs(prior), 1e-9)
 
     def residuals(x: np.ndarray) -> np.ndarray:
