@@ -32,7 +32,8 @@ def test_sources_and_regimes() -> None:
     assert source_of(nemo) == source_of(runs["nemo2407-gpt3-175b-h100x512-fp8"])
     assert source_of(nemo) != source_of(runs["korthikanti22-gpt22b-a100x8-selective"])
     assert regimes(nemo) == {
-        "framework": "megatron", "scale": "2-8 GPUs", "precision": "fp8", "bound": "compute"
+        "measure": "tokens_per_s_per_gpu", "framework": "megatron", "generation": "hopper",
+        "scale": "2-8 GPUs", "precision": "fp8", "bound": "compute",
     }  # fmt: skip
     assert regimes(runs["nim18-llama33-70b-2xh100-fp8-5000in500out-c50-itl"])["bound"] == "memory"
 

@@ -1,7 +1,8 @@
 """Leave-one-source-out cross-validation of the speed model: the accuracy to quote.
 
     python -m bench.published.cv           # the table: every run, by source, by regime
-    python -m bench.published.cv --write   # also bench/results/speed_cv.json
+    python -m bench.published.cv --write   # also bench/results/speed_cv.json and the
+                                           # residual tables the service's intervals use
 
 A figure measured on the runs the constants were fitted to says how well they were
 fitted, not how well the model predicts. Here every published run (training and
@@ -19,6 +20,12 @@ the pull towards the neutral prior, the optimum it reaches does not depend on th
 (the problem is smooth and bounded), only the time does.
 
 Beside it, labelled, the in-sample figure: the shipped constants on every run.
+
+The cross-validated residuals, grouped by regime, are what the service draws its
+intervals from (``core/perf/data/residuals.toml``, written here). Their coverage is
+checked the same honest way: each run's interval comes from the residuals of the other
+sources only, widened where those sources have no run of its regime, and the share of
+measured figures inside their 80% intervals is reported.
 """
 
 import argparse
@@ -33,8 +40,16 @@ from typing import Any
 
 from bench.published.fit import Case, Parameter, ServingCase, fit, parameters
 from bench.published.runs import load
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.perf.efficiency import generation
+from gpuplan.core.uncertainty import ResidualGroup, ResidualTable, interval, spread
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "speed_cv.json"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "speed_cv.json"
+RESIDUALS = ROOT / "service" / "gpuplan" / "core" / "perf" / "data" / "residuals.toml"
+COVERAGE = 0.8
+"""The intervals' coverage: the issue's 80% prediction interval."""
+AXES = ("measure", "framework", "generation", "scale", "precision", "bound")
 
 
 def source_of(run: dict[str, Any]) -> str:
@@ -74,7 +89,9 @@ def regimes(run: dict[str, Any]) -> dict[str, str]:
         framework = str(parallelism.get("framework", "ddp"))
         bound = "compute"
     return {
+        "measure": measure if serving else "tokens_per_s_per_gpu",
         "framework": framework,
+        "generation": generation(builtin_catalog().get(run["gpu"])).name,
         "scale": _scale(int(run["gpus"])),
         "precision": str(workload.get("precision", "bf16")),
         "bound": bound,
@@ -142,6 +159,70 @@ def _stats(errors: list[float]) -> dict[str, Any]:
     }
 
 
+def _table(rows: list[dict[str, Any]], kind: str) -> ResidualTable:
+    """The residual table of ``rows`` (their cross-validated errors), one group per
+    regime of each axis."""
+    errors = [math.log1p(r["cv_error"]) for r in rows]
+    groups = []
+    for axis in AXES:
+        named: dict[str, list[float]] = defaultdict(list)
+        for r, e in zip(rows, errors, strict=True):
+            named[r[axis]].append(e)
+        for name, es in sorted(named.items()):
+            groups.append(
+                ResidualGroup(
+                    axis=axis,
+                    name=name,
+                    runs=len(es),
+                    mean_log_error=statistics.fmean(es),
+                    sd_log_error=statistics.stdev(es) if len(es) > 1 else 0.0,
+                )
+            )
+    return ResidualTable(
+        measure="tokens_per_s_per_gpu" if kind == "training" else "serving",
+        written_by="python -m bench.published.cv --write",
+        method="leave-one-source-out cross-validation over bench/published/runs.toml",
+        runs=len(rows),
+        sources=len({r["source"] for r in rows}),
+        max_gpus=max(r["gpus"] for r in rows),
+        mean_log_error=statistics.fmean(errors),
+        sd_log_error=statistics.stdev(errors),
+        groups=groups,
+    )
+
+
+def outside(run: dict[str, Any], others: list[dict[str, Any]]) -> list[str]:
+    """Why ``run`` lies outside what ``others`` measured: a regime none of them has, or
+    more GPUs than the largest of them."""
+    reasons = [
+        f"no measured run of {axis} {run[axis]}"
+        for axis in ("framework", "generation", "precision")
+        if not any(o[axis] == run[axis] for o in others)
+    ]
+    if others and run["gpus"] > max(o["gpus"] for o in others):
+        reasons.append(f"{run['gpus']} GPUs, past the largest measured run")
+    return reasons
+
+
+def coverage(rows: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    """Each run's 80% interval from the other sources' residuals alone; how many hold
+    their measured figure."""
+    inside = 0
+    for r in rows:
+        others = [o for o in rows if o["source"] != r["source"]]
+        if len(others) < 2:
+            continue
+        table = _table(others, kind)
+        s = spread(table, {a: r[a] for a in AXES}, outside(r, others))
+        bounds = interval(1.0, s, COVERAGE)  # measured / predicted
+        ratio = 1 / (1 + r["cv_error"])
+        r["interval_low"], r["interval_high"] = bounds.low, bounds.high
+        r["inside"] = bounds.low <= ratio <= bounds.high
+        inside += r["inside"]
+    checked = sum(1 for r in rows if "inside" in r)
+    return {"coverage": COVERAGE, "runs": checked, "inside": inside, "share": inside / checked}
+
+
 def evaluate(progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     runs = load()
     serving = load("inference")
@@ -158,6 +239,7 @@ def evaluate(progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]
                 "split": run["split"],
                 "kind": run.get("kind", "training"),
                 **regimes(run),
+                "gpus": int(run["gpus"]),
                 "measured": c.measured,
                 "in_sample_error": math.exp(in_sample[run["id"]]) - 1,
                 "cv_error": math.exp(held_out[run["id"]]) - 1,
@@ -176,9 +258,10 @@ def evaluate(progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]
         result["summary"][kind] = {
             "in_sample": _stats([math.log1p(r["in_sample_error"]) for r in chosen]),
             "cross_validated": _stats([math.log1p(r["cv_error"]) for r in chosen]),
+            "intervals": coverage(chosen, kind),
         }
     by_regime: dict[str, dict[str, Any]] = {}
-    for axis in ("framework", "scale", "precision", "bound"):
+    for axis in AXES:
         groups: dict[str, list[float]] = defaultdict(list)
         for r in rows:
             groups[r[axis]].append(math.log1p(r["cv_error"]))
@@ -215,6 +298,11 @@ def report(result: dict[str, Any]) -> str:
         lines.append(f"{kind}:")
         lines.append(line("in-sample (shipped)", s["in_sample"]))
         lines.append(line("leave-one-source-out", s["cross_validated"]))
+        c = s["intervals"]
+        lines.append(
+            f"  {c['coverage']:.0%} intervals (other sources' residuals): {c['inside']} of "
+            f"{c['runs']} runs inside ({c['share']:.0%})"
+        )
     for axis, groups in result["by_regime"].items():
         lines.append(f"cross-validated by {axis}:")
         lines += [line(name, s) for name, s in groups.items()]
@@ -239,6 +327,44 @@ def main() -> None:
     if args.write:
         RESULTS.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {RESULTS}")
+        RESIDUALS.write_text(residuals_toml(result), encoding="utf-8")
+        print(f"wrote {RESIDUALS}")
+
+
+def residuals_toml(result: dict[str, Any]) -> str:
+    """The service's residual tables, one per kind of prediction, as TOML."""
+    lines = [
+        "# Cross-validated residuals of the speed model: what its intervals are drawn from",
+        "# (core/uncertainty). Written by `python -m bench.published.cv --write`; do not edit.",
+        "# Each run was predicted by constants fitted without its source (bench/published/cv.py);",
+        "# a residual is log(predicted / measured).",
+    ]
+    for kind in ("training", "inference"):
+        rows = [r for r in result["rows"] if r["kind"] == kind]
+        t = _table(rows, kind)
+        lines += [
+            "",
+            "[[table]]",
+            f'measure = "{t.measure}"',
+            f'written_by = "{t.written_by}"',
+            f'method = "{t.method}"',
+            f"runs = {t.runs}",
+            f"sources = {t.sources}",
+            f"max_gpus = {t.max_gpus}",
+            f"mean_log_error = {t.mean_log_error:.6f}",
+            f"sd_log_error = {t.sd_log_error:.6f}",
+        ]
+        for g in t.groups:
+            lines += [
+                "",
+                "[[table.groups]]",
+                f'axis = "{g.axis}"',
+                f'name = "{g.name}"',
+                f"runs = {g.runs}",
+                f"mean_log_error = {g.mean_log_error:.6f}",
+                f"sd_log_error = {g.sd_log_error:.6f}",
+            ]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

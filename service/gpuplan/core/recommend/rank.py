@@ -13,6 +13,7 @@ from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
+from gpuplan.core.recommend.intervals import candidate_intervals, interval_reason
 from gpuplan.core.recommend.job import Job, resolve_job
 from gpuplan.core.recommend.option import (
     COST_OBJECTIVES,
@@ -81,16 +82,16 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     apart = [p for p in meets if objective in COST_OBJECTIVES and p.cost_usd is None]
     scored = _score([p for p in meets if p not in apart], objective)
     scored.sort(key=lambda r: (-r[1], objective_key(r[0], objective), r[0].gpu.id))
-    out = [_recommendation(p, s) for p, s in scored]
+    out = [_recommendation(p, job, s) for p, s in scored]
     apart.sort(key=lambda p: (*unpriced_key(p, objective), p.gpu.id))
     by = "time" if objective == "balanced" else "GPU-hours"
     note = (
         f"unscored: no price on the basis ({basis_words(job)}); ranked after the priced "
         f"plans, by {by}"
     )
-    out.extend(_recommendation(p, None, note) for p in apart)
+    out.extend(_recommendation(p, job, None, note) for p in apart)
     misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
-    out.extend(_recommendation(p, 0.0) for p in misses)
+    out.extend(_recommendation(p, job, 0.0) for p in misses)
     advice = advise(
         request,
         job,
@@ -223,13 +224,17 @@ def _closest(p: Option) -> str:
     return f"no plan meets the constraints; the nearest, {where}, misses {misses}; see advice"
 
 
-def _recommendation(p: Option, score: float | None, note: str | None = None) -> Candidate:
+def _recommendation(p: Option, job: Job, score: float | None, note: str | None = None) -> Candidate:
     """The candidate of a plan; ``score`` None: an unpriced plan under a cost objective,
     with ``note`` saying so."""
     usable = p.gpu.usable_memory_bytes
     reasons = list(p.reasons)
     if note is not None:
         reasons.append(note)
+    intervals, widened = candidate_intervals(p, job)
+    said = interval_reason(p, intervals, widened)
+    if said is not None:
+        reasons.append(said)
     if not p.fits and not (reasons and reasons[0].startswith("does not fit")):
         if p.layout is not None:
             reasons.insert(
@@ -264,6 +269,7 @@ def _recommendation(p: Option, score: float | None, note: str | None = None) -> 
         reasons=reasons,
         breaches=p.breaches,
         unverified=p.unverified,
+        intervals=intervals,
     )
 
 

@@ -14,6 +14,7 @@ from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.catalog.model import PriceKind, ProviderId, Vendor
 from gpuplan.core.memory.schema import Framework, ModelSpec, Runtime, Workload
 from gpuplan.core.record import Record
+from gpuplan.core.uncertainty import Interval
 
 Objective = Literal["cheapest", "fastest", "energy", "balanced"]
 Deployment = Literal["cloud", "on_prem", "hybrid"]
@@ -366,6 +367,17 @@ class PriceBasis(Record, kw_only=True):
     every priced plan, unscored."""
 
 
+IntervalFigure = Literal[
+    "throughput",
+    "time_hours",
+    "cost_usd",
+    "energy_kwh",
+    "mfu",
+    "time_to_first_token_s",
+    "time_per_output_token_s",
+]
+
+
 class Candidate(Record, kw_only=True):
     """One GPU model at one count."""
 
@@ -423,6 +435,15 @@ class Candidate(Record, kw_only=True):
 
     unverified: list[str] = []
     """Inputs of this plan that are not confirmed by a primary source."""
+
+    intervals: dict[IntervalFigure, Interval] = {}
+    """80% prediction intervals of the predicted figures (``throughput``, ``time_hours``,
+    ``cost_usd``, ``energy_kwh``, ``mfu``; serving: ``time_to_first_token_s``,
+    ``time_per_output_token_s``): the measured figure falls between ``low`` and ``high``
+    in 8 cases of 10, judged by the speed model's leave-one-source-out errors on published
+    runs of the same regime (framework, GPU generation, scale, precision), widened where
+    no published run is like this one (``reasons`` says why). Empty for a plan that does
+    not fit."""
 
 
 class Scenario(Record, kw_only=True):
