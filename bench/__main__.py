@@ -11,9 +11,11 @@ Each benchmark runs in its own interpreter under a wall-time limit (a benchmark 
 overruns is reported as timed out, the others still run), on loopback only, and returns
 a dict; the suite writes them together to ``bench/results/suite.json`` (the new
 benchmarks, api_overhead and peers, also to their own files) and prints one table of the
-figures with their goals. The modules stay runnable alone (``python -m bench.x``), with
+figures with their goals. The modules stay runnable alone
+(``python -m bench.<folder>.<name>``, e.g. ``python -m bench.speed.estimate_speed``), with
 their full-size defaults and their own result files; the suite runs the bounded sizes
-below.
+below. Each folder of bench/ holds the studies of one subject (bench/README.md lists
+them).
 """
 
 import argparse
@@ -53,13 +55,13 @@ BENCHMARKS: dict[str, Bench] = {
         timeout_s=60,
     ),
     "estimate_speed": Bench(
-        "bench.estimate_speed:run",
+        "bench.speed.estimate_speed:run",
         "analytic estimate, in-process, per call",
         {"calls": 100, "rounds": 9},
         timeout_s=120,
     ),
     "recommend_speed": Bench(
-        "bench.recommend_speed:run",
+        "bench.speed.recommend_speed:run",
         "recommendation over the whole catalog, in-process",
         {"repeat": 10},
         timeout_s=180,
@@ -70,14 +72,20 @@ BENCHMARKS: dict[str, Bench] = {
         timeout_s=120,
         writes="published_speed.json",
     ),
+    "speed_cv": Bench(
+        "bench.published.cv:run",
+        "speed model, leave-one-source-out cross-validated over the published runs",
+        timeout_s=600,
+        writes="speed_cv.json",
+    ),
     "mig_packing": Bench(
-        "bench.mig_packing:run",
+        "bench.mig.mig_packing:run",
         "MIG planner vs exact MILP (HiGHS), 60 random instances + 10k-workload run",
         {"instances": 60, "seed": 7, "time_limit": 20.0},
         timeout_s=300,
     ),
     "api_overhead": Bench(
-        "bench.api_overhead:run",
+        "bench.service.api_overhead:run",
         "HTTP throughput/latency of the planning routes vs /healthz (wrk, one server)",
         {"seconds": 3.0, "rounds": 3, "connections": 32},
         timeout_s=300,
@@ -90,7 +98,7 @@ BENCHMARKS: dict[str, Bench] = {
         fast=False,
     ),
     "trace_7b": Bench(
-        "bench.trace_7b:run",
+        "bench.trace.trace_7b:run",
         "fake-tensor trace of a Llama-2-7B AdamW step: time and peak RSS",
         {"configs": [{"dtype": "bf16", "amp": "none", "batch": 1, "seq": 4096, "runtime": "cuda"}]},
         timeout_s=300,
@@ -292,11 +300,32 @@ def _rows_published(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _rows_speed_cv(r: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    n = len(r["fitted_constants"])
+    for kind, label in (("training", "training tokens/s per GPU"), ("inference", "serving")):
+        s = r["summary"][kind]
+        for how, name in (("cross_validated", "leave-one-source-out"), ("in_sample", "in-sample")):
+            t = s[how]
+            rows.append(
+                (
+                    f"{label}, {t['runs']} runs of {r['sources']} sources, {name} "
+                    f"({n} fitted constants)",
+                    f"median {t['median_abs_error']:.1%}, worst {t['worst_abs_error']:.1%}",
+                    "median ≤ 10%, worst ≤ 35% (cross-validated)"
+                    if how == "cross_validated"
+                    else "",
+                )
+            )
+    return rows
+
+
 TABLES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "accuracy": _rows_accuracy,
     "estimate_speed": _rows_estimate,
     "recommend_speed": _rows_recommend,
     "published": _rows_published,
+    "speed_cv": _rows_speed_cv,
     "mig_packing": _rows_mig,
     "api_overhead": _rows_api,
     "peers": _rows_peers,

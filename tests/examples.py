@@ -25,6 +25,7 @@ from gpuplan.api.app import create_app
 from gpuplan.api.example_files import Example, ExampleRequest, ExampleResponse, shorten
 from gpuplan.cli import main as cli
 from gpuplan.config.settings import Settings
+from tests.conftest import forget_keys
 from tests.helpers import TINY_LLAMA, publish_snapshots, request_body
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +88,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     ),
     "list_models": ("The built-in presets", ExampleRequest(method="GET", path="/v1/models")),
     "recommendations": (
-        "The cheapest GPUs for a billion-token Llama 3.1 8B fine-tune",
+        "The cheapest GPUs for a billion-token Llama 3.1 8B fine-tune, at RunPod's or Lambda's prices",
         post(
             "/v1/recommendations",
             **request_body(
@@ -95,6 +96,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
             ),
             training={"training_tokens": 1_000_000_000},
             objective="cheapest",
+            pricing={"providers": ["runpod", "lambda"]},
             limit=2,
         ),
     ),
@@ -241,7 +243,12 @@ def _job_paths(redis_url: str, prefix: str) -> dict[str, str]:
     with TestClient(create_app(settings)) as client:
         ran = client.post("/v1/memory/trace", json=body, headers={"Prefer": "respond-async"})
         connection = connect(redis_url, 5.0)
-        worker = TraceWorker(queue_names(prefix), connection=connection, serializer=JSONSerializer)
+        worker = TraceWorker(
+            queue_names(prefix),
+            name=f"{prefix}worker",
+            connection=connection,
+            serializer=JSONSerializer,
+        )
         worker.work(burst=True)
         waiting = client.post(
             "/v1/memory/trace?priority=low", json=body, headers={"Prefer": "respond-async"}
@@ -263,20 +270,25 @@ def record() -> dict[str, Example]:
     jobs = Settings(
         answer_cache_bytes=0, redis_url=redis_url, job_queue=True, job_queue_prefix=jobs_prefix
     )
-    paths = _job_paths(redis_url, jobs_prefix)
     found = {}
-    with (
-        TestClient(create_app(plain)) as pure,
-        TestClient(create_app(fleet)) as live,
-        TestClient(create_app(jobs)) as queued,
-    ):
-        for name, (summary, request) in REQUESTS.items():
-            client = pure if name in FROM_REQUEST_ALONE else live
-            asked = request
-            if name in paths:
-                client = queued
-                asked = msgspec.structs.replace(request, path=paths[name])
-            found[name] = Example(summary=summary, request=asked, response=answer(client, asked))
+    try:
+        paths = _job_paths(redis_url, jobs_prefix)
+        with (
+            TestClient(create_app(plain)) as pure,
+            TestClient(create_app(fleet)) as live,
+            TestClient(create_app(jobs)) as queued,
+        ):
+            for name, (summary, request) in REQUESTS.items():
+                client = pure if name in FROM_REQUEST_ALONE else live
+                asked = request
+                if name in paths:
+                    client = queued
+                    asked = msgspec.structs.replace(request, path=paths[name])
+                answered = answer(client, asked)
+                found[name] = Example(summary=summary, request=asked, response=answered)
+    finally:  # the recording's fleet and queues leave the shared Redis with it
+        forget_keys(redis_url, prefix)
+        forget_keys(redis_url, jobs_prefix)
     return found
 
 

@@ -14,7 +14,7 @@ from gpuplan.config.settings import Settings
 from gpuplan.core.fleet import NodeSnapshot
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
-from tests.conftest import RedisServer
+from tests.conftest import RedisServer, forget_keys
 
 PROBLEM = "application/problem+json"
 
@@ -57,11 +57,13 @@ def publish_snapshots(
     asyncio.run(go())
 
 
-def fleet_unavailable(response: httpx.Response) -> None:
-    """A fleet route's 503 without a Redis configured: the problem names the setting."""
-    body = problem(response, 503)
-    assert body["type"] == "urn:gpuplan:problem:fleet-unavailable"
+def fleet_not_configured(response: httpx.Response) -> None:
+    """A fleet route's 404 without a Redis configured (no Retry-After: nothing will
+    change until the server is configured): the problem names the setting."""
+    body = problem(response, 404)
+    assert body["type"] == "urn:gpuplan:problem:fleet-not-configured"
     assert "GPUPLAN_REDIS_URL" in body["detail"]
+    assert "retry-after" not in response.headers
 
 
 def redis_outage(own_redis: RedisServer, client: TestClient[Litestar], path: str) -> None:
@@ -125,23 +127,7 @@ TINY_LLAMA: dict[str, Any] = {
 def drop_jobs(redis_url: str, key_prefix: str) -> None:
     """Delete what a test's job queues left in a shared Redis: the queues and registries
     (their names hold ``key_prefix``), the jobs they name, and the trace cache."""
-    import redis
-
-    store = redis.Redis.from_url(redis_url, decode_responses=True)
-    names = [str(k) for k in store.scan_iter(match=f"*{key_prefix}*", count=1000)]
-    ids: set[str] = set()
-    for name in names:
-        kind = store.type(name)
-        if kind == "list":
-            ids |= {str(m) for m in store.lrange(name, 0, -1)}
-        elif kind == "zset":
-            ids |= {str(m).split(":")[0] for m in store.zrange(name, 0, -1)}
-    jobs = [f"rq:job:{i}" for i in ids] + [f"rq:results:{i}" for i in ids]
-    if names or jobs:
-        store.delete(*names, *jobs)
-    for queue in store.smembers("rq:queues"):
-        if key_prefix in str(queue):
-            store.srem("rq:queues", str(queue))
+    forget_keys(redis_url, key_prefix)
 
 
 def job_settings(redis_url: str, key_prefix: str, **changes: Any) -> Settings:

@@ -24,6 +24,7 @@ from litestar.testing import TestClient
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
+from tests.conftest import forget_keys, fresh_prefix
 from tests.helpers import TINY_LLAMA, problem
 
 SPEC = yaml.safe_load((Path(__file__).parent.parent / "api" / "openapi.yaml").read_text())
@@ -106,13 +107,11 @@ PATH_OPS = [o for o in OPERATIONS if "{" in o[1]]
 @pytest.fixture(scope="module")
 def client(redis_url: str) -> Iterator[TestClient[Litestar]]:
     # Redis configured (the fleet routes then answer 404 for an unknown node, not 503).
-    settings = Settings(
-        redis_url=redis_url,
-        fleet_key_prefix="gpuplan-test:bad-input:",
-        trace_timeout_seconds=30,
-    )
+    prefix = fresh_prefix("bad-input")
+    settings = Settings(redis_url=redis_url, fleet_key_prefix=prefix, trace_timeout_seconds=30)
     with TestClient(app=create_app(settings), raise_server_exceptions=False) as test_client:
         yield test_client
+    forget_keys(redis_url, prefix)
 
 
 def _names_path(body: dict[str, Any], path: str) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from bench.api_overhead import REQUESTS
+from bench.service.api_overhead import REQUESTS
 from litestar import Litestar
 from litestar.testing import TestClient
 

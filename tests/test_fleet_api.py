@@ -1,10 +1,10 @@
-"""GET /v1/fleet/*: live nodes from a real Redis, 404 for stale ones, 503 without Redis."""
+"""GET /v1/fleet/*: live nodes from a real Redis, 404 for stale ones and without Redis, 503 while it is down."""
 
 from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, free_port
 from tests.helpers import (
     fleet_client,
-    fleet_unavailable,
+    fleet_not_configured,
     problem,
     publish_snapshots,
     redis_outage,
@@ -47,10 +47,10 @@ def test_unknown_or_stale_node_is_404(redis_url: str, key_prefix: str) -> None:
         assert client.get("/v1/fleet/nodes/bad%7Bname%7D").status_code == 404
 
 
-def test_without_redis_the_fleet_is_503() -> None:
+def test_without_redis_the_fleet_is_not_configured_404() -> None:
     with fleet_client(None) as client:
         for path in ("/v1/fleet/nodes", "/v1/fleet/nodes/x", "/v1/fleet/flops"):
-            fleet_unavailable(client.get(path))
+            fleet_not_configured(client.get(path))
         assert client.get("/v1/gpus/h200").status_code == 200  # planning still works
 
 

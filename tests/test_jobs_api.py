@@ -134,13 +134,28 @@ def test_ids_unknown_vanished_and_expired(client: TestClient[Litestar]) -> None:
     problem(client.delete(f"/v1/jobs/{old}"), 404, "expired")
 
 
-def test_without_a_queue_async_is_refused_and_jobs_do_not_exist() -> None:
+def test_without_a_queue_jobs_do_not_exist() -> None:
     with TestClient(app=create_app(Settings())) as client:
-        body = problem(
-            client.post("/v1/memory/trace", json=BODY, headers=ASYNC), 501, "respond-async"
-        )
-        assert body["type"] == "urn:gpuplan:problem:async-unavailable"
         problem(client.get(f"/v1/jobs/{new_id('trace')}"), 404, "GPUPLAN_JOB_QUEUE")
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_without_a_queue_respond_async_is_ignored() -> None:
+    """RFC 7240 §2: a preference the server cannot honour is ignored, not refused. The
+    trace runs while the client waits (a worker process of this server) and answers 200
+    with no `Preference-Applied`, exactly as without the header."""
+    pytest.importorskip("transformers")
+    with TestClient(app=create_app(Settings(trace_cache_ttl_seconds=0))) as client:
+        asked = client.post("/v1/memory/trace", json=BODY, headers=ASYNC)
+        plain = client.post("/v1/memory/trace", json=BODY)
+    assert asked.status_code == 200, asked.text
+    assert "preference-applied" not in asked.headers
+    assert "location" not in asked.headers
+    result, same = msgspec.json.decode(asked.content), msgspec.json.decode(plain.content)
+    assert result["peak_bytes"] > 0
+    del result["seconds"], same["seconds"]  # the trace's own wall time
+    assert result == same
 
 
 def test_a_job_queue_needs_redis() -> None:
@@ -209,7 +224,9 @@ def test_a_worker_runs_only_gpuplan_job_functions(redis_url: str, key_prefix: st
         "os.getcwd", job_id=new_id("trace")
     )
     try:
-        TraceWorker([name], connection=connection, serializer=JSONSerializer).work(burst=True)
+        TraceWorker(
+            [name], name=f"{key_prefix}worker", connection=connection, serializer=JSONSerializer
+        ).work(burst=True)
         job.refresh()  # type: ignore[no-untyped-call]
         assert job.get_status() == "failed"
         result = job.latest_result()

@@ -32,6 +32,12 @@ def queues(jobs: JobQueue) -> list[HandoffQueue]:
     ]
 
 
+def worker_name(jobs: JobQueue) -> str:
+    """A worker named under the test's prefix, so its ``rq:worker:`` key leaves with the
+    test's keys (RQ's default name, a bare uuid, would stay behind)."""
+    return f"{jobs.prefix}worker"
+
+
 def submit(jobs: JobQueue, priority: Priority = "normal") -> str:
     return jobs.submit("trace", {}, timeout_seconds=60, priority=priority)
 
@@ -49,7 +55,9 @@ def ids(connection: redis.Redis, key: str) -> list[str]:
 
 def sweep(jobs: JobQueue, lost_after: int) -> None:
     """One worker's maintenance of every queue's intermediate list."""
-    worker = TraceWorker(queues(jobs), connection=jobs.redis, lost_after=lost_after)
+    worker = TraceWorker(
+        queues(jobs), name=worker_name(jobs), connection=jobs.redis, lost_after=lost_after
+    )
     for queue in worker.queues:
         queue.intermediate_queue.cleanup(worker, queue)
 
@@ -139,7 +147,7 @@ def test_a_registered_job_is_left_to_rqs_recovery(jobs: JobQueue) -> None:
     to handle (its heartbeat lapses): maintenance must not queue the job again."""
     job_id = submit(jobs)
     job, queue = taken(jobs)
-    TraceWorker(queues(jobs), connection=jobs.redis).prepare_execution(job)
+    TraceWorker(queues(jobs), name=worker_name(jobs), connection=jobs.redis).prepare_execution(job)
     assert job_id in queue.started_job_registry
     assert ids(jobs.redis, queue.intermediate_queue_key) == []
     assert not jobs.redis.hexists(taken_key(queue.intermediate_queue_key), job_id)
@@ -152,7 +160,7 @@ def test_a_registered_job_whose_child_died_is_queued_once(jobs: JobQueue) -> Non
     must not add a second copy."""
     job_id = submit(jobs)
     job, queue = taken(jobs)
-    worker = TraceWorker(queues(jobs), connection=jobs.redis)
+    worker = TraceWorker(queues(jobs), name=worker_name(jobs), connection=jobs.redis)
     worker.prepare_execution(job)
     worker.handle_job_failure(job, queue, exc_string="Work-horse terminated unexpectedly")
     sweep(jobs, lost_after=0)

@@ -52,7 +52,7 @@ LLAMA_2_7B = {
     "num_key_value_heads": 32, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5,
     "tie_word_embeddings": False,
 }  # fmt: skip
-"""bench/trace_7b.py's Llama-2-7B."""
+"""bench/trace/trace_7b.py's Llama-2-7B."""
 
 
 def body(config: dict[str, Any], **workload: Any) -> dict[str, Any]:
@@ -69,7 +69,7 @@ class Pool:
         self.tmp = tmp
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self.store = redis.Redis.from_url(redis_url, decode_responses=True)
-        self.tag = prefix.split(":")[1][:8]
+        self.tag = prefix.split(":")[2][:8]
         """Worker names carry the test's own tag: a shared Redis keeps others' names."""
 
     def real(self, name: str) -> str:
@@ -445,7 +445,7 @@ def test_workers_listen_highest_priority_first() -> None:
 
 
 def test_the_cli_traces_on_a_server_without_a_queue(tmp_path: Path) -> None:
-    """Such a server refuses `Prefer: respond-async` (501): the CLI asks again without it."""
+    """Such a server ignores `Prefer: respond-async` (RFC 7240) and answers when traced."""
     config = tmp_path / "config.json"
     config.write_text(json.dumps(SMALL))
     with serving() as base:
@@ -456,3 +456,41 @@ def test_the_cli_traces_on_a_server_without_a_queue(tmp_path: Path) -> None:
         )  # fmt: skip
     assert process.returncode == 0, process.stderr
     assert json.loads(process.stdout)["parameters"] == 53440
+
+
+def test_a_worker_beside_the_api_needs_only_the_apis_redis_setting(
+    redis_url: str, key_prefix: str
+) -> None:
+    """`gpuplan worker` with only the API's GPUPLAN_REDIS_URL and GPUPLAN_JOB_QUEUE_PREFIX
+    in its environment (no GPUPLAN_WORKER_*, no option) runs a queued trace end to end,
+    and says where its Redis and prefix came from."""
+    settings = job_settings(redis_url, key_prefix, trace_cache_ttl_seconds=0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPLAN_")}
+    env |= {"GPUPLAN_REDIS_URL": redis_url, "GPUPLAN_JOB_QUEUE_PREFIX": settings.job_queue_prefix}
+    try:
+        with TestClient(app=create_app(settings)) as client:
+            job_id = submit(client, body(SMALL))
+            ran = subprocess.run(
+                [sys.executable, "-m", "gpuplan", "worker", "--burst", "--no-warm",
+                 "--metrics-port", "0", "--name", f"fallback-{key_prefix.split(':')[2][:8]}"],
+                capture_output=True, text=True, env=env, timeout=180, check=False,
+            )  # fmt: skip
+            assert ran.returncode == 0, ran.stderr[-3000:]
+            job = wait_for(client, job_id, {"succeeded", "failed"}, 10)
+        assert job["status"] == "succeeded", job
+        assert job["result"]["parameters"] == 53440
+        assert "redis_url from GPUPLAN_REDIS_URL (the API's setting" in ran.stderr
+        assert "queue_prefix from GPUPLAN_JOB_QUEUE_PREFIX (the API's setting" in ran.stderr
+    finally:
+        drop_jobs(redis_url, key_prefix)
+
+
+def test_a_worker_without_any_redis_setting_says_which_to_set() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUPLAN_")}
+    ran = subprocess.run(
+        [sys.executable, "-m", "gpuplan", "worker", "--burst"],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 2
+    assert "--redis-url, GPUPLAN_WORKER_REDIS_URL or the API's GPUPLAN_REDIS_URL" in ran.stderr
+    assert "Object missing required field" not in ran.stderr

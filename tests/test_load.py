@@ -1,4 +1,4 @@
-"""The short version of bench/load.py: a real `gpuplan serve` under concurrent mixed load.
+"""The short version of bench/service/load.py: a real `gpuplan serve` under concurrent mixed load.
 
 A few seconds at concurrency 32 (the full run is 60 s at 64): every answer is the
 expected one (200 for good requests, the right 4xx problem for bad ones), no transport
@@ -8,7 +8,7 @@ error, and the report carries the figures the long run publishes.
 from pathlib import Path
 
 import pytest
-from bench.load import parse, run
+from bench.service.load import parse, run
 
 pytestmark = pytest.mark.slow
 

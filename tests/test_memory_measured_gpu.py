@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from bench.trace_cuda_check import LLAMA_MEDIUM
+from bench.trace.trace_cuda_check import LLAMA_MEDIUM
 
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate

@@ -6,7 +6,7 @@ from typing import Any
 import msgspec
 import pytest
 import yaml
-from bench.mig_check import check_plan, eligible
+from bench.mig.mig_check import check_plan, eligible
 
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.mig import MigInputError, PartitionRequest, builtin_tables, partition
@@ -63,7 +63,7 @@ def test_random_plans_pass_the_independent_checker(table_id: str) -> None:
 @pytest.mark.parametrize("table_id", sorted(GPU_OF))
 def test_optimal_against_an_exact_integer_program(table_id: str) -> None:
     pytest.importorskip("scipy")
-    from bench.mig_packing import exact
+    from bench.mig.mig_packing import exact
 
     rng = random.Random(f"5-{table_id}")
     for _ in range(6):
@@ -78,7 +78,7 @@ def test_optimal_against_an_exact_integer_program(table_id: str) -> None:
 def test_exact_search_alone_finds_the_milp_optimum() -> None:
     """The bin-completion search, without the LP rounding in front of it."""
     pytest.importorskip("scipy")
-    from bench.mig_packing import exact
+    from bench.mig.mig_packing import exact
 
     from gpuplan.core.mig.demand import classify
     from gpuplan.core.mig.geometry import geometry

@@ -1,5 +1,5 @@
 """GET /v1/mig/slices end to end: instances published by the agent's writer to a real
-Redis, read back by the API; 503 without Redis; 422 for bad query values."""
+Redis, read back by the API; 404 without Redis, 503 while it is down; 422 for bad query values."""
 
 from typing import Any
 
@@ -11,7 +11,7 @@ from tests.agent_fixtures import snapshot
 from tests.conftest import RedisServer, free_port
 from tests.helpers import (
     fleet_client,
-    fleet_unavailable,
+    fleet_not_configured,
     problem,
     publish_snapshots,
     redis_outage,
@@ -121,10 +121,10 @@ def test_unknown_gpu_is_422_with_suggestions(redis_url: str, key_prefix: str) ->
             assert body["errors"][0]["location"] == "query"
 
 
-def test_without_redis_it_is_503() -> None:
+def test_without_redis_it_is_not_configured_404() -> None:
     with fleet_client(None) as client:
         response = client.get("/v1/mig/slices?memory_gib=10")
-    fleet_unavailable(response)
+    fleet_not_configured(response)
 
 
 def test_redis_down_is_503_and_recovers(own_redis: RedisServer) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from bench.stats import error_stats
+from bench.accuracy.stats import error_stats
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, EstimateResponse

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import torch
 
-from bench.stats import error_stats, write_run
+from bench.accuracy.stats import error_stats, write_run
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, Workload

@@ -15,7 +15,7 @@ import torch
 
 from bench.accuracy.cases import FAST, GRID, Case
 from bench.accuracy.measure import Measured, measure_inference, measure_training
-from bench.stats import error_stats, write_run
+from bench.accuracy.stats import error_stats, write_run
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest

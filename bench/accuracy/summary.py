@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench.stats import error_stats
+from bench.accuracy.stats import error_stats
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from bench.accuracy.cases import GRID, Case
-from bench.stats import error_stats, write_run
+from bench.accuracy.stats import error_stats, write_run
 from gpuplan.core.trace.schema import TraceWorkload
 from gpuplan.trace.hf import builder
 from gpuplan.trace.run import trace

@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
+from bench.accuracy.stats import RESULTS, error_stats, write_run
 from bench.accuracy.varlen_cuda import BATCH, LONGEST, config, lengths, train_step
-from bench.stats import RESULTS, error_stats, write_run
 from gpuplan.trace.run import trace
 
 MEASURED = RESULTS / "varlen_cuda.json"

@@ -130,11 +130,23 @@ class UnsupportedMediaType(ApiProblem):
 
 
 class FleetUnavailable(ApiProblem):
-    """The live-fleet store is not configured or does not answer: 503."""
+    """The live-fleet store does not answer (a Redis outage): 503, worth a retry."""
 
     status = 503
     kind = "fleet-unavailable"
     retry_after = 10
+
+
+class FleetNotConfigured(ApiProblem):
+    """This deployment has no live-fleet store (``GPUPLAN_REDIS_URL`` unset): 404.
+
+    Not a 503: nothing here is temporary, so a retry (what ``Retry-After`` invites) would
+    never succeed, and a schema fuzzer rightly counts any 5xx as a server error. The
+    fleet resources do not exist on such a server, as RFC 9110 §15.5.5 reads 404.
+    """
+
+    status = 404
+    kind = "fleet-not-configured"
 
 
 class UnknownNode(ApiProblem):

@@ -3,8 +3,8 @@
 A request is sent with ``Prefer: respond-async`` (RFC 7240). A server that queues the
 work answers ``202`` with the job's ``Location``, which is polled until the job is done;
 a server that answers at once (a cached trace, a plan, a server without a job queue)
-is read as it is, and one that refuses the preference (501 ``async-unavailable``) is
-asked again without it. On a terminal, a progress line on stderr shows the job going
+is read as it is (it ignores the preference, as RFC 7240 allows), and an older server
+that refused it (501 ``async-unavailable``) is asked again without it. On a terminal, a progress line on stderr shows the job going
 queued → running → done; Ctrl-C cancels a queued or running job before exiting.
 
 Errors follow :mod:`gpuplan.cli.errors`: a refused input is an

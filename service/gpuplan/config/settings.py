@@ -82,7 +82,8 @@ class Settings(Record):
     job_queue: bool = False
     """Run traces on ``gpuplan worker`` processes through the job queue in Redis (needs
     ``redis_url``): the API then never imports torch, and ``Prefer: respond-async``
-    answers 202 with a job to poll. Off: traces run in a subprocess of the server."""
+    answers 202 with a job to poll. Off: traces run in a subprocess of the server, and
+    ``Prefer: respond-async`` is ignored (RFC 7240): the trace answers 200 when done."""
 
     job_queue_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9:_.-]{1,100}$")] = (
         "gpuplan:jobs:"

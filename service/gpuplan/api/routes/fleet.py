@@ -1,8 +1,9 @@
 """The live fleet over HTTP: what the agents published, read from Redis.
 
 A node whose agent stopped publishing drops out once its keys expire (three
-publish intervals): the API never shows a stale node as live. Without Redis, or
-while it is down, these routes answer 503 so a client can tell "no data" from
+publish intervals): the API never shows a stale node as live. A server without Redis
+answers 404 ``fleet-not-configured`` (it has no fleet, and never will until configured),
+one whose Redis is down 503 with ``Retry-After``, so a client can tell "no data" from
 "no nodes"; the planning routes keep working either way.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 from litestar import Request
 from redis.exceptions import RedisError
 
-from gpuplan.api.problems import FleetUnavailable, UnknownNode
+from gpuplan.api.problems import FleetNotConfigured, FleetUnavailable, UnknownNode
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
 from gpuplan.core.fleet import MeasuredFlops, NodeList, NodeSnapshot, measured_flops
@@ -30,12 +31,16 @@ class MeasuredFlopsList(Record):
 
 def _store(state: Runtime) -> FleetStore:
     if state.redis is None:
-        raise FleetUnavailable("the live fleet needs Redis: set GPUPLAN_REDIS_URL")
+        raise FleetNotConfigured(
+            "this server has no live fleet: it needs Redis (set GPUPLAN_REDIS_URL, the "
+            "store the GPU agents publish to); planning routes answer without it"
+        )
     return FleetStore(state.redis, Keys(state.settings.fleet_key_prefix))
 
 
 async def read_nodes(state: Runtime, node: str | None = None) -> list[NodeSnapshot]:
-    """Live nodes (or the one named), or :class:`FleetUnavailable` (503) saying why not.
+    """Live nodes (or the one named); :class:`FleetNotConfigured` (404) without Redis,
+    :class:`FleetUnavailable` (503) while it does not answer.
 
     Shared by every route that reads the fleet, so all answer alike without Redis.
     """
@@ -50,12 +55,12 @@ async def read_nodes(state: Runtime, node: str | None = None) -> list[NodeSnapsh
         raise FleetUnavailable("the fleet store (Redis) does not answer; retry later") from None
 
 
-@operation("GET", "/v1/fleet/nodes", problems=(503,), tags=["fleet"])
+@operation("GET", "/v1/fleet/nodes", problems=(404, 503), tags=["fleet"])
 async def list_nodes(request: Request[Any, Any, Any]) -> NodeList:
     """Live nodes with their GPUs, MIG instances and latest benchmark, sorted by name.
 
     A node is live while its agent keeps publishing; it drops out three publish
-    intervals after the agent stops. Answers 503 without Redis or while it is down.
+    intervals after the agent stops. Answers 404 without Redis, 503 while it is down.
     """
     nodes = await read_nodes(runtime(request))
     return NodeList(count=len(nodes), nodes=nodes)
@@ -70,7 +75,7 @@ async def get_node(request: Request[Any, Any, Any], node: str) -> NodeSnapshot:
     return found[0]
 
 
-@operation("GET", "/v1/fleet/flops", problems=(503,), tags=["fleet"])
+@operation("GET", "/v1/fleet/flops", problems=(404, 503), tags=["fleet"])
 async def fleet_flops(request: Request[Any, Any, Any]) -> MeasuredFlopsList:
     """Measured matmul FLOP/s per catalog GPU model and dtype, over live nodes.
 

@@ -63,7 +63,7 @@ async def mig_plan(
     return await bounded(request, mig.partition, body, runtime(request).catalog)
 
 
-@operation("GET", "/v1/mig/slices", query=mig.SlicesQuery, problems=(503,), tags=["mig"])
+@operation("GET", "/v1/mig/slices", query=mig.SlicesQuery, problems=(404, 503), tags=["mig"])
 async def mig_slices(request: Request[Any, Any, Any], query: mig.SlicesQuery) -> mig.SlicesResponse:
     """Free MIG instances across the live fleet that fit a workload, best fit first.
 
@@ -73,7 +73,7 @@ async def mig_slices(request: Request[Any, Any, Any], query: mig.SlicesQuery) ->
     node, GPU index and placement start. Filter by `node` and by `gpu` model (any
     catalog lookup form). Each item gives the Kubernetes resource name and whether the
     profile's data is unverified. An empty fleet is an empty list with a note; without
-    Redis, or while it is down, 503.
+    Redis 404 (`fleet-not-configured`), while it is down 503.
     """
     state = runtime(request)
     nodes = await read_nodes(state, query.node)

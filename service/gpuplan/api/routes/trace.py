@@ -161,7 +161,8 @@ async def trace_memory(
     `Prefer: respond-async` answers `202 Accepted` with the job and its `Location`
     (`/v1/jobs/{id}`) to poll; without it the route waits for the job, up to the time
     limit (504 then, naming the job). Without a job queue, traces run in a worker
-    process of this server: `Prefer: respond-async` is refused (501), at most
+    process of this server: `Prefer: respond-async` is ignored as RFC 7240 allows (the
+    answer is the trace, 200, without `Preference-Applied`), at most
     `GPUPLAN_TRACE_MAX_CONCURRENT` run at once per process (503). Needs the `trace`
     extra where traces run (501 without it); one trace takes seconds (a 7B model about
     10 s), bounded by `GPUPLAN_TRACE_TIMEOUT_SECONDS` (504).
@@ -197,14 +198,10 @@ async def trace_memory(
             state.job_metrics.count("trace", "cached")
         return cached
     if state.jobs is None:
-        if respond_async:
-            raise ApiProblem(
-                "this server has no job queue to run the trace asynchronously (setting "
-                "GPUPLAN_JOB_QUEUE is off, or GPUPLAN_REDIS_URL unset): send the request "
-                "without `Prefer: respond-async` to have it traced while you wait",
-                status=501,
-                kind="async-unavailable",
-            )
+        # No queue to honour `Prefer: respond-async` with: RFC 7240 §2 lets a server
+        # ignore a preference it cannot honour, so the trace runs while the client
+        # waits and the answer carries no `Preference-Applied` (refusing it would turn
+        # a valid request into a server error).
         return await _in_process(request, state, body, key)
     return await _queued(state, body, key, query.priority, respond_async)  # type: ignore[return-value]
 

@@ -8,7 +8,7 @@ advice; the MIG fits and assumptions fold away under ``<details>``.
 
 from collections.abc import Sequence
 
-from gpuplan.cli.render.candidates import advice_line, layout
+from gpuplan.cli.render.candidates import advice_line, basis_line, layout, price_cell, score_cell
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.ci import CiReport
 from gpuplan.core.recommend.schema import Candidate
@@ -23,16 +23,17 @@ def _num(value: float | None, fmt: str) -> str:
     return num(value, fmt, DASH)
 
 
-def _cells(r: Candidate) -> tuple[str, str, str, str, str, str]:
-    """A recommendation's layout, GiB per GPU, memory use, hours, USD and score, formatted
-    once for both tables (each pads them its own way)."""
+def _cells(r: Candidate) -> tuple[str, str, str, str, str, str, str]:
+    """A recommendation's layout, GiB per GPU, memory use, hours, USD, price per GPU-hour
+    and score, formatted once for both tables (each pads them its own way)."""
     return (
         layout(r.layout, DASH),
         f"{r.required_bytes_per_gpu / GiB:.1f}",
         f"{r.memory_utilization:.0%}",
         _num(r.time_hours, ",.2f"),
         _num(r.cost_usd, ",.2f"),
-        f"{r.score:.3f}",
+        price_cell(r, DASH),
+        score_cell(r.score, DASH),
     )
 
 
@@ -118,8 +119,10 @@ def markdown(report: CiReport) -> str:
         f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
         *memory_bars(report),
         "",
-        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        _cell(basis_line(report.price_basis)) + ".",
+        "",
+        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | USD/GPU-h | score |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for i, r in enumerate(report.recommendations, 1):
         fit = "" if r.fits else " (no fit)"
@@ -173,16 +176,17 @@ def table(report: CiReport) -> str:
         f"memory (one GPU as written): peak {e.peak_bytes / GiB:.2f} GiB, required "
         f"{e.required_bytes / GiB:.2f} GiB; scenario {report.scenario.class_}"
     )
+    out.append(basis_line(report.price_basis))
     out.append(
         f"{'#':>3} {'gpu':<26} {'n':>4} {'layout':<10} {'GiB/GPU':>8} {'mem%':>5} "
-        f"{'hours':>10} {'USD':>12} {'score':>6}"
+        f"{'hours':>10} {'USD':>12} {'USD/GPU-h':>16} {'score':>6}"
     )
     for i, r in enumerate(report.recommendations, 1):
         fit = "" if r.fits else " (no fit)"
-        lay, gib, mem, hours, usd, score = _cells(r)
+        lay, gib, mem, hours, usd, price, score = _cells(r)
         out.append(
             f"{i:>3} {r.gpu:<26} {r.count:>4} {lay:<10} {gib:>8} {mem:>5} {hours:>10} {usd:>12} "
-            f"{score:>6}{fit}"
+            f"{price:>16} {score:>6}{fit}"
         )
     for m in report.mig:
         where = f"{m.profile} ({m.resource})" if m.profile else "no profile holds it"

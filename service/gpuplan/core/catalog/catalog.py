@@ -14,7 +14,7 @@ import difflib
 import re
 from collections.abc import Iterator, Sequence
 
-from gpuplan.core.catalog.model import GpuSpec
+from gpuplan.core.catalog.model import GpuSpec, PriceProvider
 from gpuplan.core.errors import DataError, InvalidRequest, NotFound
 
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "intel", "habana")
@@ -71,8 +71,10 @@ class UnknownGpu(NotFound):
 class Catalog:
     """An ordered, indexed set of GPU SKUs. Built once; never mutated."""
 
-    def __init__(self, gpus: Sequence[GpuSpec]) -> None:
+    def __init__(self, gpus: Sequence[GpuSpec], providers: Sequence[PriceProvider] = ()) -> None:
         self._gpus = tuple(sorted(gpus, key=lambda g: g.id))
+        self.providers: tuple[PriceProvider, ...] = tuple(providers)
+        """The price tables the GPUs' ``price.cloud`` quotes come from."""
         self._by_key: dict[str, GpuSpec] = {}
         self._by_pci: dict[tuple[str, str], GpuSpec] = {}
         for gpu in self._gpus:

@@ -20,7 +20,7 @@ A result equal to the bound is optimal by proof; ``proven_optimal`` says whether
 answer is known to be the minimum (bound met or search completed). The searches share
 a budget of search nodes (``node_budget``, about a millisecond each in CPython), so
 that no request runs unbounded: when it runs out, the best packing found so far is
-returned unproven. On the random instances of ``bench/mig_packing.py`` the bound was
+returned unproven. On the random instances of ``bench/mig/mig_packing.py`` the bound was
 always met, so the search is the exception, not the rule.
 """
 

@@ -13,7 +13,7 @@ lexicographically, so they end (and a budget of evaluated moves bounds them):
   (layout and the workload classes it serves), so a fleet of identical GPUs costs one
   comparison, not thousands.
 
-The moves are greedy: bench/mig_packing.py measures them against the lexicographic
+The moves are greedy: bench/mig/mig_packing.py measures them against the lexicographic
 MILP optimum.
 """
 

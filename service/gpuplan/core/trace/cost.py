@@ -2,7 +2,7 @@
 
 A trace's time is the dispatch of every aten operator its step runs (a fake tensor
 computes metadata only, so the width of a layer hardly matters: its depth does). The
-table (``data/cost.toml``, measured by ``python -m bench.trace_cost``) holds, per model
+table (``data/cost.toml``, measured by ``python -m bench.trace.trace_cost``) holds, per model
 type, the operator calls per decoder layer of building the model, of a training step,
 of an inference step and of a decode step, and the seconds one call takes (in a
 training trace and in an inference trace, whose Python work per call differs). A request's
