@@ -59,7 +59,9 @@ def test_exit_1_when_a_target_fails_with_markdown_verdicts_first(tmp_path: Path)
         "min_memory_headroom",
     ]
     assert verdicts[2].startswith("| ❌")
-    table = lines.index("| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |")
+    table = lines.index(
+        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | USD/GPU-h | score |"
+    )
     assert lines.index(verdicts[-1]) < table
     assert "<details><summary>MIG" in result.output
 
@@ -68,7 +70,8 @@ def test_markdown_draws_memory_bars_and_the_headroom(tmp_path: Path) -> None:
     plan = str(_write(tmp_path, PASSING, "plan.json"))
     report = msgspec.json.decode(_run(plan, "--format", "json").output, type=CiReport)
     lines = _run(plan, "--format", "markdown").output.splitlines()
-    bars = [line for line in lines if line.startswith("- `")]
+    legend = next(i for i, line in enumerate(lines) if line.startswith("<sub>█"))
+    bars = [line for line in lines[:legend] if line.startswith("- `")]
     drawn = [line.split("`")[1] for line in bars]
     assert [len(bar) for bar in drawn] == [40, 40, 40]  # one fixed width, in inline code
     e = report.estimate

@@ -3,7 +3,13 @@
 from collections.abc import Sequence
 
 from gpuplan.cli.render.output import GiB, num
-from gpuplan.core.recommend.schema import Advice, Candidate, ParallelLayout, RecommendResponse
+from gpuplan.core.recommend.schema import (
+    Advice,
+    Candidate,
+    ParallelLayout,
+    PriceBasis,
+    RecommendResponse,
+)
 
 
 def layout(lay: ParallelLayout | None, missing: str = "-") -> str:
@@ -17,6 +23,24 @@ def layout(lay: ParallelLayout | None, missing: str = "-") -> str:
         if n > 1
     )
     return f"t{lay.tensor}p{lay.pipeline}d{lay.data}z{lay.zero_stage}{extra}"
+
+
+def price_cell(c: Candidate, missing: str = "-") -> str:
+    """The price per GPU-hour a candidate's cost uses and whose it is: ``6.88 aws``."""
+    if c.price is None:
+        return missing
+    return f"{c.price.usd_per_gpu_hour:,.2f} {c.price.provider}"
+
+
+def score_cell(score: float | None, missing: str = "-") -> str:
+    """A score, or ``missing`` for an unscored (unpriced) plan."""
+    return missing if score is None else f"{score:.3f}"
+
+
+def basis_line(basis: PriceBasis) -> str:
+    """The price basis in one line, with the GPUs it leaves unpriced."""
+    unpriced = f"; no price for {len(basis.unpriced)} GPU(s)" if basis.unpriced else ""
+    return f"prices: {basis.detail}{unpriced}"
 
 
 def advice_lines(advice: Sequence[Advice]) -> list[str]:
@@ -68,8 +92,9 @@ def table(response: RecommendResponse, top: int | None = TOP) -> str:
     lines = [
         f"objective: {response.objective}   scenario: {response.scenario.class_} "
         f"({response.scenario.band})",
+        basis_line(response.price_basis),
         f"{'#':>3} {'gpu':<{width}} {'n':>4} {'layout':<14} {'GiB/GPU':>8} {'mem%':>5} "
-        f"{'tokens/s':>10} {middle} {'USD':>11} {'kWh':>9} {'score':>6}",
+        f"{'tokens/s':>10} {middle} {'USD':>11} {'USD/GPU-h':>16} {'kWh':>9} {'score':>6}",
     ]
     for i, r in enumerate(shown, 1):
         tput = r.throughput.value if r.throughput else None
@@ -86,8 +111,8 @@ def table(response: RecommendResponse, top: int | None = TOP) -> str:
             f"{i:>3} {r.gpu:<{width}} {r.count:>4} {layout(r.layout):<14} "
             f"{r.required_bytes_per_gpu / GiB:>8.1f} {r.memory_utilization:>5.0%} "
             f"{num(tput, ',.0f'):>10} {middle} "
-            f"{num(r.cost_usd, ',.2f'):>11} {num(r.energy_kwh, ',.1f'):>9} {r.score:>6.3f}"
-            f"{mark(r)}"
+            f"{num(r.cost_usd, ',.2f'):>11} {price_cell(r):>16} {num(r.energy_kwh, ',.1f'):>9} "
+            f"{score_cell(r.score):>6}{mark(r)}"
         )
     lines += more_line(len(shown), len(response.recommendations))
     lines += advice_lines(response.advice)

@@ -8,7 +8,14 @@ advice; the MIG fits and assumptions fold away under ``<details>``.
 
 from collections.abc import Sequence
 
-from gpuplan.cli.render.candidates import advice_lines, layout, mark
+from gpuplan.cli.render.candidates import (
+    advice_lines,
+    basis_line,
+    layout,
+    mark,
+    price_cell,
+    score_cell,
+)
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.ci import CiReport
 from gpuplan.core.ci.schema import MigFit
@@ -24,16 +31,17 @@ def _num(value: float | None, fmt: str) -> str:
     return num(value, fmt, DASH)
 
 
-def _cells(r: Candidate) -> tuple[str, str, str, str, str, str]:
-    """A recommendation's layout, GiB per GPU, memory use, hours, USD and score, formatted
-    once for both tables (each pads them its own way)."""
+def _cells(r: Candidate) -> tuple[str, str, str, str, str, str, str]:
+    """A recommendation's layout, GiB per GPU, memory use, hours, USD, price per GPU-hour
+    and score, formatted once for both tables (each pads them its own way)."""
     return (
         layout(r.layout, DASH),
         f"{r.required_bytes_per_gpu / GiB:.1f}",
         f"{r.memory_utilization:.0%}",
         _num(r.time_hours, ",.2f"),
         _num(r.cost_usd, ",.2f"),
-        f"{r.score:.3f}",
+        price_cell(r, DASH),
+        score_cell(r.score, DASH),
     )
 
 
@@ -141,8 +149,10 @@ def markdown(report: CiReport) -> str:
         f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
         *memory_bars(report),
         "",
-        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        _cell(basis_line(report.price_basis)) + ".",
+        "",
+        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | USD/GPU-h | score |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for i, r in enumerate(report.recommendations, 1):
         lines.append(f"| {i} | `{r.gpu}`{mark(r)} | {r.count} | " + " | ".join(_cells(r)) + " |")
@@ -197,16 +207,17 @@ def table(report: CiReport) -> str:
         f"memory (one GPU as written): peak {e.peak_bytes / GiB:.2f} GiB, required "
         f"{e.required_bytes / GiB:.2f} GiB; scenario {report.scenario.class_}"
     )
+    out.append(basis_line(report.price_basis))
     width = max([len("gpu"), *(len(r.gpu) for r in report.recommendations)])
     out.append(
         f"{'#':>3} {'gpu':<{width}} {'n':>4} {'layout':<10} {'GiB/GPU':>8} {'mem%':>5} "
-        f"{'hours':>10} {'USD':>12} {'score':>6}"
+        f"{'hours':>10} {'USD':>12} {'USD/GPU-h':>16} {'score':>6}"
     )
     for i, r in enumerate(report.recommendations, 1):
-        lay, gib, mem, hours, usd, score = _cells(r)
+        lay, gib, mem, hours, usd, price, score = _cells(r)
         out.append(
             f"{i:>3} {r.gpu:<{width}} {r.count:>4} {lay:<10} {gib:>8} {mem:>5} {hours:>10} "
-            f"{usd:>12} {score:>6}{mark(r)}"
+            f"{usd:>12} {price:>16} {score:>6}{mark(r)}"
         )
     holding, none = _mig_split(report)
     if holding:

@@ -13,7 +13,7 @@ Instinct, Intel, Habana), so the NVML name and its GFD label fold to the same ke
 import re
 from collections.abc import Iterator, Sequence
 
-from gpuplan.core.catalog.model import GpuSpec
+from gpuplan.core.catalog.model import GpuSpec, PriceProvider
 from gpuplan.core.errors import DataError, InvalidRequest, NotFound
 from gpuplan.core.names import closest, did_you_mean
 
@@ -70,8 +70,10 @@ class UnknownGpu(NotFound):
 class Catalog:
     """An ordered, indexed set of GPU SKUs. Built once; never mutated."""
 
-    def __init__(self, gpus: Sequence[GpuSpec]) -> None:
+    def __init__(self, gpus: Sequence[GpuSpec], providers: Sequence[PriceProvider] = ()) -> None:
         self._gpus = tuple(sorted(gpus, key=lambda g: g.id))
+        self.providers: tuple[PriceProvider, ...] = tuple(providers)
+        """The price tables the GPUs' ``price.cloud`` quotes come from."""
         self._by_key: dict[str, GpuSpec] = {}
         self._by_pci: dict[tuple[str, str], GpuSpec] = {}
         for gpu in self._gpus:

@@ -129,6 +129,7 @@ def check(
         verdicts=verdicts,
         estimate=memory,
         recommendations=candidates,
+        price_basis=rec.price_basis,
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,

@@ -17,6 +17,7 @@ from gpuplan.core.recommend.schema import (
     Candidate,
     GpuName,
     HybridComparison,
+    PriceBasis,
     RecommendRequest,
     Scenario,
 )
@@ -149,6 +150,9 @@ class CiReport(Record, kw_only=True):
     """The job on one GPU, as its workload describes it (parallelism included)."""
 
     recommendations: list[Candidate]
+    price_basis: PriceBasis
+    """Whose prices the costs (and the ``max_cost_usd`` verdict) use."""
+
     scenario: Scenario
     mig: list[MigFit]
     advice: list[Advice]

@@ -122,12 +122,28 @@ def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
         basis,
         what="cost",
         value=lambda r: r.cost_usd,
-        missing=lambda r: f"{r.gpu} has no price ({'; '.join(r.reasons[-1:])})",
+        missing=lambda r: f"{r.gpu} has no price ({_why_unpriced(r)})",
         describe=lambda r, usd, cmp: (
-            f"${usd:,.2f} on {r.count} x {r.gpu} ({basis}, {r.cost_basis} prices) "
-            f"{cmp} ${limit:,.2f}"
+            f"${usd:,.2f} on {r.count} x {r.gpu} ({basis}, {_priced_at(r)}) {cmp} ${limit:,.2f}"
         ),
     )
+
+
+def _why_unpriced(r: Candidate) -> str:
+    """The reason that says which price is missing (the recommendation's own words)."""
+    said = [x for x in r.reasons if x.startswith("no ") and "price" in x]
+    return "; ".join(said[:1] or r.reasons[-1:])
+
+
+def _priced_at(r: Candidate) -> str:
+    """Whose price a candidate's cost uses, e.g. "aws on_demand $6.88/GPU-h as of 2026-11-09"."""
+    p = r.price
+    if p is None:
+        return f"{r.cost_basis} prices"
+    kind = f" {p.kind}" if p.kind else ""
+    term = f" {p.term}" if p.term else ""
+    dated = f" as of {p.as_of}" if p.as_of else ""
+    return f"{p.provider}{kind}{term} ${p.usd_per_gpu_hour:.2f}/GPU-h{dated}"
 
 
 def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:

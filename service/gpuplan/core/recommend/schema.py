@@ -5,12 +5,13 @@ recommendation needs beyond memory: the objective, the constraints, and the volu
 work (tokens to train, or a request rate to serve). Bounds keep every search finite.
 """
 
+import datetime
 from typing import Annotated, Literal
 
 import msgspec
 
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
-from gpuplan.core.catalog.model import Vendor
+from gpuplan.core.catalog.model import PriceKind, ProviderId, Vendor
 from gpuplan.core.memory.schema import Framework, ModelSpec, Runtime, Workload
 from gpuplan.core.record import Record
 
@@ -28,7 +29,8 @@ Layout = Literal["search", "given"]
 
 
 class PriceOverride(Record, kw_only=True):
-    """Your prices for a GPU, replacing the catalog's (which carry an ``as_of`` date)."""
+    """Your prices for a GPU, replacing the price tables' and the catalog's (which carry
+    an ``as_of`` date); a candidate priced by it names ``request`` as its provider."""
 
     cloud_usd_per_gpu_hour: Positive | None = None
     purchase_usd: Positive | None = None
@@ -78,6 +80,8 @@ class Constraints(Record, kw_only=True):
     """Inter-node bandwidth per GPU and direction (default 400 Gb/s, one NIC per GPU)."""
 
     prices: Annotated[dict[GpuName, PriceOverride], msgspec.Meta(max_length=64)] = {}
+    """Your prices per GPU (any lookup name): they win over every price table."""
+
     preferred_gpu: GpuName | None = None
     """Advice explains how to make the job fit this GPU (default: the cheapest per hour)."""
 
@@ -140,6 +144,20 @@ class Efficiency(Record, kw_only=True):
     """Share of backward behind which gradient communication hides."""
 
 
+class Pricing(Record, kw_only=True):
+    """Whose cloud prices the costs use: one stated basis for every GPU (docs/catalog.md
+    lists the tables, their sources and dates)."""
+
+    providers: Annotated[list[ProviderId], msgspec.Meta(max_length=8)] = []
+    """Price tables to read: each GPU takes the lowest price among them that lists it,
+    and its candidate names the provider. Empty: the default basis, AWS on-demand list
+    prices. A GPU none of them lists has no cloud price (``price_basis.unpriced``)."""
+
+    kind: PriceKind = "on_demand"
+    """``on_demand``; ``spot`` (interruptible capacity); ``reserved`` (a commitment: the
+    candidate's price names its term)."""
+
+
 class HybridSpec(Record, kw_only=True):
     """The owned pool + cloud burst comparison (deployment ``hybrid``)."""
 
@@ -164,6 +182,9 @@ class RecommendRequest(Record, kw_only=True):
 
     objective: Objective = "balanced"
     constraints: Constraints = msgspec.field(default_factory=Constraints)
+    pricing: Pricing = msgspec.field(default_factory=Pricing)
+    """Which providers' prices a cloud cost uses (default: AWS on-demand); your own
+    ``constraints.prices`` and a catalog file's negotiated prices win over them."""
     training: TrainingVolume | None = None
     """Training work (modes training, finetune_lora, finetune_qlora)."""
 
@@ -301,6 +322,50 @@ class Breach(Record, kw_only=True):
     detail: str
 
 
+class PriceUsed(Record, kw_only=True):
+    """The price per GPU-hour a candidate's cost uses, and where it comes from."""
+
+    usd_per_gpu_hour: float
+    provider: str
+    """A price table (``aws``, ``runpod``, …); ``request`` for ``constraints.prices``;
+    ``catalog_file`` for a negotiated price in the catalog file; ``owned`` for the
+    on-premises price (purchase amortized, plus electricity)."""
+
+    kind: PriceKind | None = None
+    """A price table's kind: ``on_demand``, ``spot`` or ``reserved``."""
+
+    term: str | None = None
+    """The commitment of a ``reserved`` price."""
+
+    instance: str | None = None
+    """What the table priced (the instance type, divided by its GPUs)."""
+
+    as_of: datetime.date | None = None
+    """The day the price was read (of the purchase price, for ``owned``)."""
+
+    source: str | None = None
+    """Where it was read: the source's title and address."""
+
+
+class PriceBasis(Record, kw_only=True):
+    """The prices this answer compares: one basis, the same for every candidate."""
+
+    providers: list[ProviderId]
+    """The price tables read (the request's ``pricing.providers``, else the default)."""
+
+    kind: PriceKind
+    default: bool
+    """True when the request named no providers: the default basis, AWS on-demand."""
+
+    detail: str
+    """The basis in words, with what wins over it."""
+
+    unpriced: list[str]
+    """Candidate GPUs that no table of the basis lists and no override prices: they
+    have no cloud cost, and under ``cheapest`` and ``balanced`` they are ranked after
+    every priced plan, unscored."""
+
+
 class Candidate(Record, kw_only=True):
     """One GPU model at one count."""
 
@@ -326,6 +391,10 @@ class Candidate(Record, kw_only=True):
     usd_per_hour: float | None
     cost_usd: float | None
     cost_basis: Literal["cloud", "on_prem"] | None
+    price: PriceUsed | None = None
+    """The price per GPU-hour behind ``usd_per_hour`` and ``cost_usd``: its provider,
+    kind, date and source; None when no price covers this GPU."""
+
     energy_kwh: float | None
     flops_per_watt: float | None
     """Delivered model FLOP/s per watt of board power."""
@@ -342,8 +411,11 @@ class Candidate(Record, kw_only=True):
     source: Literal["catalog", "measured"] = "catalog"
     """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""
 
-    score: float
-    """Objective score in [0, 1]: 1 for the best plan; 0 when it does not fit or is excluded."""
+    score: float | None
+    """Objective score in [0, 1]: 1 for the best plan; 0 when it misses a constraint (or
+    does not fit). None under ``cheapest`` and ``balanced`` for a plan with no price on
+    the basis: such plans are ranked after every priced one, by GPU-hours (``cheapest``)
+    or time (``balanced``), never scored against priced plans."""
 
     reasons: list[str]
     breaches: list[Breach] = []
@@ -442,8 +514,12 @@ class RecommendResponse(Record, kw_only=True):
     objective: Objective
     workload_kind: Literal["training", "inference"]
     recommendations: list[Candidate]
-    """At most ``limit``, best first; GPUs with no plan that meets the constraints come
-    last, at score 0."""
+    """At most ``limit``, best first: the scored plans, then (under ``cheapest`` and
+    ``balanced``) the unpriced ones, unscored; GPUs with no plan that meets the
+    constraints come last, at score 0."""
+
+    price_basis: PriceBasis
+    """Whose prices the costs compare."""
 
     scenario: Scenario
     advice: list[Advice]
