@@ -1,4 +1,6 @@
-"""Candidate candidates as text: the ranking table and the lines every report shares."""
+"""Candidates as text: the ranking table and the lines every report shares."""
+
+from collections.abc import Sequence
 
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.recommend.schema import (
@@ -41,31 +43,61 @@ def basis_line(basis: PriceBasis) -> str:
     return f"prices: {basis.detail}{unpriced}"
 
 
-def advice_line(a: Advice, times: str = "x") -> str:
-    verdict = "fits" if a.fits_after else "still too big"
-    factor = f", time {times}{a.time_factor:.2f}" if a.time_factor is not None else ""
-    return f"advice [{a.gpu}]: {a.change}: {verdict}{factor}. {a.detail}"
+def advice_lines(advice: Sequence[Advice]) -> list[str]:
+    """The advice under one heading per GPU it is for, a line per change: the GPU once,
+    not at the head of every line."""
+    out: list[str] = []
+    for gpu in dict.fromkeys(a.gpu for a in advice):
+        out.append(f"advice for {gpu}, where the job as written does not fit:")
+        for a in advice:
+            if a.gpu == gpu:
+                verdict = "fits" if a.fits_after else "still too big"
+                factor = f", time x{a.time_factor:.2f}" if a.time_factor is not None else ""
+                out.append(f"  - {a.change}: {verdict}{factor}. {a.detail}")
+    return out
 
 
-def table(response: RecommendResponse) -> str:
+TOP = 10
+"""Candidates a terminal table shows unless asked for all: past the tenth, a ranking is
+mostly GPUs that are slower and dearer, or do not fit."""
+
+
+def mark(r: Candidate) -> str:
+    """Why a row's score is 0, or what it misses: ``(no fit)``, ``(misses …)``, ``(no
+    price)`` (it fits, but without a price it cannot be scored on cost)."""
+    if not r.fits:
+        return " (no fit)"
+    if r.breaches:
+        return f" (misses {', '.join(b.constraint for b in r.breaches)})"
+    if r.cost_usd is None:
+        return " (no price)"
+    return ""
+
+
+def more_line(shown: int, total: int) -> list[str]:
+    """The line that says how many candidates the table left out and how to see them."""
+    more = total - shown
+    if more <= 0:
+        return []
+    return [f"    ... {more} more candidate{'s' if more != 1 else ''}: --all prints them"]
+
+
+def table(response: RecommendResponse, top: int | None = TOP) -> str:
+    """The ranking as a terminal table: the first ``top`` candidates (all with None),
+    then a line saying how many more there are."""
+    shown = response.recommendations[:top] if top is not None else response.recommendations
     serving = response.workload_kind == "inference"
+    width = max([len("gpu"), *(len(r.gpu) for r in shown)])
     middle = f"{'in flight':>9} {'TTFT ms':>8} {'TPOT ms':>8}" if serving else f"{'hours':>9}"
     lines = [
         f"objective: {response.objective}   scenario: {response.scenario.class_} "
         f"({response.scenario.band})",
         basis_line(response.price_basis),
-        f"{'#':>3} {'gpu':<18} {'n':>4} {'layout':<14} {'GiB/GPU':>8} {'mem%':>5} "
+        f"{'#':>3} {'gpu':<{width}} {'n':>4} {'layout':<14} {'GiB/GPU':>8} {'mem%':>5} "
         f"{'tokens/s':>10} {middle} {'USD':>11} {'USD/GPU-h':>16} {'kWh':>9} {'score':>6}",
     ]
-    for i, r in enumerate(response.recommendations, 1):
+    for i, r in enumerate(shown, 1):
         tput = r.throughput.value if r.throughput else None
-        fit = (
-            " (no fit)"
-            if not r.fits
-            else f" (misses {', '.join(b.constraint for b in r.breaches)})"
-            if r.breaches
-            else ""
-        )
         if serving:
             lat = r.latency
             middle = (
@@ -76,13 +108,14 @@ def table(response: RecommendResponse) -> str:
         else:
             middle = f"{num(r.time_hours, ',.2f'):>9}"
         lines.append(
-            f"{i:>3} {r.gpu:<18} {r.count:>4} {layout(r.layout):<14} "
+            f"{i:>3} {r.gpu:<{width}} {r.count:>4} {layout(r.layout):<14} "
             f"{r.required_bytes_per_gpu / GiB:>8.1f} {r.memory_utilization:>5.0%} "
             f"{num(tput, ',.0f'):>10} {middle} "
             f"{num(r.cost_usd, ',.2f'):>11} {price_cell(r):>16} {num(r.energy_kwh, ',.1f'):>9} "
-            f"{score_cell(r.score):>6}{fit}"
+            f"{score_cell(r.score):>6}{mark(r)}"
         )
-    lines += [advice_line(a) for a in response.advice]
+    lines += more_line(len(shown), len(response.recommendations))
+    lines += advice_lines(response.advice)
     if response.hybrid is not None:
         lines.append(f"hybrid: {response.hybrid.detail}")
     lines += [f"warning: {w}" for w in response.warnings]
