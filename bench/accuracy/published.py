@@ -50,7 +50,7 @@ MEASURES = {
 REGIMES = {
     "megatron_3d": "Megatron-style tensor / pipeline / data parallel training",
     "quantized_inference": "weight-only quantized inference (GPTQ, AWQ, bitsandbytes, fp8)",
-    "inference_16bit": "16-bit inference and serving",
+    "inference_unquantized": "unquantized (16- or 32-bit) inference and serving",
     "lora": "LoRA and QLoRA fine-tuning, on one GPU or sharded (FSDP, ZeRO)",
     "single_device_recipe": "single-GPU full fine-tuning recipes (compile, chunked "
     "cross-entropy, checkpointing, offload)",
