@@ -71,7 +71,7 @@ HELD_OUT = tuple(
         r"llm_optims|llm_tutorial_optimization",  # transformers: LLM optimization
         r"litgpt",
         r"torchtune\b.*readme",
-        r"torchtitan",
+        r"pytorch/torchtitan\b|torchtitan/docs|torchtitan's (benchmark|report)",  # its reports
         r"1910\.02054|zero: memory optimizations toward",  # the ZeRO paper
         r"nanotron",
         r"ultra-?scale",  # the Ultra-Scale Playbook
