@@ -95,9 +95,10 @@ def figure(r: EstimateResponse, measure: str) -> int:
     ``vllm_model_weights``: vLLM logs the bytes its model loading left allocated,
     ``torch.cuda.max_memory_allocated()`` after ``reset_peak_memory_stats()`` taken
     before and after loading (DeviceMemoryProfiler; ``get_current_memory_usage`` in
-    vllm/platforms/cuda.py at 002db49): the parameters and buffers of the model,
-    quantized ones in their stored layout, one tensor-parallel shard of them. The
-    estimate's ``weights_bytes`` of the matching inference request is that tensor set.
+    vllm/platforms/cuda.py at 002db4951e0c4b326a559eb44b05698afd3e534a): the parameters
+    and buffers of the model, quantized ones in their stored layout, one tensor-parallel
+    shard of them. The estimate's ``weights_bytes`` of the matching inference request is
+    that tensor set.
     """
     b = r.breakdown
     if measure == "max_memory_allocated":
