@@ -97,7 +97,7 @@ def _corpus_with(change: dict[str, object]) -> str:
         ({"source_id": "Not A Slug"}, "lowercase slug"),
         ({"split": "train"}, "split"),
         ({"pending": "fsdp3"}, "pending"),
-        ({"request": {"model": {"name": "llama-2-7b"}}}, ""),
+        ({"request": {"model": {"name": "llama-2-7b"}}}, "workload"),
     ],
 )
 def test_a_broken_run_is_refused_at_load(change: dict[str, object], message: str) -> None:

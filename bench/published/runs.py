@@ -4,6 +4,11 @@ A run is predicted through the public entry point, ``recommend`` with ``layout: 
 on the run's GPU, so the bench measures what a user asking "how long does my layout
 take" gets. The search's answer at the same GPU count (``layout: search`` with
 ``constraints.gpu_counts`` = the run's count) is reported beside it.
+
+    python -m bench.published             # every run, predicted vs measured
+    python -m bench.published --markdown  # the tables docs/benchmarks.md quotes
+    python -m bench.published --groups    # check runs' errors by source_id, framework,
+                                          # GPU generation, precision and scale
 """
 
 import json
@@ -17,6 +22,7 @@ from typing import Any
 import msgspec
 
 from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.perf.efficiency import generation
 from gpuplan.core.recommend import RecommendRequest, recommend
 
 RUNS = Path(__file__).with_name("runs.toml")
@@ -147,6 +153,7 @@ def evaluate() -> dict[str, Any]:
                 "split": run["split"],
                 "gpu": run["gpu"],
                 "gpus": run["gpus"],
+                **regime(run),
                 "measured": measured,
                 "given": given,
                 "given_fits": fits,
@@ -174,6 +181,7 @@ def evaluate() -> dict[str, Any]:
                 "split": run["split"],
                 "gpu": run["gpu"],
                 "gpus": run["gpus"],
+                **regime(run),
                 "measure": run["measure"],
                 "measured": run["value"],
                 "predicted": predicted,
@@ -184,7 +192,62 @@ def evaluate() -> dict[str, Any]:
     for split in ("calibration", "check", "all"):
         chosen = [r for r in serving if split in ("all", r["split"])]
         result[f"serving_{split}"] = summary([r["error"] for r in chosen])
+    result["check_groups"] = groups(
+        [r for r in rows if r["split"] == "check"], "given_error", TRAINING_GROUPS
+    )
+    result["serving_check_groups"] = groups(
+        [r for r in serving if r["split"] == "check"], "error", SERVING_GROUPS
+    )
     return result
+
+
+TRAINING_GROUPS = ("source_id", "framework", "generation", "precision", "scale")
+SERVING_GROUPS = ("source_id", "generation", "measure")
+
+
+def regime(run: dict[str, Any]) -> dict[str, str]:
+    """The run's publication and the regime it tests: framework, GPU generation (the speed
+    model's efficiency class of its GPU), precision and scale (GPUs <= 8, 9-128, > 128)."""
+    workload = run["request"]["workload"]
+    gpus = run["gpus"]
+    return {
+        "source_id": run["source_id"],
+        "framework": workload.get("parallelism", {}).get("framework") or "unset",
+        "generation": generation(builtin_catalog().get(run["gpu"])).name,
+        "precision": workload.get("precision", "bf16"),
+        "scale": "<=8" if gpus <= 8 else "9-128" if gpus <= 128 else ">128",
+    }
+
+
+def groups(rows: list[dict[str, Any]], field: str, by: tuple[str, ...]) -> dict[str, Any]:
+    """Median and worst absolute error of ``rows`` grouped by each of ``by`` in turn (the
+    held-out view leave-one-source-out cross-validation will report per source)."""
+    result: dict[str, Any] = {}
+    for key in by:
+        values = sorted({str(r[key]) for r in rows})
+        result[key] = {v: summary([r[field] for r in rows if str(r[key]) == v]) for v in values}
+    return result
+
+
+def groups_report(result: dict[str, Any]) -> str:
+    """The check runs' errors by source, framework, GPU generation, precision and scale."""
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    lines = []
+    for title, key in (
+        ("training check runs, given layout", "check_groups"),
+        ("serving check runs", "serving_check_groups"),
+    ):
+        for by, table in result[key].items():
+            lines.append(f"{title}, by {by}:")
+            for value, s in table.items():
+                lines.append(
+                    f"  {value:<48} {s['predicted']:>3} of {s['runs']:<3} median "
+                    f"{pct(s['median_abs_error']):>7} worst {pct(s['worst_abs_error']):>7}"
+                )
+    return "\n".join(lines)
 
 
 def report(result: dict[str, Any]) -> str:
@@ -275,7 +338,12 @@ def run() -> dict[str, Any]:
 
 def main() -> None:
     result = evaluate()
-    print(markdown(result) if "--markdown" in sys.argv else report(result))
+    if "--markdown" in sys.argv:
+        print(markdown(result))
+    elif "--groups" in sys.argv:
+        print(groups_report(result))
+    else:
+        print(report(result))
     out = Path(__file__).resolve().parents[1] / "results" / "published_speed.json"
     out.write_text(json.dumps(msgspec.to_builtins(result), indent=1) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {out}\n")
