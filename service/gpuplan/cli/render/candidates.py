@@ -18,9 +18,16 @@ def layout(lay: ParallelLayout | None, missing: str = "-") -> str:
 
 
 def advice_line(a: Advice, times: str = "x") -> str:
+    """One advice: the change, its figures (from the fields), then its detail."""
     verdict = "fits" if a.fits_after else "still too big"
     factor = f", time {times}{a.time_factor:.2f}" if a.time_factor is not None else ""
-    return f"advice [{a.gpu}]: {a.change}: {verdict}{factor}. {a.detail}"
+    if a.count > 1 and a.gpu_hours_factor is not None:
+        factor += f", GPU-hours {times}{a.gpu_hours_factor:.2f}"
+    where = f"{a.count} x {a.gpu}" if a.count > 1 else a.gpu
+    return (
+        f"advice [{where}]: {a.change}: {a.required_bytes_before / GiB:.1f} -> "
+        f"{a.required_bytes_after / GiB:.1f} GiB per GPU, {verdict}{factor}. {a.detail}"
+    )
 
 
 def table(response: RecommendResponse) -> str:

@@ -132,6 +132,7 @@ def check(
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,
+        advice_gpu=rec.advice_gpu,
         hybrid=rec.hybrid,
         assumptions=assumptions,
         unverified=unverified,
