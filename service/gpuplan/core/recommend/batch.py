@@ -211,31 +211,33 @@ def _default(request: RecommendRequest, *, vision: bool) -> GlobalBatch:
     )
     d = data.of(kind)
     seq = w.sequence_length or 1
+    unit = _unit(vision)
     if d.tokens is not None:
         n = sequences_of(d.tokens, seq, data.round_to_multiple)
-        figure = f"{d.tokens:,} tokens per step"
-        if w.sequence_length is not None:
-            figure += f" at sequence_length {seq:,}"
+        figure = f" ({d.tokens:,} tokens per step"
+        figure += f" at sequence_length {seq:,})" if w.sequence_length is not None else ")"
     else:
         n = d.sequences or 1
-        figure = f"{n:,} {_unit(vision)} per step"
-    n = min(max(n, w.batch_size), MAX_GLOBAL_BATCH)
-    unit = _unit(vision)
+        figure = ""
+    if w.batch_size > n:
+        n, figure = w.batch_size, f" (the workload's batch_size, above the recipe's {n:,})"
+    n = min(n, MAX_GLOBAL_BATCH)
     applies = {
         "training": "mode training",
         "lora": "the LoRA modes",
         "vision": "a vision model",
     }[kind]
     tokens = "" if vision else " or training.global_batch_tokens"
+    quote = " ".join(d.quote.split())
     warning = (
-        f"no global batch stated: planned at {n:,} {unit} per optimizer step ({figure}), "
-        f'the default for {applies} from {d.source}: "{d.quote.strip()}"; state yours with '
+        f"no global batch stated: planned at {n:,} {unit} per optimizer step{figure}, "
+        f'the default for {applies} from {d.source}: "{quote}"; state yours with '
         f"training.global_batch_size{tokens}"
     )
     return GlobalBatch(
         sequences=n,
         stated_by="default",
-        text=f"{n:,} {unit} (the default for {applies}, {figure}; see warnings)",
+        text=f"{n:,} {unit}{figure}, the default for {applies} (see warnings)",
         warning=warning,
     )
 
