@@ -72,6 +72,12 @@ BENCHMARKS: dict[str, Bench] = {
         timeout_s=120,
         writes="published_speed.json",
     ),
+    "speed_cv": Bench(
+        "bench.published.cv:run",
+        "speed model, leave-one-source-out cross-validated over the published runs",
+        timeout_s=600,
+        writes="speed_cv.json",
+    ),
     "mig_packing": Bench(
         "bench.mig.mig_packing:run",
         "MIG planner vs exact MILP (HiGHS), 60 random instances + 10k-workload run",
@@ -294,11 +300,32 @@ def _rows_published(r: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _rows_speed_cv(r: dict[str, Any]) -> list[Row]:
+    rows: list[Row] = []
+    n = len(r["fitted_constants"])
+    for kind, label in (("training", "training tokens/s per GPU"), ("inference", "serving")):
+        s = r["summary"][kind]
+        for how, name in (("cross_validated", "leave-one-source-out"), ("in_sample", "in-sample")):
+            t = s[how]
+            rows.append(
+                (
+                    f"{label}, {t['runs']} runs of {r['sources']} sources, {name} "
+                    f"({n} fitted constants)",
+                    f"median {t['median_abs_error']:.1%}, worst {t['worst_abs_error']:.1%}",
+                    "median ≤ 10%, worst ≤ 35% (cross-validated)"
+                    if how == "cross_validated"
+                    else "",
+                )
+            )
+    return rows
+
+
 TABLES: dict[str, Callable[[dict[str, Any]], list[Row]]] = {
     "accuracy": _rows_accuracy,
     "estimate_speed": _rows_estimate,
     "recommend_speed": _rows_recommend,
     "published": _rows_published,
+    "speed_cv": _rows_speed_cv,
     "mig_packing": _rows_mig,
     "api_overhead": _rows_api,
     "peers": _rows_peers,

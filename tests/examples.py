@@ -88,7 +88,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
     ),
     "list_models": ("The built-in presets", ExampleRequest(method="GET", path="/v1/models")),
     "recommendations": (
-        "The cheapest GPUs for a billion-token Llama 3.1 8B fine-tune",
+        "The cheapest GPUs for a billion-token Llama 3.1 8B fine-tune, at RunPod's or Lambda's prices",
         post(
             "/v1/recommendations",
             **request_body(
@@ -96,6 +96,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
             ),
             training={"training_tokens": 1_000_000_000, "global_batch_tokens": 1_048_576},
             objective="cheapest",
+            pricing={"providers": ["runpod", "lambda"]},
             limit=2,
         ),
     ),

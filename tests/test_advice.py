@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.cli import main
-from gpuplan.cli.render.candidates import advice_line
+from gpuplan.cli.render.candidates import advice_text
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
@@ -120,7 +120,7 @@ def test_every_line_shrinks_the_job_and_says_each_thing_once(name: str) -> None:
         # 154.2 -> 78.4 GiB per GPU").
         for figure in (a.required_bytes_before, a.required_bytes_after):
             assert f"{figure / GiB:.1f}" not in a.detail, a
-        line = advice_line(a)
+        line = advice_text(a)
         assert line.count(f"{a.required_bytes_after / GiB:.1f} GiB") == 1, line
     effects = [(a.count, a.required_bytes_after, a.time_factor) for a in advice]
     assert len(effects) == len(set(effects))

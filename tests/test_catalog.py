@@ -123,10 +123,18 @@ def test_scale_up_links(catalog: Catalog) -> None:
 
 
 def test_new_mig_parts_mark_what_no_primary_source_confirms(catalog: Catalog) -> None:
-    for gpu_id in ("h20-96gb", "b300-288gb", "gb300-288gb", "rtx-pro-5000-48gb"):
+    for gpu_id in ("h20-96gb", "rtx-pro-5000-48gb"):
         gpu = catalog.get(gpu_id)
         assert "peak_flops" in gpu.unverified, gpu_id
         assert "memory_bandwidth_bytes_per_s" in gpu.unverified, gpu_id
+    # NVIDIA's Blackwell Ultra datasheet settles B300 and GB300 (audit 2026-12-05): nothing left
+    # unverified; tests/test_audit_2026_12_05.py pins the values.
+    for gpu_id in ("b300-288gb", "gb300-288gb"):
+        gpu = catalog.get(gpu_id)
+        assert gpu.unverified == [], gpu_id
+        assert "nv-blackwell-ultra-datasheet" in {s.id for s in gpu.sources["peak_flops"]}, gpu_id
+    for gpu_id in ("h20-96gb", "b300-288gb", "gb300-288gb", "rtx-pro-5000-48gb"):
+        gpu = catalog.get(gpu_id)
         assert all(s.kind == "measured" for s in gpu.sources["usable_memory_bytes"]), gpu_id
     # Driver totals read on hardware; the MIG names round them up (7g.269gb, 7g.278gb, 7g.144gb).
     assert catalog.get("b300-288gb").usable_memory_bytes == 275040 * 2**20

@@ -83,3 +83,22 @@ def test_the_progress_line_is_drawn_on_a_terminal_only() -> None:
     silent.show("queued")
     silent.done("done")
     assert pipe.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("host", "base"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8000"),
+        ("0.0.0.0", "http://127.0.0.1:8000"),  # a wildcard is no address a browser opens
+        ("::", "http://[::1]:8000"),
+        ("::1", "http://[::1]:8000"),
+        ("gpuplan.internal", "http://gpuplan.internal:8000"),
+    ],
+)
+def test_serve_names_the_page_and_the_reference(host: str, base: str) -> None:
+    from gpuplan.cli.commands.serve import addresses
+
+    assert addresses(host, 8000) == [
+        f"gpuplan serve: the planner page is at {base}/ui",
+        f"gpuplan serve: the API reference is at {base}/schema",
+    ]

@@ -58,20 +58,50 @@ def test_sort_by_nested_numeric_field(client: TestClient[Litestar]) -> None:
     assert body["gpus"][-1]["id"] in {"t4-16gb", "v100-sxm2-16gb", "v100-sxm2-32gb"}
 
 
-def test_sort_by_price_puts_unpriced_last(client: TestClient[Litestar]) -> None:
-    body = client.get("/v1/gpus?sort=price.cloud_on_demand.usd_per_gpu_hour").json()
-    prices = [
-        (g["price"].get("cloud_on_demand") or {}).get("usd_per_gpu_hour") for g in body["gpus"]
+def _quote(gpu: dict[str, Any], provider: str, kind: str = "on_demand") -> float | None:
+    listed = [
+        q for q in gpu["price"].get("cloud", []) if (q["provider"], q["kind"]) == (provider, kind)
     ]
+    return listed[0]["usd_per_gpu_hour"] if listed else None
+
+
+def test_sort_by_price_reads_one_basis_and_puts_unpriced_last(client: TestClient[Litestar]) -> None:
+    """The price sort compares one provider's prices (default AWS on-demand) and says so."""
+    body = client.get("/v1/gpus?sort=price.cloud.usd_per_gpu_hour").json()
+    assert body["price_basis"].startswith("on_demand prices of aws")
+    prices = [_quote(g, "aws") for g in body["gpus"]]
     known = [p for p in prices if p is not None]
+    assert len(known) >= 7
     assert known == sorted(known)
     assert prices[: len(known)] == known
+    # Another provider's basis orders by its prices, and only GPUs it lists come first.
+    body = client.get(
+        "/v1/gpus?sort=price.cloud.usd_per_gpu_hour&price_provider=runpod&order=desc"
+    ).json()
+    prices = [_quote(g, "runpod") for g in body["gpus"]]
+    known = [p for p in prices if p is not None]
+    assert known == sorted(known, reverse=True)
+    assert prices[: len(known)] == known
+    assert "rtx-4090-24gb" in [g["id"] for g in body["gpus"][: len(known)]]
+
+
+def test_each_gpu_lists_every_providers_dated_price(client: TestClient[Litestar]) -> None:
+    h100 = client.get("/v1/gpus/h100-sxm5-80gb").json()
+    providers = {q["provider"] for q in h100["price"]["cloud"]}
+    assert {"aws", "azure", "gcp", "lambda", "runpod", "coreweave"} <= providers
+    for q in h100["price"]["cloud"]:
+        assert q["as_of"], q
+        assert q["source"]["title"], q
+        assert q["source"]["url"], q
+    aws = next(q for q in h100["price"]["cloud"] if q["provider"] == "aws")
+    assert (aws["instance"], aws["gpus"], aws["usd_per_gpu_hour"]) == ("p5.48xlarge", 8, 6.88)
 
 
 @pytest.mark.parametrize(
     ("query", "field"),
     [("sort=colour", "$.sort"), ("vendor=ibm", "$.vendor[0]"), ("min_memory_bytes=-1", "$.min_memory_bytes"),
-     ("precision=fp128", "$.precision[0]"), ("mig=maybe", "$.mig"), ("color=red", "$.color")],
+     ("precision=fp128", "$.precision[0]"), ("mig=maybe", "$.mig"), ("color=red", "$.color"),
+     ("price_provider=runpood", "$.price_provider[0]"), ("price_kind=hourly", "$.price_kind")],
 )  # fmt: skip
 def test_bad_filters_are_422(client: TestClient[Litestar], query: str, field: str) -> None:
     response = client.get(f"/v1/gpus?{query}")
@@ -155,7 +185,13 @@ def test_catalog_file_overrides_and_adds(tmp_path: Path) -> None:
     with TestClient(app=create_app(Settings(catalog_file=str(path)))) as client:
         h100 = client.get("/v1/gpus/h100-sxm5-80gb").json()
         assert h100["price"]["cloud_on_demand"]["usd_per_gpu_hour"] == 1.85
+        assert _quote(h100, "aws") == 6.88  # the tables' prices stay listed beside it
         assert h100["peak_flops"]["bf16"] == 989.5e12  # untouched fields stay
+        # The negotiated price wins in the price sort too: the cheapest data-centre GPU.
+        ordered = client.get(
+            "/v1/gpus?sort=price.cloud.usd_per_gpu_hour&min_memory_bytes=85899345920"
+        ).json()
+        assert ordered["gpus"][0]["id"] == "h100-sxm5-80gb"
         x1 = client.get("/v1/gpus/x1").json()
         assert x1["id"] == "internal-x1"
         assert x1["interconnect"]["pcie"]["per_direction_bytes_per_s"] == 63_015_384_615
@@ -173,6 +209,8 @@ def test_catalog_file_overrides_and_adds(tmp_path: Path) -> None:
         ('[[gpu]]\nid = "h100-sxm5-80gb"\n[gpu.sources]\ntdp_watts = "nope"\n', r"unknown source id"),
         ("[[gpu]]\nname = 3\n", "needs a string `id`"),
         ("colour = 1\n", "unknown top-level key"),
+        ('[[gpu]]\nid = "h100-sxm5-80gb"\n[[gpu.price.cloud]]\nprovider = "aws"\n',
+         r"entry `h100-sxm5-80gb`: \$\.price\.cloud comes from the providers' price tables"),
     ],
 )  # fmt: skip
 def test_catalog_file_errors_name_file_entry_and_field(

@@ -145,6 +145,7 @@ def test_an_unsupported_model_type_is_refused_pointing_to_the_tracer(
     assert path == "$.model.hf_config.model_type"
     assert "not supported" in reason or "missing" in reason
     assert "POST /v1/memory/trace" in reason
+    assert "encoder-decoders (T5, BART" in reason
 
 
 def test_missing_fields_are_named() -> None:

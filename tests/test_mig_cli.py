@@ -23,11 +23,43 @@ workloads:
 def test_plan_from_yaml(tmp_path: Path) -> None:
     path = tmp_path / "plan.yaml"
     path.write_text(PLAN)
-    result = CliRunner().invoke(main, ["mig", "plan", str(path)])
+    result = CliRunner().invoke(main, ["mig", "plan", str(path), "--output", "json"])
     assert result.exit_code == 0, result.output
     body = json.loads(result.output)
     assert body["gpu"] == "a100-sxm4-80gb"
     assert body["gpus_used"] == body["lower_bound"]
+
+
+def test_plan_prints_a_table_by_default(tmp_path: Path) -> None:
+    """A person reads the GPUs, their instances and the resources, not 250 lines of JSON."""
+    path = tmp_path / "plan.yaml"
+    path.write_text(PLAN)
+    result = CliRunner().invoke(main, ["mig", "plan", str(path)])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(
+        CliRunner().invoke(main, ["mig", "plan", str(path), "--output", "json"]).output
+    )
+    lines = result.output.splitlines()
+    n = answer["gpus_used"]
+    assert lines[0] == (
+        f"a100-sxm4-80gb (MIG table a100-80gb): {n} GPUs, the fewest that hold these workloads"
+    )
+    # One line per GPU, one per instance under it, as the answer places them.
+    assert [line for line in lines if line.startswith("gpu ")] == [
+        f"gpu {g['index']}  {g['layout']}  create in this order: {', '.join(g['creation_order'])}"
+        for g in answer["gpus"]
+    ]
+    slots = [line.split() for line in lines if line.startswith("    slot ")]
+    placed = [
+        (str(i["start"]), i["profile"], i["workload"])
+        for g in answer["gpus"]
+        for i in g["instances"]
+    ]
+    assert [(s[1], s[2], s[5]) for s in slots] == placed
+    assert "  infer  nvidia.com/mig-" in result.output
+    assert "  train  nvidia.com/mig-3g.40gb x2" in result.output
+    assert "migStrategy single: not possible" in result.output
+    assert len(lines) < 30  # the JSON runs to hundreds
 
 
 def test_plan_writes_the_mig_parted_config(tmp_path: Path) -> None:
@@ -85,3 +117,14 @@ def test_profiles_command() -> None:
     body = json.loads(result.output)
     assert body["table"] == "rtx-pro-6000-96gb"
     assert body["memory_slices"] == 4
+
+
+def test_the_table_docs_mig_md_quotes_is_what_the_command_prints(tmp_path: Path) -> None:
+    doc = (Path(__file__).parent.parent / "docs" / "mig.md").read_text(encoding="utf-8")
+    body = doc[doc.index("<<'EOF'\n") + 8 :]
+    request = json.loads(body[: body.index("\nEOF\n")])
+    quoted = doc[doc.index("$ gpuplan mig plan workloads.yaml\n") :]
+    quoted = quoted[quoted.index("\n") + 1 : quoted.index("```")]
+    path = tmp_path / "workloads.yaml"
+    path.write_text(yaml.safe_dump(request))
+    assert CliRunner().invoke(main, ["mig", "plan", str(path)]).output == quoted

@@ -80,18 +80,21 @@ USABLE_GIB = {
     ("h100-94gb", "1g.12gb"): 10.625, ("h100-94gb", "2g.24gb"): 21.5, ("h100-94gb", "3g.47gb"): 46.125,
     ("h100-94gb", "7g.94gb"): 92.625, ("h100-96gb", "1g.12gb+me"): 11.0, ("h100-96gb", "1g.24gb"): 23.0,
     ("h100-96gb", "4g.48gb"): 46.5, ("h100-96gb", "7g.96gb"): 93.0, ("h200-141gb", "1g.18gb"): 16.0,
-    ("h200-141gb", "2g.35gb"): 32.5, ("h200-141gb", "7g.141gb"): 140.0, ("b200-180gb", "1g.23gb"): 20.5,
+    ("h200-141gb", "1g.35gb"): 32.25, ("h200-141gb", "2g.35gb"): 32.25, ("h200-141gb", "3g.71gb"): 69.5,
+    ("h200-141gb", "4g.71gb"): 69.5, ("h200-141gb", "7g.141gb"): 139.75, ("b200-180gb", "1g.23gb"): 20.5,
     ("b200-180gb", "1g.45gb"): 44.25, ("b200-180gb", "3g.90gb"): 89.0, ("b200-180gb", "7g.180gb"): 178.5,
     ("a30-24gb", "1g.6gb"): 5.8125, ("a30-24gb", "2g.12gb+me"): 11.6875, ("a30-24gb", "4g.24gb"): 23.4375,
-    ("rtx-pro-6000-96gb", "1g.24gb-me"): 23.625, ("rtx-pro-6000-96gb", "2g.48gb+gfx"): 47.375,
-    ("rtx-pro-6000-96gb", "4g.96gb"): 95.125,
+    ("rtx-pro-6000-96gb", "1g.24gb-me"): 23.125, ("rtx-pro-6000-96gb", "2g.48gb+gfx"): 46.5,
+    ("rtx-pro-6000-96gb", "4g.96gb"): 95.0, ("gb200-186gb", "1g.23gb+me"): 22.0,
+    ("gb200-186gb", "2g.47gb"): 45.5, ("gh200-144gb", "1g.18gb"): 17.5, ("gh200-144gb", "1g.36gb"): 35.25,
 }  # fmt: skip
 SEVEN_IDS = {"1g": 19, "1g+me": 20, "1g2": 15, "2g": 14, "3g": 9, "4g": 5, "7g": 0}
 # Profile IDs seen in captures, by table (nvidia-smi -lgip, NVML device names, a parser fixture).
 PROFILE_IDS = {
     "a100-40gb": SEVEN_IDS, "a100-80gb": SEVEN_IDS, "h100-80gb": SEVEN_IDS, "h100-94gb": SEVEN_IDS,
-    "h100-96gb": SEVEN_IDS, "b200-180gb": SEVEN_IDS,
-    "h200-141gb": {"1g": 19, "1g+me": 20, "2g": 14, "7g": 0},
+    "h100-96gb": SEVEN_IDS, "b200-180gb": SEVEN_IDS, "h200-141gb": SEVEN_IDS,
+    "gb200-186gb": {"1g": 19, "1g+me": 20, "1g2": 15, "2g": 14},
+    "gh200-144gb": {"1g": 19, "1g+me": 20, "1g2": 15, "2g": 14},
 }  # fmt: skip
 NAMED_IDS = {
     "a30-24gb": {"1g.6gb": 14, "1g.6gb+me": 21, "2g.12gb": 5, "2g.12gb+me": 6, "4g.24gb": 0},

@@ -59,7 +59,9 @@ def test_exit_1_when_a_target_fails_with_markdown_verdicts_first(tmp_path: Path)
         "min_memory_headroom",
     ]
     assert verdicts[2].startswith("| ❌")
-    table = lines.index("| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |")
+    table = lines.index(
+        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | USD/GPU-h | score |"
+    )
     assert lines.index(verdicts[-1]) < table
     assert "<details><summary>MIG" in result.output
 
@@ -68,7 +70,8 @@ def test_markdown_draws_memory_bars_and_the_headroom(tmp_path: Path) -> None:
     plan = str(_write(tmp_path, PASSING, "plan.json"))
     report = msgspec.json.decode(_run(plan, "--format", "json").output, type=CiReport)
     lines = _run(plan, "--format", "markdown").output.splitlines()
-    bars = [line for line in lines if line.startswith("- `")]
+    legend = next(i for i, line in enumerate(lines) if line.startswith("<sub>█"))
+    bars = [line for line in lines[:legend] if line.startswith("- `")]
     drawn = [line.split("`")[1] for line in bars]
     assert [len(bar) for bar in drawn] == [40, 40, 40]  # one fixed width, in inline code
     e = report.estimate
@@ -209,3 +212,46 @@ def test_a_fits_only_training_plan_runs(tmp_path: Path) -> None:
     result = _run(str(plan))
     assert result.exit_code == 1, result.output  # it ran, and 7B full training misses an L4
     assert result.output.startswith("FAIL  fits")
+
+
+def test_the_mig_section_lists_the_gpus_that_hold_the_job_and_counts_the_rest(
+    tmp_path: Path,
+) -> None:
+    """examples/llm-finetune-one-gpu.yaml: a few MIG GPUs hold its 154 GiB in one
+    instance; the others get one line, not one each."""
+    plan = "examples/llm-finetune-one-gpu.yaml"
+    report = msgspec.json.decode(_run(plan, "--format", "json").output, type=CiReport)
+    holding = [m for m in report.mig if m.profile is not None]
+    none = [m for m in report.mig if m.profile is None]
+    assert holding
+    assert len(none) > len(holding)
+    table = _run(plan).output.splitlines()
+    mig = [line for line in table if line.startswith("mig  ")]
+    assert mig[0] == (
+        f"mig  smallest MIG instance holding the job, on {len(holding)} of {len(report.mig)} "
+        "MIG GPUs:"
+    )
+    assert [line.split()[1:3] for line in mig[1:-1]] == [[m.gpu, m.profile] for m in holding]
+    need = min(m.required_bytes for m in none) / 2**30
+    assert mig[-1] == (
+        f"mig  no profile of the other {len(none)} MIG GPUs holds the job "
+        f"(it needs at least {need:.2f} GiB)"
+    )
+    assert "no profile holds it" not in "\n".join(table)
+    markdown = _run(plan, "--format", "markdown").output
+    details = markdown[markdown.index("<details><summary>MIG") :]
+    details = details[: details.index("</details>")]
+    assert [row.split("`")[1] for row in details.splitlines() if row.startswith("| `")] == [
+        m.gpu for m in holding
+    ]
+    assert f"no profile of the other {len(none)} MIG GPUs holds the job" in details
+
+
+def test_when_no_mig_gpu_holds_the_job_the_section_is_one_line() -> None:
+    plan = "examples/gpt3-175b-inference.yaml"
+    report = msgspec.json.decode(_run(plan, "--format", "json").output, type=CiReport)
+    assert report.mig
+    assert all(m.profile is None for m in report.mig)
+    mig = [line for line in _run(plan).output.splitlines() if line.startswith("mig  ")]
+    assert len(mig) == 1
+    assert mig[0].startswith(f"mig  no profile of the {len(report.mig)} MIG GPUs holds the job")

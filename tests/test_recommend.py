@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from gpuplan.core.catalog import Catalog, builtin_catalog
+from gpuplan.core.catalog import DEFAULT_PROVIDERS, Catalog, builtin_catalog, lowest
 from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Runtime, Workload
@@ -26,6 +26,13 @@ CATALOG = builtin_catalog()
 
 def req(**body: Any) -> RecommendRequest:
     return msgspec.convert(body, RecommendRequest)
+
+
+def default_price(gpu: str) -> float:
+    """The default basis's (AWS on-demand) price of ``gpu`` per GPU-hour."""
+    quote = lowest(CATALOG.get(gpu), DEFAULT_PROVIDERS, "on_demand")
+    assert quote is not None
+    return quote.usd_per_gpu_hour
 
 
 def by_gpu(response: RecommendResponse) -> dict[str, Candidate]:
@@ -428,13 +435,14 @@ def test_cost_rises_with_price() -> None:
     base = by_gpu(recommend(req(**body), CATALOG))
     h100 = base["h100-sxm5-80gb"]
     assert h100.cost_usd is not None
-    on_demand = CATALOG.get("h100-sxm5-80gb").price.cloud_on_demand
-    assert on_demand is not None
+    on_demand = default_price("h100-sxm5-80gb")
     for factor in (1.5, 3.0):
-        price = on_demand.usd_per_gpu_hour * factor
+        price = on_demand * factor
         body["constraints"] = {"prices": {"H100 SXM": {"cloud_usd_per_gpu_hour": price}}}
         out = by_gpu(recommend(req(**body), CATALOG))
         assert out["h100-sxm5-80gb"].cost_usd == pytest.approx(h100.cost_usd * factor)
+        assert out["h100-sxm5-80gb"].price is not None
+        assert out["h100-sxm5-80gb"].price.provider == "request"
         assert out["a100-sxm4-80gb"].cost_usd == pytest.approx(base["a100-sxm4-80gb"].cost_usd)
 
 
@@ -761,10 +769,8 @@ def test_hybrid_comparison() -> None:
     assert h is not None
     options = {o.name: o for o in h.options}
     assert set(options) == {"all_cloud", "all_on_prem", "hybrid"}
-    on_demand = CATALOG.get("a100-sxm4-80gb").price.cloud_on_demand
-    assert on_demand is not None
     assert h.burst_gpu_hours_per_month is not None
-    price = on_demand.usd_per_gpu_hour
+    price = default_price("a100-sxm4-80gb")
     assert options["all_cloud"].monthly_usd == pytest.approx(h.burst_gpu_hours_per_month * price)
     assert h.break_even_utilization is not None
     assert h.break_even_utilization > 0

@@ -35,7 +35,12 @@ def test_recommendations(client: TestClient[Litestar]) -> None:
     assert first["cost_usd"] > 0
     assert first["latency"]["time_per_output_token_s"] > 0
     scores = [r["score"] for r in body["recommendations"]]
-    assert scores == sorted(scores, reverse=True)
+    # Scored plans best first, then the unpriced (unscored) ones, then the misses at 0.
+    group = [0 if s else 1 if s is None else 2 for s in scores]
+    assert group == sorted(group)
+    scored = [s for s in scores if s]
+    assert scored == sorted(scored, reverse=True)
+    assert all(r["price"]["provider"] == "aws" for r in body["recommendations"] if r["score"])
 
 
 def test_training_with_constraints(client: TestClient[Litestar]) -> None:

@@ -1,6 +1,7 @@
 """gpuplan recommend: flags, a request file with flags over it, and refused input."""
 
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -57,3 +58,48 @@ def test_help() -> None:
     result = CliRunner().invoke(main, ["recommend", "--help"])
     assert result.exit_code == 0
     assert "--objective" in result.output
+
+
+SERVING = ["recommend", "--model", "llama-2-7b", "--mode", "inference", "--seq-len", "2048",
+           "--rps", "1"]  # fmt: skip
+
+
+def _rows(output: str) -> list[str]:
+    """The GPU of each ranked row of the table, in order."""
+    return [m[1] for line in output.splitlines() if (m := re.match(r"^\s*\d+ (\S+) ", line))]
+
+
+def test_the_table_shows_the_top_10_and_says_how_many_more() -> None:
+    answer = json.loads(CliRunner().invoke(main, [*SERVING, "--format", "json"]).output)
+    ranked = [c["gpu"] for c in answer["recommendations"]]
+    assert len(ranked) > 10  # JSON, for scripts, is the whole answer
+    result = CliRunner().invoke(main, SERVING)
+    assert result.exit_code == 0, result.output
+    assert _rows(result.output) == ranked[:10]
+    assert f"    ... {len(ranked) - 10} more candidates: --all prints them" in result.output
+
+
+def test_all_prints_every_candidate_and_names_why_it_has_no_score() -> None:
+    answer = json.loads(CliRunner().invoke(main, [*SERVING, "--format", "json"]).output)
+    result = CliRunner().invoke(main, [*SERVING, "--all"])
+    assert result.exit_code == 0, result.output
+    assert _rows(result.output) == [c["gpu"] for c in answer["recommendations"]]
+    assert "more candidates" not in result.output
+    rows = {line.split()[1]: line for line in result.output.splitlines() if _rows(line)}
+    unpriced = [
+        c["gpu"]
+        for c in answer["recommendations"]
+        if c["fits"] and not c["breaches"] and c["cost_usd"] is None
+    ]
+    assert unpriced  # the catalog prices some GPUs only
+    for gpu in unpriced:
+        assert rows[gpu].endswith(" - (no price)"), rows[gpu]
+    # --all changes the table only: the machine formats are the answer either way.
+    as_json = CliRunner().invoke(main, [*SERVING, "--all", "--format", "json"]).output
+    assert json.loads(as_json) == answer
+
+
+def test_a_limit_under_10_leaves_no_more_line() -> None:
+    result = CliRunner().invoke(main, [*SERVING, "--limit", "3"])
+    assert len(_rows(result.output)) == 3
+    assert "more candidates" not in result.output

@@ -18,9 +18,12 @@ pytestmark = pytest.mark.slow
 
 
 @contextmanager
-def serving(*args: str, settings: dict[str, str] | None = None) -> Iterator[str]:
+def serving(
+    *args: str, settings: dict[str, str] | None = None, printed: list[str] | None = None
+) -> Iterator[str]:
     """``gpuplan serve`` with ``args``, its environment the tests' without any
-    ``GPUPLAN_`` setting but ``settings``."""
+    ``GPUPLAN_`` setting but ``settings``; ``printed`` receives the two lines it prints
+    before the server starts (the page's and the reference's addresses)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUPLAN_", "PROMETHEUS_"))}
     env.update(settings or {})
@@ -45,6 +48,8 @@ def serving(*args: str, settings: dict[str, str] | None = None) -> Iterator[str]
                     output = process.stdout.read().decode() if process.stdout else ""
                     raise AssertionError(f"server did not come up:\n{output}") from None
                 time.sleep(0.1)
+        if printed is not None and process.stdout is not None:
+            printed += [process.stdout.readline().decode().rstrip("\n") for _ in range(2)]
         yield base
         process.send_signal(signal.SIGTERM)
         started = time.monotonic()
@@ -86,3 +91,16 @@ def test_two_workers_report_one_set_of_metrics() -> None:
                 total += sample.value
     # Whichever worker answered /metrics, it reports the requests of both.
     assert total == 20
+
+
+def test_serve_prints_the_page_and_the_reference_and_both_answer() -> None:
+    printed: list[str] = []
+    with serving(printed=printed) as base:
+        assert printed == [
+            f"gpuplan serve: the planner page is at {base}/ui",
+            f"gpuplan serve: the API reference is at {base}/schema",
+        ]
+        for line in printed:
+            status, body = _get(line.rsplit(" ", 1)[1])
+            assert status == 200
+            assert b"<html" in body.lower()

@@ -30,6 +30,50 @@ def test_depth_is_read_where_each_family_keeps_it() -> None:
     assert cost.layers_of({"num_hidden_layers": "many"}) == ("num_hidden_layers", 1)
 
 
+T5 = {"model_type": "t5", "vocab_size": 32128, "d_model": 512, "num_layers": 6}
+BART = {"model_type": "bart", "vocab_size": 50265, "d_model": 1024, "num_hidden_layers": 12,
+        "encoder_layers": 12, "decoder_layers": 12}  # fmt: skip
+WHISPER = {"model_type": "whisper", "vocab_size": 51866, "d_model": 1280,
+           "encoder_layers": 32, "decoder_layers": 32}  # fmt: skip
+
+
+def test_an_encoder_decoder_counts_its_encoder_and_its_decoder() -> None:
+    assert cost.depth_of(BART) == ("encoder_layers", 12, 12)
+    assert cost.depth_of(WHISPER) == ("encoder_layers", 32, 32)
+    # T5's decoder is as deep as its encoder unless num_decoder_layers says otherwise
+    assert cost.depth_of(T5) == ("num_layers", 6, 0)
+    assert cost.depth_of(T5, encoder_decoder=True) == ("num_layers", 6, 6)
+    assert cost.depth_of({**T5, "is_encoder_decoder": True}) == ("num_layers", 6, 6)
+    assert cost.depth_of({**T5, "num_decoder_layers": 2}) == ("num_layers", 6, 2)
+    assert cost.table().families["t5"].encoder_decoder
+    assert cost.predict(request(T5)).layers == 12
+    assert cost.predict(request(BART)).layers == 24
+
+
+def test_a_decode_step_is_priced_by_the_decoder_alone() -> None:
+    """distil-whisper keeps Whisper-large's 32 encoder layers and 2 decoder layers: its
+    decode steps run 2 layers, not 34."""
+    distil = {**WHISPER, "decoder_layers": 2}
+    row, rate = cost.table().families["whisper"], cost.table().seconds_per_inference_operator
+
+    def decoding(config: dict[str, Any]) -> float:
+        body = request(config, mode="inference", new_tokens=64, steps=1)
+        return cost.predict(body).seconds - cost.predict(request(config, mode="inference",
+                                                                 steps=1)).seconds  # fmt: skip
+
+    per_step = row.decode_step_per_layer * 2 + row.fixed
+    assert decoding(distil) == pytest.approx(64 * per_step * rate)
+    assert decoding(distil) < decoding(WHISPER) / 8
+
+
+def test_an_encoder_decoder_past_the_limit_is_refused_naming_its_encoder_depth() -> None:
+    deep = {**BART, "encoder_layers": 2048, "decoder_layers": 2048}
+    errors = dict(cost.refusal(request(deep), 120.0))
+    reason = errors["$.model.hf_config.encoder_layers"]
+    assert "4,096 layers" in reason
+    assert "(encoder and decoder together)" in reason
+
+
 def test_time_grows_with_layers_steps_and_decode_steps() -> None:
     base = cost.predict(request(TINY_LLAMA)).seconds
     assert cost.predict(request({**TINY_LLAMA, "num_hidden_layers": 8})).seconds > 3 * base
@@ -94,4 +138,4 @@ def test_the_table_is_the_benchmarks() -> None:
     for rate in ("seconds_per_training_operator", "seconds_per_inference_operator"):
         assert getattr(table, rate) == pytest.approx(measured[rate], 1e-3)
     for family, row in measured["families"].items():
-        assert msgspec.to_builtins(table.families[family]) == row
+        assert msgspec.to_builtins(table.families[family]) == {"encoder_decoder": False, **row}

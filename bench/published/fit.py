@@ -73,6 +73,18 @@ def _attr(obj: Any, field: str, low: float, high: float, name: str, log: bool = 
     )
 
 
+def _fp8_share(g: Any, name: str) -> Parameter:
+    """A generation's fp8 GEMM plateau as a share of its 16-bit one."""
+
+    def get() -> float:
+        return float(g.fp8_gemm_efficiency / g.gemm_efficiency)
+
+    def put(v: float) -> None:
+        g.fp8_gemm_efficiency = v * g.gemm_efficiency
+
+    return Parameter(f"{name}.fp8_gemm_efficiency / gemm_efficiency", get, put, 0.3, 1.0)
+
+
 def parameters() -> list[Parameter]:
     data = efficiency_data()
     gens = {g.name: g for g in data.generations}
@@ -84,16 +96,7 @@ def parameters() -> list[Parameter]:
     for name in ("hopper", "blackwell"):
         # fp8 GEMMs run at most twice the bf16 ones (the peak doubles, nothing more):
         # the fp8 plateau is fitted as a share of the 16-bit one, at most all of it.
-        g = gens[name]
-        params.append(
-            Parameter(
-                f"{name}.fp8_gemm_efficiency / gemm_efficiency",
-                lambda g=g: g.fp8_gemm_efficiency / g.gemm_efficiency,
-                lambda v, g=g: setattr(g, "fp8_gemm_efficiency", v * g.gemm_efficiency),
-                0.3,
-                1.0,
-            )
-        )
+        params.append(_fp8_share(gens[name], name))
     for name in ("ampere-volta-datacenter", "hopper"):
         params.append(
             _attr(
@@ -186,11 +189,18 @@ def _put(params: list[Parameter], x: np.ndarray) -> None:
         p.put(math.exp(v) if p.log else float(v))
 
 
-def fit(cases: list[Case | ServingCase], params: list[Parameter]) -> None:
+def fit(
+    cases: list[Case | ServingCase], params: list[Parameter], priors: list[float] | None = None
+) -> None:
+    """Fit ``params`` to ``cases`` in place, each pulled weakly towards its prior: its
+    value now, or ``priors`` (one per parameter; the cross-validation's neutral ones)."""
     x0 = _vector(params)
     low = np.array([math.log(p.low) if p.log else p.low for p in params])
     high = np.array([math.log(p.high) if p.log else p.high for p in params])
-    prior = x0.copy()
+    if priors is None:
+        prior = x0.copy()
+    else:
+        prior = np.array([math.log(v) if p.log else v for p, v in zip(params, priors, strict=True)])
     scale = np.maximum(np.abs(prior), 1e-9)
 
     def residuals(x: np.ndarray) -> np.ndarray:

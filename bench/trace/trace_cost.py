@@ -3,12 +3,15 @@
     python -m bench.trace.trace_cost            # measure, write bench/results/trace_cost.json
     python -m bench.trace.trace_cost --toml     # also rewrite the predictor's table
                                           # (service/gpuplan/core/trace/data/cost.toml)
+    python -m bench.trace.trace_cost --toml --families t5,bart,whisper
+                                          # measure these types only, keep the others
 
 A trace's time is the dispatch of every aten operator its step runs through the
 recorder and the fake mode (plus building the model), and the operator count grows
 with the layers. This measures, in one warm process (as a ``gpuplan worker`` is), for
-each model type of ``FAMILIES`` at two depths (1 and 4 layers) and four steps
-(training one and two steps, inference, inference with four decode steps):
+each model type of ``FAMILIES`` at two depths (1 and 4 layers; an encoder-decoder's
+encoder and decoder each) and four steps (training one and two steps, inference,
+inference with four decode steps):
 
 - the operator calls the recorder sees (``Recorder.__torch_dispatch__``), from which
   the calls per layer of building, of a training step, of an inference step and of a
@@ -61,10 +64,24 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "falcon": {"hidden_size": 64, "num_attention_heads": 4, "new_decoder_architecture": True,
                "num_kv_heads": 2},
     "bert": {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4},
+    "t5": {"d_model": 64, "d_ff": 128, "num_heads": 4, "d_kv": 16},
+    "bart": {"d_model": 64, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+             "encoder_attention_heads": 4, "decoder_attention_heads": 4},
+    "whisper": {"d_model": 64, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+                "encoder_attention_heads": 4, "decoder_attention_heads": 4, "pad_token_id": 0,
+                "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1},
 }  # fmt: skip
 """Small configs of each model type (the depth is set per run)."""
 
-LAYER_KEY = {"gpt2": "n_layer"}
+LAYER_KEY: dict[str, tuple[str, ...]] = {
+    "gpt2": ("n_layer",),
+    "t5": ("num_layers", "num_decoder_layers"),
+    "bart": ("encoder_layers", "decoder_layers"),
+    "whisper": ("encoder_layers", "decoder_layers"),
+}
+"""Where each type keeps its depth; an encoder-decoder's encoder and decoder each get
+the run's depth, so a run of depth d has 2d layers and a decode step runs d of them."""
+ENCODER_DECODER = {family for family, keys in LAYER_KEY.items() if len(keys) == 2}
 DEPTHS = (1, 4)
 VARIANTS: dict[str, dict[str, Any]] = {
     "train1": {"mode": "training", "steps": 1},
@@ -121,15 +138,20 @@ def _trace(config: dict[str, Any], workload: dict[str, Any], runtime: str) -> fl
     return time.perf_counter() - started
 
 
-def measure(repeat: int) -> dict[str, Any]:
+def _keys(family: str) -> tuple[str, ...]:
+    return LAYER_KEY.get(family, ("num_hidden_layers",))
+
+
+def measure(repeat: int, families: list[str]) -> dict[str, Any]:
     counter = _counting()
     _trace({"model_type": "llama", **SMALL, **FAMILIES["llama"], "num_hidden_layers": 1},
            {**SHAPE, **VARIANTS["train2"]}, "cuda")  # warm-up  # fmt: skip
     runs = []
-    for family, extra in FAMILIES.items():
+    for family in families:
+        extra = FAMILIES[family]
         for depth in DEPTHS:
             config = {"model_type": family, **SMALL, **extra,
-                      LAYER_KEY.get(family, "num_hidden_layers"): depth}  # fmt: skip
+                      **dict.fromkeys(_keys(family), depth)}  # fmt: skip
             for variant, workload in VARIANTS.items():
                 times = []
                 try:
@@ -150,6 +172,8 @@ def measure(repeat: int) -> dict[str, Any]:
                 )
                 print(family, depth, variant, counter[0], round(min(times), 3), flush=True)
     parallel = []
+    if "llama" not in families:
+        return {"runs": runs, "parallel": parallel}
     for name, workload in PARALLEL.items():
         for depth in DEPTHS:
             config = {"model_type": "llama", **SMALL, **FAMILIES["llama"],
@@ -168,19 +192,23 @@ def derive(runs: list[dict[str, Any]], parallel: list[dict[str, Any]]) -> dict[s
     low, high = DEPTHS
     families = {}
     for family in FAMILIES:
+        if (family, low, "train1") not in ops:
+            continue
+        units = len(_keys(family))  # layers per unit of depth: 2 for an encoder-decoder
 
-        def per_layer(variant: str, f: str = family) -> float:
-            return (ops[f, high, variant] - ops[f, low, variant]) / (high - low)
+        def per_layer(variant: str, f: str = family, n: int = units) -> float:
+            return (ops[f, high, variant] - ops[f, low, variant]) / ((high - low) * n)
 
-        def fixed(variant: str, f: str = family) -> float:
-            return ops[f, low, variant] - low * per_layer(variant, f)
+        def fixed(variant: str, f: str = family, n: int = units) -> float:
+            return ops[f, low, variant] - low * n * per_layer(variant, f)
 
         # train1 = build + one step; train2 = build + two steps: a step is the difference.
         train_step = per_layer("train2") - per_layer("train1")
         build = per_layer("train1") - train_step
         infer_step = per_layer("infer1") - build
+        # A decode step runs the decoder alone: per decoder layer (one per unit of depth).
         decode_step = (
-            (per_layer("decode4") - per_layer("infer1")) / 4
+            units * (per_layer("decode4") - per_layer("infer1")) / 4
             if (family, low, "decode4") in ops
             else 0.0
         )
@@ -191,6 +219,7 @@ def derive(runs: list[dict[str, Any]], parallel: list[dict[str, Any]]) -> dict[s
             "decode_step_per_layer": round(decode_step, 1),
             "training_step_fixed": round(fixed("train2") - fixed("train1"), 1),
             "fixed": round(2 * fixed("train1") - fixed("train2"), 1),
+            **({"encoder_decoder": True} if family in ENCODER_DECODER else {}),
         }
     # Training and inference differ in Python work per call (autograd's bookkeeping,
     # the KV cache's): one rate each, and one fixed cost, fitted together.
@@ -221,6 +250,15 @@ def derive(runs: list[dict[str, Any]], parallel: list[dict[str, Any]]) -> dict[s
     }
 
 
+RATES = (
+    "seconds_per_training_operator",
+    "seconds_per_inference_operator",
+    "fixed_seconds",
+    "fit_worst_residual_seconds",
+)
+"""The time fit's results, kept as committed when only some types are counted again."""
+
+
 def write_toml(derived: dict[str, Any], machine: str) -> None:
     lines = [
         "# The trace cost predictor's table (gpuplan.core.trace.cost), measured by",
@@ -243,7 +281,7 @@ def write_toml(derived: dict[str, Any], machine: str) -> None:
     ]
     for family, row in derived["families"].items():
         lines.append(f"[families.{family}]")
-        lines += [f"{key} = {value}" for key, value in row.items()]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in row.items()]
         lines.append("")
     TOML.write_text("\n".join(lines), encoding="utf-8")
 
@@ -270,7 +308,9 @@ def _forked(check: dict[str, Any]) -> float:
     return float(answer["seconds"])
 
 
-def validate() -> list[dict[str, Any]]:
+def validate(families: list[str] | None = None) -> list[dict[str, Any]]:
+    """Predicted against measured seconds of each check (of ``families``' types only when
+    given)."""
     import msgspec
 
     from gpuplan.core.trace import cost
@@ -279,6 +319,8 @@ def validate() -> list[dict[str, Any]]:
     cost.table.cache_clear()
     rows = []
     for check in CHECKS:
+        if families is not None and check["config"]["model_type"] not in families:
+            continue
         request = msgspec.convert(
             {"model": {"hf_config": check["config"]}, "workload": check["workload"],
              "runtime": check["runtime"]}, TraceRequest)  # fmt: skip
@@ -304,6 +346,11 @@ def main() -> None:
     parser.add_argument(
         "--checks-only", action="store_true", help="check the committed table, measure nothing"
     )
+    parser.add_argument(
+        "--families",
+        help="measure these model types only (comma-separated), keeping the committed "
+        "results' runs of the others",
+    )
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -317,15 +364,38 @@ def main() -> None:
     if args.checks_only:
         previous = json.loads((RESULTS / "trace_cost.json").read_text())
         measured = {"runs": previous["runs"], "parallel": previous["parallel"]}
+    chosen: list[str] = args.families.split(",") if args.families else []
+    previous = json.loads((RESULTS / "trace_cost.json").read_text()) if chosen else {}
+    if args.checks_only:
+        previous = json.loads((RESULTS / "trace_cost.json").read_text())
+        measured = {"runs": previous["runs"], "parallel": previous["parallel"]}
+    elif chosen:
+        # Count these types' operator calls only (a count does not depend on the
+        # machine's load); every other type's runs, the sharded steps and the seconds
+        # per call are kept from the committed results.
+        fresh = measure(args.repeat, chosen)
+        kept = [r for r in previous["runs"] if r["family"] not in chosen]
+        measured = {"runs": kept + fresh["runs"], "parallel": previous["parallel"]}
+        machine = f"{previous['machine']}; {', '.join(chosen)} counted on {machine}"
     else:
-        measured = measure(args.repeat)
+        measured = measure(args.repeat, list(FAMILIES))
     derived = derive(measured["runs"], measured["parallel"])
+    if chosen:
+        for name in RATES:
+            derived[name] = previous[name]
     if args.toml:
         write_toml(derived, machine)
     from gpuplan.jobs.worker import warm_up
 
     warm_up()  # the parent warms up as a worker does, then each check forks
-    checks = validate()
+    if chosen:
+        # The other checks' predictions did not change: their committed rows stand.
+        fresh_checks = {row["name"]: row for row in validate(chosen)}
+        names = [check["name"] for check in CHECKS]
+        previous_checks = {row["name"]: row for row in previous["checks"]}
+        checks = [fresh_checks.get(name) or previous_checks[name] for name in names]
+    else:
+        checks = validate()
     ratios = [row["ratio"] for row in checks]
     result = {
         "machine": machine,

@@ -212,7 +212,9 @@ def answer_error(answer: dict[str, Any]) -> GpuplanError:
     if kind == "missing":
         return unavailable(f"tracing needs the optional extra `trace`: {detail}")
     if kind == "invalid":
-        return InvalidRequest([("$.model.hf_config", detail)], kind="invalid-model")
+        path = str(answer.get("path") or "$.model.hf_config")
+        problem = "invalid-workload" if path.startswith("$.workload") else "invalid-model"
+        return InvalidRequest([(path, detail)], kind=problem)
     return ApiProblem(
         f"the model could not be traced under fake tensors: {detail}",
         status=422,

@@ -14,6 +14,7 @@ from typing import NoReturn
 import click
 
 from gpuplan.core.errors import DataError, GpuplanError, InvalidRequest, NotFound
+from gpuplan.core.names import did_you_mean
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -40,8 +41,7 @@ def reported(command: str, source: object = None) -> Iterator[None]:
         lines = "\n".join(f"{path}: {reason}" for path, reason in exc.errors)
         fail(command, f"invalid input{where}:\n{lines}", EXIT_INVALID)
     except NotFound as exc:
-        closest = f"; closest: {', '.join(exc.suggestions)}" if exc.suggestions else ""
-        fail(command, f"no such name: {exc.query!r}{closest}", EXIT_INVALID)
+        fail(command, f"no such name: {exc.query!r}{did_you_mean(exc.suggestions)}", EXIT_INVALID)
     except DataError as exc:
         fail(command, str(exc), EXIT_INVALID)
     except Unavailable as exc:

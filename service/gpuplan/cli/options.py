@@ -42,6 +42,7 @@ ALIASES: Mapping[str, tuple[str, ...]] = {
     "inference.requests_per_second": ("--rps",),
     "constraints.max_gpus_per_job": ("--max-gpus",),
     "constraints.vendors": ("--vendor",),
+    "pricing.providers": ("--provider",),
 }
 """Earlier or shorter names of generated flags, by the field's dotted path."""
 

@@ -14,6 +14,7 @@ from gpuplan.core.catalog import (
     build_catalog,
     builtin_catalog,
     builtin_documents,
+    builtin_price_tables,
 )
 
 
@@ -29,4 +30,6 @@ def load_catalog(catalog_file: str | None) -> Catalog:
         document = read_document(path)
     except DocumentError as exc:
         raise CatalogError(f"catalog file {exc}") from None
-    return build_catalog([*builtin_documents(), (f"catalog file {path}", document)])
+    return build_catalog(
+        [*builtin_documents(), (f"catalog file {path}", document)], builtin_price_tables()
+    )

@@ -64,13 +64,14 @@ def call(model: torch.nn.Module, inputs: Any) -> Any:
 
 
 def _next_token(output: Any) -> tuple[Any, torch.Tensor]:
-    """The KV cache a causal LM returned and its greedy next token (one per row)."""
+    """The KV cache a causal LM or an encoder-decoder returned and its greedy next token
+    (one per row)."""
     cache = getattr(output, "past_key_values", None)
     logits = getattr(output, "logits", None)
     if cache is None or not isinstance(logits, torch.Tensor):
         raise TraceError(
-            "decode steps need a causal LM whose output has past_key_values and logits "
-            "(a Hugging Face model called with use_cache=True)"
+            "decode steps need a causal LM or an encoder-decoder whose output has "
+            "past_key_values and logits (a Hugging Face model called with use_cache=True)"
         )
     return cache, logits[:, -1:].argmax(-1)
 
@@ -86,7 +87,12 @@ def _infer(
 ) -> None:
     """One no-grad inference step: the forward (a prefill), then ``new_tokens`` greedy
     decode steps that feed the last token and the cache back, as ``generate`` does; the
-    cache grows by one position each."""
+    cache grows by one position each.
+
+    An encoder-decoder's prefill runs the encoder and the decoder's first tokens; its
+    output's ``encoder_last_hidden_state`` is kept, as ``generate`` keeps
+    ``encoder_outputs``, and each decode step runs the decoder alone on it (the cache
+    holds the cross-attention's keys and values, computed once)."""
     with torch.no_grad(), autocast():
         with marks(Phase.FORWARD, measured):
             output = call(model, inputs)
@@ -94,15 +100,24 @@ def _infer(
             del output
             return
         cache, token = _next_token(output)
+        encoded = getattr(output, "encoder_last_hidden_state", None)
         del output
         with marks(Phase.DECODE, measured):
             for _ in range(new_tokens):
-                output = model(
-                    input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1
-                )
+                if encoded is None:
+                    output = model(
+                        input_ids=token, past_key_values=cache, use_cache=True, logits_to_keep=1
+                    )
+                else:
+                    output = model(
+                        encoder_outputs=(encoded,),
+                        decoder_input_ids=token,
+                        past_key_values=cache,
+                        use_cache=True,
+                    )
                 cache, token = _next_token(output)
                 del output
-            del cache, token
+            del cache, token, encoded
 
 
 def make_optimizer(

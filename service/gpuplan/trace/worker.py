@@ -4,8 +4,9 @@ The API runs each trace in a fresh subprocess of this module: the event loop sta
 free, a hard time limit is a kill, and whatever a trace leaves behind (fake-mode
 caches, a process group) dies with the process. Input is a ``TraceRequest``
 (JSON); output is ``{"result": TraceResult}`` or ``{"error": kind, "detail": text}``
-with kind ``missing`` (torch or transformers not installed), ``invalid`` (the config)
-or ``untraceable`` (the model fails under fake tensors).
+with kind ``missing`` (torch or transformers not installed), ``invalid`` (the config, or
+a workload field this model cannot take: ``path`` names the field) or ``untraceable``
+(the model fails under fake tensors).
 """
 
 import os
@@ -30,7 +31,8 @@ def answer(
     probe_budget_bytes: int | None = None,
     passthrough: tuple[type[BaseException], ...] = (),
 ) -> dict[str, Any]:
-    """Trace ``request``: ``{"result": ...}`` or ``{"error": kind, "detail": text}``.
+    """Trace ``request``: ``{"result": ...}`` or ``{"error": kind, "detail": text}``
+    (``"path"`` too when the error is one field's).
 
     Exceptions of ``passthrough`` (a job queue's time limit) are raised, not answered.
     """
@@ -40,7 +42,7 @@ def answer(
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
-        from gpuplan.trace.hf import InvalidConfig, builder
+        from gpuplan.trace.hf import InvalidConfig, InvalidWorkload, builder
         from gpuplan.trace.probe import DEFAULT_BUDGET_BYTES
         from gpuplan.trace.run import trace
     except ImportError as exc:
@@ -64,10 +66,11 @@ def answer(
             expandable_segments=workload.expandable_segments,
             probe_budget_bytes=probe_budget_bytes,
         )
+        result.notes[:0] = build.notes
     except passthrough:
         raise
-    except InvalidConfig as exc:
-        return {"error": "invalid", "detail": str(exc)[:2000]}
+    except (InvalidConfig, InvalidWorkload) as exc:
+        return {"error": "invalid", "detail": str(exc)[:2000], "path": exc.path}
     except Exception as exc:  # a client's config must not crash the worker: report it
         return {"error": "untraceable", "detail": f"{type(exc).__name__}: {exc}"[:2000]}
     return {"result": msgspec.to_builtins(result)}

@@ -14,7 +14,10 @@ async def list_gpus(request: Request[Any, Any, Any], query: GpuQuery) -> GpuList
     """List catalog GPUs, filtered and sorted.
 
     Filters combine with AND; repeat `vendor` or `precision` for several values.
-    Sorting by a field a GPU lacks (a price no source gives) puts it last.
+    Sorting by a field a GPU lacks (a price no source gives) puts it last. Each GPU lists
+    every provider's dated price under `price.cloud`; `sort=price.cloud.usd_per_gpu_hour`
+    compares one basis, `price_provider` (repeatable: the lowest of them) and
+    `price_kind` (default AWS on-demand), named in `price_basis`.
     """
     return select(runtime(request).catalog, query)
 

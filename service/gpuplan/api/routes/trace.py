@@ -140,7 +140,10 @@ async def trace_memory(
     """Trace one step of a Hugging Face model on fake tensors: its exact tensor peak.
 
     The model is built from `model.hf_config` by transformers (random weights, no hub,
-    no remote code) under PyTorch's FakeTensorMode, then takes `workload.steps` steps;
+    no remote code) under PyTorch's FakeTensorMode: a causal LM, a masked LM, a seq2seq
+    model (T5, BART, ...: encoder `input_ids`, `decoder_input_ids` of
+    `workload.decoder_sequence_length`) or Whisper (30 s of `input_features`); any other
+    family answers 422 naming `$.model.hf_config.model_type`. It takes `workload.steps` steps;
     every tensor storage is accounted, and the answer describes the last step: peak,
     breakdown at the peak, peak per phase, top modules. An inference step with
     `workload.new_tokens` is a prefill and that many greedy decode steps on its KV cache

@@ -1,9 +1,10 @@
 """``gpuplan mig``: the MIG partitioner on the command line, with the API's schemas.
 
 ``plan`` and ``validate`` read a YAML, JSON or TOML file holding exactly the body the
-API takes (``POST /v1/mig/plan``, ``POST /v1/mig/validate``) and print the API's
-answer; ``--output mig-parted`` prints (or ``--write`` saves) the partition's
-nvidia-mig-parted config instead. Exit status: 0 on success (and for ``validate``, a
+API takes (``POST /v1/mig/plan``, ``POST /v1/mig/validate``). ``plan`` prints a table
+(each GPU's instances, the Kubernetes resources), ``--output json`` or ``yaml`` the
+API's answer, ``--output mig-parted`` (or ``--write``) the partition's
+nvidia-mig-parted config; ``validate`` and ``profiles`` print the API's answer. Exit status: 0 on success (and for ``validate``, a
 valid layout), 1 for an invalid layout, 2 for unusable input.
 """
 
@@ -14,6 +15,7 @@ import click
 
 from gpuplan.cli.context import catalog, catalog_option, read_request
 from gpuplan.cli.errors import EXIT_FAILED, reported
+from gpuplan.cli.render import mig as render
 from gpuplan.cli.render.output import MACHINE_FORMATS, machine, write
 
 FORMAT = click.option(
@@ -31,10 +33,11 @@ def mig_command() -> None:
 @click.option(
     "--output",
     "fmt",
-    type=click.Choice([*MACHINE_FORMATS, "mig-parted"]),
-    default="json",
+    type=click.Choice(["table", *MACHINE_FORMATS, "mig-parted"]),
+    default="table",
     show_default=True,
-    help="The partition as JSON or YAML, or only its nvidia-mig-parted config.",
+    help="The partition as a table (GPUs, instances, Kubernetes resources), the API's "
+    "answer as JSON or YAML, or only its nvidia-mig-parted config.",
 )
 @click.option(
     "-w",
@@ -47,13 +50,23 @@ def mig_command() -> None:
 def partition_command(
     file: Path, fmt: str, write_to: Path | None, catalog_file: Path | None
 ) -> None:
-    """Pack the workloads of FILE (a /v1/mig/plan body) onto the fewest GPUs."""
+    """Pack the workloads of FILE (a /v1/mig/plan body) onto the fewest GPUs.
+
+    \b
+    Examples:
+      gpuplan mig plan workloads.yaml
+      gpuplan mig plan workloads.yaml --output mig-parted --write config.yaml
+      gpuplan mig plan workloads.yaml --output json
+    """
     from gpuplan.core.mig import PartitionRequest, partition
 
     if write_to is not None and fmt != "mig-parted":
         raise click.UsageError("--write goes with --output mig-parted")
     with reported("mig plan", file):
         result = partition(read_request(file, PartitionRequest), catalog(catalog_file))
+    if fmt == "table":
+        write(render.table(result))
+        return
     if fmt != "mig-parted":
         write(machine(result, fmt))
         return

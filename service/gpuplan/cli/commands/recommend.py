@@ -26,8 +26,18 @@ OPTIONS = RequestOptions(RecommendRequest)
 @OPTIONS.options
 @catalog_option
 @output_format("table", *MACHINE_FORMATS)
-def recommend_command(fmt: str, catalog_file: Path | None, **values: Any) -> None:
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help=f"Print every candidate of the answer, not only the top {render.TOP} (the table; "
+    "JSON and YAML always hold the whole answer, at most --limit).",
+)
+def recommend_command(fmt: str, catalog_file: Path | None, show_all: bool, **values: Any) -> None:
     """Rank catalog GPUs and counts for a job by fit, time, cost and energy.
+
+    The table shows the top 10 and says how many more there are (--all prints them);
+    --format json or yaml prints the API's whole answer, for scripts.
 
     \b
     Examples:
@@ -40,7 +50,10 @@ def recommend_command(fmt: str, catalog_file: Path | None, **values: Any) -> Non
 
     with reported("recommend", values["request_file"]):
         response = recommend(_request(values), catalog(catalog_file))
-    write(render.table(response) if fmt == "table" else machine(response, fmt))
+    if fmt == "table":
+        write(render.table(response, top=None if show_all else render.TOP))
+    else:
+        write(machine(response, fmt))
 
 
 def _request(values: dict[str, Any]) -> RecommendRequest:

@@ -1,5 +1,11 @@
-"""``gpuplan serve``: run the HTTP API (the one command that reads the server's settings)."""
+"""``gpuplan serve``: run the HTTP API (the one command that reads the server's settings).
 
+On start it prints where a person goes next, the planner page (``/ui``) and the API
+reference (``/schema``), on standard error beside the server's log: granian's
+"Listening at" names only the socket.
+"""
+
+import ipaddress
 import os
 from pathlib import Path
 
@@ -48,4 +54,26 @@ def serve_command(
 
     from gpuplan.api.server import serve
 
+    for line in addresses(settings.host, settings.port):
+        click.echo(line, err=True)
     serve(settings)
+
+
+def addresses(host: str, port: int) -> list[str]:
+    """The lines naming the planner page and the API reference for a server on
+    ``host``:``port``. A wildcard address (``0.0.0.0``, ``::``) is not one a browser
+    can open: the loopback address of its family stands for it."""
+    shown = host
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None  # a host name
+    if ip is not None and ip.is_unspecified:
+        shown = "127.0.0.1" if ip.version == 4 else "::1"
+    if ":" in shown:
+        shown = f"[{shown}]"
+    base = f"http://{shown}:{port}"
+    return [
+        f"gpuplan serve: the planner page is at {base}/ui",
+        f"gpuplan serve: the API reference is at {base}/schema",
+    ]

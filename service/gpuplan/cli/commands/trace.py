@@ -27,7 +27,14 @@ from gpuplan.core.trace.schema import TraceRequest, TraceResult, TraceWorkload, 
 
 WORKLOAD = field_options(
     TraceWorkload,
-    skip=("batch_size", "sequence_length", "dtype", "attention", "gradient_checkpointing"),
+    skip=(
+        "batch_size",
+        "sequence_length",
+        "decoder_sequence_length",
+        "dtype",
+        "attention",
+        "gradient_checkpointing",
+    ),
 )
 """The step's options, as ``POST /v1/memory/trace`` takes them; the model and its inputs
 are the user's function's (size, dtype and attention are set there)."""

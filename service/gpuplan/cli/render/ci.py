@@ -8,9 +8,17 @@ advice; the MIG fits and assumptions fold away under ``<details>``.
 
 from collections.abc import Sequence
 
-from gpuplan.cli.render.candidates import advice_line, layout
+from gpuplan.cli.render.candidates import (
+    advice_lines,
+    basis_line,
+    layout,
+    mark,
+    price_cell,
+    score_cell,
+)
 from gpuplan.cli.render.output import GiB, num
 from gpuplan.core.ci import CiReport
+from gpuplan.core.ci.schema import MigFit
 from gpuplan.core.recommend.schema import Candidate
 
 MARK = {"pass": "✅", "fail": "❌"}
@@ -23,16 +31,17 @@ def _num(value: float | None, fmt: str) -> str:
     return num(value, fmt, DASH)
 
 
-def _cells(r: Candidate) -> tuple[str, str, str, str, str, str]:
-    """A recommendation's layout, GiB per GPU, memory use, hours, USD and score, formatted
-    once for both tables (each pads them its own way)."""
+def _cells(r: Candidate) -> tuple[str, str, str, str, str, str, str]:
+    """A recommendation's layout, GiB per GPU, memory use, hours, USD, price per GPU-hour
+    and score, formatted once for both tables (each pads them its own way)."""
     return (
         layout(r.layout, DASH),
         f"{r.required_bytes_per_gpu / GiB:.1f}",
         f"{r.memory_utilization:.0%}",
         _num(r.time_hours, ",.2f"),
         _num(r.cost_usd, ",.2f"),
-        f"{r.score:.3f}",
+        price_cell(r, DASH),
+        score_cell(r.score, DASH),
     )
 
 
@@ -95,6 +104,28 @@ def memory_bars(report: CiReport) -> list[str]:
     ]
 
 
+def _gib(nbytes: int | None) -> str:
+    return _num(None if nbytes is None else nbytes / GiB, ".2f")
+
+
+def _mig_split(report: CiReport) -> tuple[list[MigFit], list[MigFit]]:
+    """The MIG GPUs with a profile that holds the job, and those without one: a report
+    lists the first and counts the second (21 lines of "none holds it" hid the few that
+    answer)."""
+    holding = [m for m in report.mig if m.profile is not None]
+    return holding, [m for m in report.mig if m.profile is None]
+
+
+def _mig_none(holding: Sequence[MigFit], none: Sequence[MigFit]) -> str:
+    """One sentence for the MIG GPUs where no profile holds the job, with what it needs
+    (the least of them: the overheads differ a little by GPU)."""
+    need = min(m.required_bytes for m in none) / GiB
+    n = len(none)
+    gpus = f"{n} MIG GPU{'s' if n != 1 else ''}"
+    other = "" if not holding else "other "
+    return f"no profile of the {other}{gpus} holds the job (it needs at least {need:.2f} GiB)"
+
+
 def markdown(report: CiReport) -> str:
     failed = [v for v in report.verdicts if v.status == "fail"]
     n = len(report.verdicts)
@@ -118,12 +149,13 @@ def markdown(report: CiReport) -> str:
         f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
         *memory_bars(report),
         "",
-        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | score |",
-        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+        _cell(basis_line(report.price_basis)) + ".",
+        "",
+        "| # | GPU | count | layout | GiB/GPU | mem | hours | USD | USD/GPU-h | score |",
+        "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for i, r in enumerate(report.recommendations, 1):
-        fit = "" if r.fits else " (no fit)"
-        lines.append(f"| {i} | `{r.gpu}`{fit} | {r.count} | " + " | ".join(_cells(r)) + " |")
+        lines.append(f"| {i} | `{r.gpu}`{mark(r)} | {r.count} | " + " | ".join(_cells(r)) + " |")
     if report.advice:
         lines += ["", "**Advice**", ""]
         for a in report.advice:
@@ -137,24 +169,26 @@ def markdown(report: CiReport) -> str:
         lines += ["", f"**Hybrid**: {_cell(report.hybrid.detail)}"]
     for w in report.warnings:
         lines += ["", f"> ⚠️ {_cell(w)}"]
-    holding = [m for m in report.mig if m.profile is not None]
+    holding, none = _mig_split(report)
     lines += [
         "",
         f"<details><summary>MIG: smallest instance holding the job ({len(holding)} of "
         f"{len(report.mig)} MIG GPUs)</summary>",
         "",
-        "| GPU | profile | Kubernetes resource | usable GiB | use |",
-        "| --- | --- | --- | ---: | ---: |",
     ]
-    for m in report.mig:
-        if m.profile is None or m.memory_bytes is None:
-            lines.append(f"| `{m.gpu}` | none holds {m.required_bytes / GiB:.1f} GiB | – | – | – |")
-        else:
-            mark = " (unverified)" if m.unverified else ""
-            lines.append(
-                f"| `{m.gpu}` | {m.profile}{mark} | `{m.resource}` | {m.memory_bytes / GiB:.2f} | "
-                f"{_num(m.utilization, '.0%')} |"
-            )
+    if holding:
+        lines += [
+            "| GPU | profile | Kubernetes resource | usable GiB | use |",
+            "| --- | --- | --- | ---: | ---: |",
+        ]
+    for m in holding:
+        shaky = " (unverified)" if m.unverified else ""
+        lines.append(
+            f"| `{m.gpu}` | {m.profile}{shaky} | `{m.resource}` | {_gib(m.memory_bytes)} | "
+            f"{_num(m.utilization, '.0%')} |"
+        )
+    if none:
+        lines += ["", _mig_none(holding, none)]
     lines += ["", "</details>", ""]
     lines += ["<details><summary>Assumptions</summary>", ""]
     lines += [f"- {_cell(a)}" for a in report.assumptions]
@@ -173,21 +207,34 @@ def table(report: CiReport) -> str:
         f"memory (one GPU as written): peak {e.peak_bytes / GiB:.2f} GiB, required "
         f"{e.required_bytes / GiB:.2f} GiB; scenario {report.scenario.class_}"
     )
+    out.append(basis_line(report.price_basis))
+    width = max([len("gpu"), *(len(r.gpu) for r in report.recommendations)])
     out.append(
-        f"{'#':>3} {'gpu':<26} {'n':>4} {'layout':<10} {'GiB/GPU':>8} {'mem%':>5} "
-        f"{'hours':>10} {'USD':>12} {'score':>6}"
+        f"{'#':>3} {'gpu':<{width}} {'n':>4} {'layout':<10} {'GiB/GPU':>8} {'mem%':>5} "
+        f"{'hours':>10} {'USD':>12} {'USD/GPU-h':>16} {'score':>6}"
     )
     for i, r in enumerate(report.recommendations, 1):
-        fit = "" if r.fits else " (no fit)"
-        lay, gib, mem, hours, usd, score = _cells(r)
+        lay, gib, mem, hours, usd, price, score = _cells(r)
         out.append(
-            f"{i:>3} {r.gpu:<26} {r.count:>4} {lay:<10} {gib:>8} {mem:>5} {hours:>10} {usd:>12} "
-            f"{score:>6}{fit}"
+            f"{i:>3} {r.gpu:<{width}} {r.count:>4} {lay:<10} {gib:>8} {mem:>5} {hours:>10} "
+            f"{usd:>12} {price:>16} {score:>6}{mark(r)}"
         )
-    for m in report.mig:
-        where = f"{m.profile} ({m.resource})" if m.profile else "no profile holds it"
-        out.append(f"mig  {m.gpu:<30} {where}")
-    out += [advice_line(a) for a in report.advice]
+    holding, none = _mig_split(report)
+    if holding:
+        out.append(
+            f"mig  smallest MIG instance holding the job, on {len(holding)} of "
+            f"{len(report.mig)} MIG GPUs:"
+        )
+    width = max([0, *(len(m.gpu) for m in holding)])
+    for m in holding:
+        shaky = ", unverified" if m.unverified else ""
+        out.append(
+            f"mig  {m.gpu:<{width}}  {m.profile} ({m.resource}), {_gib(m.memory_bytes)} GiB "
+            f"usable, {_num(m.utilization, '.0%')} used{shaky}"
+        )
+    if none:
+        out.append(f"mig  {_mig_none(holding, none)}")
+    out += advice_lines(report.advice)
     if report.hybrid is not None:
         out.append(f"hybrid: {report.hybrid.detail}")
     out += [f"warning: {w}" for w in report.warnings]

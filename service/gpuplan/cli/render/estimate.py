@@ -31,5 +31,10 @@ def table(r: EstimateResponse) -> str:
             f"{r.fit.gpu}: {verdict} ({r.fit.utilization:.0%} of "
             f"{r.fit.usable_memory_bytes / GiB:.1f} GiB usable)"
         )
+        if not r.fit.fits:
+            lines.append(
+                f"  to make it fit: gpuplan recommend with these flags, --preferred-gpu "
+                f"{r.fit.gpu} (and --tokens when training) lists changes and their effect"
+            )
     lines += [f"warning: {w}" for w in r.warnings]
     return "\n".join(lines) + "\n"

@@ -7,7 +7,9 @@ bidirectional figure, and ``sources`` maps each field to source *ids*. The built
 data is the first document; a user's catalog file comes after it, and there an entry
 whose id already exists overrides the fields it names (mappings merge, other values
 and price quotes replace), while a new id adds a SKU. Every error names the document, the entry and
-the field.
+the field. The providers' price tables (:mod:`gpuplan.core.catalog.prices`) are read after
+the entries and attach each GPU's quotes to its ``price.cloud``; an entry never sets
+``price.cloud`` itself (a negotiated price is ``price.cloud_on_demand``).
 """
 
 import copy
@@ -18,6 +20,7 @@ import msgspec
 
 from gpuplan.core.catalog.catalog import Catalog, DuplicateName
 from gpuplan.core.catalog.model import PRECISIONS, GpuSpec, Source
+from gpuplan.core.catalog.prices import PriceTableError, attach, read_price_tables
 from gpuplan.core.errors import DataError, field_error
 
 # Fields whose value must name a source. peak_flops may be covered as a whole or per
@@ -56,8 +59,11 @@ class CatalogError(DataError):
     """A catalog document is invalid; the message names document, entry and field."""
 
 
-def build_catalog(documents: Iterable[tuple[str, Any]]) -> Catalog:
-    """Validate and merge ``(origin, document)`` pairs, the built-in data first."""
+def build_catalog(
+    documents: Iterable[tuple[str, Any]], price_tables: Iterable[tuple[str, str, Any]] = ()
+) -> Catalog:
+    """Validate and merge ``(origin, document)`` pairs, the built-in data first, and
+    attach the ``(origin, provider, table)`` price tables' quotes to the GPUs."""
     sources: dict[str, Source] = {}
     entries: dict[str, dict[str, Any]] = {}
     origins: dict[str, str] = {}
@@ -73,7 +79,12 @@ def build_catalog(documents: Iterable[tuple[str, Any]]) -> Catalog:
             origins[gpu_id] = origin
     specs = [_spec(origins[gpu_id], raw, sources) for gpu_id, raw in entries.items()]
     try:
-        return Catalog(specs)
+        tables = read_price_tables(price_tables, entries)
+    except PriceTableError as exc:
+        raise CatalogError(str(exc)) from None
+    specs = [attach(spec, tables) for spec in specs]
+    try:
+        return Catalog(specs, tables.providers)
     except DuplicateName as exc:
         where = " and ".join(dict.fromkeys(origins[i] for i in exc.ids))
         raise CatalogError(f"{where}: {exc}") from None
@@ -134,6 +145,11 @@ def _merge(base: dict[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
 def _spec(origin: str, raw: dict[str, Any], sources: Mapping[str, Source]) -> GpuSpec:
     where = f"{origin}: entry `{raw['id']}`"
     entry = copy.deepcopy(raw)
+    if isinstance(entry.get("price"), dict) and "cloud" in entry["price"]:
+        raise CatalogError(
+            f"{where}: $.price.cloud comes from the providers' price tables; a negotiated "
+            "price is [gpu.price.cloud_on_demand]"
+        )
     _derive_links(where, entry)
     cited = entry.get("sources", {})
     if not isinstance(cited, Mapping):

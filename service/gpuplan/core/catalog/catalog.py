@@ -10,12 +10,12 @@ letters and digits, and dropping vendor words (NVIDIA, Tesla, GeForce, AMD,
 Instinct, Intel, Habana), so the NVML name and its GFD label fold to the same key.
 """
 
-import difflib
 import re
 from collections.abc import Iterator, Sequence
 
-from gpuplan.core.catalog.model import GpuSpec
+from gpuplan.core.catalog.model import GpuSpec, PriceProvider
 from gpuplan.core.errors import DataError, InvalidRequest, NotFound
+from gpuplan.core.names import closest, did_you_mean
 
 _VENDOR_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "intel", "habana")
 # GFD appends the MIG profile or a sharing marker to the product label.
@@ -64,15 +64,16 @@ class UnknownGpu(NotFound):
     @property
     def reason(self) -> str:
         """Why the name is refused, with the closest ids."""
-        closest = f"; closest: {', '.join(self.suggestions)}" if self.suggestions else ""
-        return f"no GPU in the catalog is named {self.query!r}{closest}"
+        return f"no GPU in the catalog is named {self.query!r}{did_you_mean(self.suggestions)}"
 
 
 class Catalog:
     """An ordered, indexed set of GPU SKUs. Built once; never mutated."""
 
-    def __init__(self, gpus: Sequence[GpuSpec]) -> None:
+    def __init__(self, gpus: Sequence[GpuSpec], providers: Sequence[PriceProvider] = ()) -> None:
         self._gpus = tuple(sorted(gpus, key=lambda g: g.id))
+        self.providers: tuple[PriceProvider, ...] = tuple(providers)
+        """The price tables the GPUs' ``price.cloud`` quotes come from."""
         self._by_key: dict[str, GpuSpec] = {}
         self._by_pci: dict[tuple[str, str], GpuSpec] = {}
         for gpu in self._gpus:
@@ -129,13 +130,12 @@ class Catalog:
         except UnknownGpu as exc:
             raise InvalidRequest([(path, exc.reason)], suggestions=exc.suggestions) from None
 
-    def suggest(self, query: str, limit: int = 5) -> list[str]:
-        """Ids of the SKUs whose names are closest to ``query``."""
-        key = fold(query)
-        ids: list[str] = []
-        if key:
-            # A partial name ("h100") is a prefix or part of several keys.
-            ids.extend(g.id for k, g in self._by_key.items() if key in k)
-            close = difflib.get_close_matches(key, list(self._by_key), n=limit, cutoff=0.5)
-            ids.extend(self._by_key[k].id for k in close)
-        return list(dict.fromkeys(ids))[:limit]
+    def suggest(self, query: str) -> list[str]:
+        """Ids of the SKUs whose names are closest to ``query`` (:mod:`gpuplan.core.names`:
+        every name a SKU goes by counts, folded as lookups fold them)."""
+        names = (
+            (name, gpu.id)
+            for gpu in self._gpus
+            for name in (gpu.id, gpu.name, *gpu.aliases, *gpu.nvml_names)
+        )
+        return closest(query, names, fold=fold)

@@ -17,7 +17,7 @@ These field names are part of the API. Conventions that every consumer relies on
 """
 
 import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
@@ -29,6 +29,11 @@ PRECISIONS: tuple[Precision, ...] = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp
 FormFactor = Literal["pcie", "sxm", "oam", "superchip"]
 MemoryType = Literal["GDDR6", "GDDR6X", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e"]
 LinkTechnology = Literal["nvlink", "infinity-fabric", "ethernet-roce"]
+PriceKind = Literal["on_demand", "spot", "reserved"]
+ProviderId = Literal["aws", "azure", "coreweave", "gcp", "lambda", "nebius", "runpod", "together"]
+"""The price tables (``core/catalog/data/prices/<provider>.toml``); the loader refuses a
+table of another name and a name without a table."""
+PROVIDERS: tuple[ProviderId, ...] = get_args(ProviderId)
 SourceKind = Literal[
     "primary", "reproduced-primary", "secondary", "measured", "derived", "recalled"
 ]
@@ -119,12 +124,63 @@ class MigSupport(Record):
 
 
 class CloudPrice(Record):
-    """An on-demand cloud price; volatile, so it always carries its date."""
+    """A negotiated cloud price per GPU-hour, set by a catalog file; volatile, so it
+    always carries its date. It wins over every provider's price table."""
 
     usd_per_gpu_hour: PositiveFloat
     as_of: datetime.date
     source: Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
     """Who charges it, and where the figure was read."""
+
+
+class CloudQuote(Record, kw_only=True):
+    """One provider's published price of one GPU, from that provider's price table
+    (``core/catalog/data/prices/<provider>.toml``)."""
+
+    provider: ProviderId
+    """The price table it comes from."""
+
+    kind: PriceKind
+    """``on_demand``: no commitment; ``spot``: interruptible capacity; ``reserved``: a
+    commitment of ``term``."""
+
+    usd_per_gpu_hour: PositiveFloat
+    """The instance's hourly price divided by its GPUs (``usd_per_instance_hour`` /
+    ``gpus``), or the provider's own per-GPU price where it quotes one."""
+
+    as_of: datetime.date
+    """The day the price was read."""
+
+    instance: Name
+    """What was priced (an instance type or the provider's product name): the cheapest
+    shape the provider lists for this GPU and kind."""
+
+    gpus: PositiveInt = 1
+    """GPUs in that instance."""
+
+    usd_per_instance_hour: PositiveFloat | None = None
+    """The instance's price, where the provider prices instances rather than GPUs."""
+
+    term: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    """The commitment of a ``reserved`` price (e.g. "91-180 days")."""
+
+    source: Source
+    """Where the price was read."""
+
+
+class PriceProvider(Record, kw_only=True):
+    """A price table: whose prices, where, and how its per-GPU figures were read."""
+
+    id: ProviderId
+    name: Name
+    """The provider, e.g. "Amazon Web Services (EC2)"."""
+
+    region: Annotated[str, msgspec.Meta(min_length=1, max_length=128)] | None = None
+    """The region priced, where prices vary by region."""
+
+    method: Annotated[str, msgspec.Meta(min_length=1, max_length=500)]
+    """How a per-GPU price was taken from the provider's list (which instance shape,
+    which tier)."""
 
 
 class PurchasePrice(Record):
@@ -139,7 +195,14 @@ class Price(Record):
     """Known prices; a price no source gives is absent rather than invented."""
 
     cloud_on_demand: CloudPrice | None = None
+    """A negotiated price from a catalog file (``[gpu.price.cloud_on_demand]``); it wins
+    over the price tables. The built-in data sets none."""
+
     purchase: PurchasePrice | None = None
+    cloud: list[CloudQuote] = []
+    """Every provider's published price of this GPU (from the price tables, never from a
+    catalog entry), by provider and kind. A provider that does not list the GPU is
+    absent."""
 
 
 class GpuSpec(Record, kw_only=True):

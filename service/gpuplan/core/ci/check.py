@@ -129,6 +129,7 @@ def check(
         verdicts=verdicts,
         estimate=memory,
         recommendations=candidates,
+        price_basis=rec.price_basis,
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,
@@ -140,12 +141,15 @@ def check(
     )
 
 
+TARGET_OPTIONS = frozenset({"check_at"})
+"""Fields of ``targets`` that say how targets are checked, not targets themselves."""
+
+
 def _resolve_targets(t: Targets, catalog: Catalog, tables: Sequence[MigGpu]) -> _Resolved:
     """Every name the targets use, resolved before any work (a typo is a 422 at once)."""
-    if all(getattr(t, name) is None for name in t.__struct_fields__):
-        raise InvalidCiPlan(
-            [("$.targets", "name at least one target: " + ", ".join(t.__struct_fields__))]
-        )
+    names = [name for name in t.__struct_fields__ if name not in TARGET_OPTIONS]
+    if all(getattr(t, name) is None for name in names):
+        raise InvalidCiPlan([("$.targets", "name at least one target: " + ", ".join(names))])
     fits_gpu = catalog.lookup(t.fits.gpu, "$.targets.fits.gpu") if t.fits else None
     mig = None
     if t.mig_profile_at_most is not None:
@@ -188,9 +192,9 @@ def _verdicts(
             sized, why = None, "constraints.required_interconnect is nvlink and it has none"
         verdicts.append(fits_verdict(t.fits, fits_gpu, sized, why))
     if t.max_cost_usd is not None:
-        verdicts.append(cost_verdict(t.max_cost_usd, *chosen))
+        verdicts.append(cost_verdict(t.max_cost_usd, *chosen, at=t.check_at))
     if t.max_time_hours is not None:
-        verdicts.append(time_verdict(t.max_time_hours, *chosen))
+        verdicts.append(time_verdict(t.max_time_hours, *chosen, at=t.check_at))
     if names.mig is not None:
         spec, table, named = names.mig
         need = required_on(spec)

@@ -17,6 +17,7 @@ from gpuplan.core.recommend.schema import (
     Candidate,
     GpuName,
     HybridComparison,
+    PriceBasis,
     RecommendRequest,
     Scenario,
 )
@@ -45,6 +46,9 @@ class MigTarget(Record, kw_only=True):
     """nvidia-smi (``3g.40gb``), mig-parted or Kubernetes (``nvidia.com/mig-3g.40gb``) form."""
 
 
+CheckAt = Literal["estimate", "pessimistic"]
+
+
 class Targets(Record, kw_only=True):
     """Assertions about the job; each one present gets a verdict (docs/ci.md)."""
 
@@ -63,6 +67,12 @@ class Targets(Record, kw_only=True):
 
     min_memory_headroom: Annotated[float, msgspec.Meta(ge=0, lt=1)] | None = None
     """1 − required/usable on the ``fits`` GPU (else the top recommendation's) ≥ this."""
+
+    check_at: CheckAt = "estimate"
+    """What ``max_cost_usd`` and ``max_time_hours`` are checked against: the ``estimate``
+    (the central prediction), or its ``pessimistic`` end, the high end of the plan's 80%
+    interval (``intervals`` of the candidate): the target then passes only when 9 jobs in
+    10 like it would come in under it."""
 
 
 class CiPlan(RecommendRequest, kw_only=True):
@@ -149,6 +159,9 @@ class CiReport(Record, kw_only=True):
     """The job on one GPU, as its workload describes it (parallelism included)."""
 
     recommendations: list[Candidate]
+    price_basis: PriceBasis
+    """Whose prices the costs (and the ``max_cost_usd`` verdict) use."""
+
     scenario: Scenario
     mig: list[MigFit]
     advice: list[Advice]

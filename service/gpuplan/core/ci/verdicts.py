@@ -19,10 +19,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.ci.schema import FitsTarget, TargetName, Unit, Verdict
+from gpuplan.core.ci.schema import CheckAt, FitsTarget, TargetName, Unit, Verdict
 from gpuplan.core.ci.sizing import Sized, describe
 from gpuplan.core.mig.model import MigProfile
-from gpuplan.core.recommend.schema import Candidate
+from gpuplan.core.recommend.schema import Candidate, IntervalFigure
 
 GiB = 2**30
 
@@ -113,7 +113,27 @@ def _at_most(
     )
 
 
-def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
+def _checked(
+    r: Candidate, figure: IntervalFigure, central: float | None, at: CheckAt
+) -> float | None:
+    """The figure a target is checked against: the estimate, or the high end of its 80%
+    interval (the estimate itself where the plan has no interval for it)."""
+    if at == "pessimistic" and figure in r.intervals:
+        return r.intervals[figure].high
+    return central
+
+
+def _at_words(r: Candidate, figure: IntervalFigure, at: CheckAt) -> str:
+    if at != "pessimistic":
+        return ""
+    if figure not in r.intervals:
+        return ", the estimate: no interval for it"
+    return ", the pessimistic end of its 80% interval"
+
+
+def cost_verdict(
+    limit: float, rec: Candidate | None, basis: str, at: CheckAt = "estimate"
+) -> Verdict:
     return _at_most(
         "max_cost_usd",
         "usd",
@@ -121,16 +141,35 @@ def cost_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
         rec,
         basis,
         what="cost",
-        value=lambda r: r.cost_usd,
-        missing=lambda r: f"{r.gpu} has no price ({'; '.join(r.reasons[-1:])})",
+        value=lambda r: _checked(r, "cost_usd", r.cost_usd, at),
+        missing=lambda r: f"{r.gpu} has no price ({_why_unpriced(r)})",
         describe=lambda r, usd, cmp: (
-            f"${usd:,.2f} on {r.count} x {r.gpu} ({basis}, {r.cost_basis} prices) "
-            f"{cmp} ${limit:,.2f}"
+            f"${usd:,.2f} on {r.count} x {r.gpu} ({basis}, {_priced_at(r)}"
+            f"{_at_words(r, 'cost_usd', at)}) {cmp} ${limit:,.2f}"
         ),
     )
 
 
-def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
+def _why_unpriced(r: Candidate) -> str:
+    """The reason that says which price is missing (the recommendation's own words)."""
+    said = [x for x in r.reasons if x.startswith("no ") and "price" in x]
+    return "; ".join(said[:1] or r.reasons[-1:])
+
+
+def _priced_at(r: Candidate) -> str:
+    """Whose price a candidate's cost uses, e.g. "aws on_demand $6.88/GPU-h as of 2026-11-09"."""
+    p = r.price
+    if p is None:
+        return f"{r.cost_basis} prices"
+    kind = f" {p.kind}" if p.kind else ""
+    term = f" {p.term}" if p.term else ""
+    dated = f" as of {p.as_of}" if p.as_of else ""
+    return f"{p.provider}{kind}{term} ${p.usd_per_gpu_hour:.2f}/GPU-h{dated}"
+
+
+def time_verdict(
+    limit: float, rec: Candidate | None, basis: str, at: CheckAt = "estimate"
+) -> Verdict:
     return _at_most(
         "max_time_hours",
         "hours",
@@ -138,10 +177,11 @@ def time_verdict(limit: float, rec: Candidate | None, basis: str) -> Verdict:
         rec,
         basis,
         what="time",
-        value=lambda r: r.time_hours,
+        value=lambda r: _checked(r, "time_hours", r.time_hours, at),
         missing=lambda r: f"{r.gpu} has no time estimate",
         describe=lambda r, hours, cmp: (
-            f"{hours:,.2f} h on {r.count} x {r.gpu} ({basis}) {cmp} {limit:g} h"
+            f"{hours:,.2f} h on {r.count} x {r.gpu} ({basis}{_at_words(r, 'time_hours', at)}) "
+            f"{cmp} {limit:g} h"
         ),
     )
 

@@ -450,7 +450,10 @@ def from_hf_config(config: Mapping[str, Any]) -> tuple[Architecture, list[str]]:
                 (
                     f"{ROOT}.model_type",
                     f"{shown} by the analytic estimator (supported: {', '.join(SUPPORTED)}); "
-                    "POST /v1/memory/trace (gpuplan trace) traces any transformers model",
+                    "POST /v1/memory/trace (gpuplan trace --api) traces causal LMs, masked "
+                    "LMs and encoder-decoders (T5, BART and other AutoModelForSeq2SeqLM "
+                    "models, Whisper) from this config, and gpuplan trace module:function "
+                    "any model in your own code",
                 )
             ]
         )

@@ -14,6 +14,7 @@ from gpuplan.core.memory.hf_config import from_hf_config
 from gpuplan.core.memory.parameters import ParameterCount, count_parameters
 from gpuplan.core.memory.presets import VisionActivations, presets
 from gpuplan.core.memory.schema import ModelSpec
+from gpuplan.core.names import closest, did_you_mean
 from gpuplan.core.record import Record
 
 
@@ -49,6 +50,8 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         arch, notes = from_hf_config(spec.hf_config)
         resolved = ResolvedModel(arch=arch, parameters=None, notes=notes)
     elif spec.name is not None:
+        if spec.name.lower() not in presets():
+            raise unknown_preset(spec.name)  # named as written: `Qwen2.5-72B-Instruct`
         resolved = _preset_model(spec.name.lower())
     else:
         resolved = _bare_model(spec)
@@ -85,14 +88,7 @@ def _preset_model(name: str) -> ResolvedModel:
     """A preset, read once per process (presets are immutable data)."""
     preset = presets().get(name)
     if preset is None:
-        raise InvalidModel(
-            [
-                (
-                    "$.model.name",
-                    f"no preset named {name!r}; known: {', '.join(sorted(presets()))}",
-                )
-            ]
-        )
+        raise unknown_preset(name)
     note = f"preset {preset.name}: {preset.source}"
     if preset.config is None:
         return ResolvedModel(
@@ -101,6 +97,19 @@ def _preset_model(name: str) -> ResolvedModel:
     arch, notes = from_hf_config(preset.config)
     return ResolvedModel(
         arch=arch, parameters=None, counts=count_parameters(arch), notes=[note, *notes]
+    )
+
+
+def unknown_preset(name: str) -> InvalidModel:
+    """The refusal of a preset name: the closest presets (``llama-3-8b`` →
+    ``llama-3.1-8b``), or every one when none is close."""
+    suggestions = closest(name, ((known, known) for known in presets()))
+    hint = did_you_mean(suggestions) or (
+        f"; the presets are {', '.join(sorted(presets()))}; for another model give its "
+        "Hugging Face config (`hf_config`) or its `parameters`"
+    )
+    return InvalidModel(
+        [("$.model.name", f"no preset named {name!r}{hint}")], suggestions=suggestions
     )
 
 

@@ -80,7 +80,8 @@ class MigGpu(Record, kw_only=True):
     """Engines whose per-GPU total (that of the full-GPU profile) bounds the sum over
     GIs: this is what makes ``+me`` profiles one per GPU (a single OFA). Only engines
     whose table is consistent are listed (the User Guide prints one NVDEC on every
-    B200 row, so B200 budgets only the OFA)."""
+    B200 row; the data holds the driver's counts instead, so B200 budgets NVDEC and
+    JPEG like Hopper), and none where a table's engines are partly unknown."""
 
     profiles: list[MigProfile]
     sources: list[Source] = []

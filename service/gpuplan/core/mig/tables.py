@@ -1,6 +1,5 @@
 """From a catalog name to its MIG table, and from any spelling of a profile to its index."""
 
-import difflib
 import re
 from collections.abc import Sequence
 from typing import Literal
@@ -8,6 +7,7 @@ from typing import Literal
 from gpuplan.core.catalog import Catalog, GpuSpec, UnknownGpu
 from gpuplan.core.mig.errors import MigInputError
 from gpuplan.core.mig.model import MigGpu
+from gpuplan.core.names import closest, did_you_mean
 
 _PREFIX = re.compile(r"^(nvidia\.com/mig-|mig[- ])", re.IGNORECASE)
 # The device plugin turns `+` into `.`: 1g.10gb+me -> mig-1g.10gb.me
@@ -70,10 +70,11 @@ def profile_index(table: MigGpu, ref: str, path: str) -> int:
         return found
     names = [p.name for p in table.profiles]
     name = _PREFIX.sub("", ref.strip()).lower()
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    close = closest(name, ((n, n) for n in names))
     raise MigInputError(
         path,
-        f"no MIG profile `{ref}` on this GPU (table `{table.id}`); profiles: {', '.join(names)}",
+        f"no MIG profile `{ref}` on this GPU (table `{table.id}`){did_you_mean(close)} "
+        f"(profiles: {', '.join(names)})",
         "unknown-profile",
         close,
     )

@@ -9,7 +9,8 @@ from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.speed import Rate, achieved_rate
 from gpuplan.core.perf.step import Rates
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.schema import Constraints
+from gpuplan.core.recommend.pricing import OWNED, basis_words, cloud_price, describe
+from gpuplan.core.recommend.schema import Constraints, PriceUsed
 from gpuplan.core.record import Record
 
 TP_DEGREES = (2, 4, 8)
@@ -31,6 +32,9 @@ class GpuContext(Record, kw_only=True):
 
     per_gpu_hour: float | None
     basis: str | None
+    price: PriceUsed | None
+    """The price behind ``per_gpu_hour``: provider, kind, date, source."""
+
     reasons: list[str]
     unverified: list[str]
 
@@ -73,7 +77,7 @@ def gpu_context(
     unverified.extend(f"catalog {field}" for field in gpu.unverified)
     if rate is not None and rate.note:
         reasons.append(rate.note)
-    per_hour, basis, price_note = _price(gpu, job, constraints)
+    price, basis, price_note = _price(gpu, job, constraints)
     if price_note:
         reasons.append(price_note)
     return GpuContext(
@@ -81,52 +85,51 @@ def gpu_context(
         rate=rate,
         rates=rates,
         mbu=mbu,
-        per_gpu_hour=per_hour,
+        per_gpu_hour=price.usd_per_gpu_hour if price else None,
         basis=basis,
+        price=price,
         reasons=reasons,
         unverified=unverified,
     )
 
 
-def _price(gpu: GpuSpec, job: Job, c: Constraints) -> tuple[float | None, str | None, str]:
+def _price(gpu: GpuSpec, job: Job, c: Constraints) -> tuple[PriceUsed | None, str | None, str]:
+    """The price per GPU-hour for the deployment, its basis (``cloud``/``on_prem``) and
+    the reason line that says where it comes from."""
+    cloud = cloud_price(gpu, job)
     override = job.prices.get(gpu.id)
-    cloud = override.cloud_usd_per_gpu_hour if override else None
-    cloud_note = "cloud price from the request"
-    if cloud is None and gpu.price.cloud_on_demand is not None:
-        p = gpu.price.cloud_on_demand
-        cloud = p.usd_per_gpu_hour
-        cloud_note = f"cloud ${cloud:.2f}/GPU-h as of {p.as_of} ({p.source})"
     purchase = override.purchase_usd if override else None
     purchase_note = "purchase price from the request"
+    as_of, source = None, "constraints.prices of the request"
     if purchase is None and gpu.price.purchase is not None:
         purchase = gpu.price.purchase.usd
-        purchase_note = f"purchase ${purchase:,.0f} as of {gpu.price.purchase.as_of}"
+        as_of, source = gpu.price.purchase.as_of, gpu.price.purchase.source
+        purchase_note = f"purchase ${purchase:,.0f} as of {as_of}"
     owned = on_prem_usd_per_gpu_hour(purchase, gpu, job.energy, job.owned) if purchase else None
-    options: list[tuple[float, str, str]] = []
+    options: list[tuple[float, str, PriceUsed, str]] = []
     if cloud is not None and c.deployment in ("cloud", "hybrid"):
-        options.append((cloud, "cloud", cloud_note))
+        options.append((cloud.usd_per_gpu_hour, "cloud", cloud, describe(cloud)))
     if owned is not None and c.deployment in ("on_prem", "hybrid"):
+        years = job.owned.amortization_years
         options.append(
             (
                 owned,
                 "on_prem",
-                f"on-prem ${owned:.3f}/GPU-h: {purchase_note} over {job.owned.amortization_years:g} years at "
+                PriceUsed(usd_per_gpu_hour=owned, provider=OWNED, as_of=as_of, source=source),
+                f"on-prem ${owned:.3f}/GPU-h: {purchase_note} over {years:g} years at "
                 f"{job.owned.utilization:.0%} busy, plus electricity",
             )
         )
     if not options:
-        need = {
-            "cloud": "a cloud price",
-            "on_prem": "a purchase price",
-            "hybrid": "a cloud or purchase price",
+        cloud_need = f"cloud price on the basis ({basis_words(job)})"
+        need, fix = {
+            "cloud": (cloud_need, "constraints.prices, or pricing.providers that list it"),
+            "on_prem": ("purchase price", "constraints.prices (purchase_usd)"),
+            "hybrid": (f"{cloud_need} or purchase price", "constraints.prices"),
         }[c.deployment]
-        return (
-            None,
-            None,
-            f"no {need} for {gpu.id} in the catalog; pass constraints.prices to cost it",
-        )
-    value, basis, note = min(options)
-    return value, basis, note
+        return None, None, f"no {need} for {gpu.id}; pass {fix}"
+    _, basis, price, note = min(options, key=lambda o: (o[0], o[1]))
+    return price, basis, note
 
 
 def multi_gpu_allowed(gpu: GpuSpec, count: int, c: Constraints) -> bool:

@@ -22,6 +22,7 @@ from gpuplan.core.recommend.context import gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option
+from gpuplan.core.recommend.pricing import cloud_price
 from gpuplan.core.recommend.schema import (
     HybridComparison,
     HybridOption,
@@ -45,6 +46,9 @@ class _Month(Record, kw_only=True):
     burst_hours: float | None
     purchase: float | None
     cloud: float | None
+    cloud_from: str
+    """Whose price ``cloud`` is (a provider, ``request`` or ``catalog_file``)."""
+
     electricity_per_hour: float
     """Electricity of one busy owned GPU-hour."""
 
@@ -62,7 +66,7 @@ def compare_hybrid(
     repeats = 1.0 if job.kind == "inference" else spec.jobs_per_month
     scale = min(HOURS_PER_MONTH / job.duration_hours, 1.0) if job.kind == "inference" else 1.0
     override_own = job.prices.get(owned.id)
-    override_burst = job.prices.get(burst.id)
+    burst_price = cloud_price(burst, job)
     m = _Month(
         owned=owned,
         burst=burst,
@@ -71,8 +75,8 @@ def compare_hybrid(
         burst_hours=burst_plan.gpu_hours * repeats * scale if burst_plan else None,
         purchase=(override_own.purchase_usd if override_own else None)
         or (owned.price.purchase.usd if owned.price.purchase else None),
-        cloud=(override_burst.cloud_usd_per_gpu_hour if override_burst else None)
-        or (burst.price.cloud_on_demand.usd_per_gpu_hour if burst.price.cloud_on_demand else None),
+        cloud=burst_price.usd_per_gpu_hour if burst_price else None,
+        cloud_from=burst_price.provider if burst_price else "",
         electricity_per_hour=gpu_power_kw(owned, job.energy) * job.energy.electricity_usd_per_kwh,
         inference=job.kind == "inference",
     )
@@ -99,12 +103,12 @@ def _all_cloud(m: _Month) -> HybridOption:
         return HybridOption(
             name="all_cloud",
             monthly_usd=None,
-            detail=f"needs a fitting {m.burst.id} plan and its cloud price",
+            detail=f"needs a fitting {m.burst.id} plan and its cloud price on the basis",
         )
     return HybridOption(
         name="all_cloud",
         monthly_usd=m.burst_hours * m.cloud,
-        detail=f"{m.burst_hours:,.1f} {m.burst.id} GPU-hours x ${m.cloud:.2f}",
+        detail=f"{m.burst_hours:,.1f} {m.burst.id} GPU-hours x ${m.cloud:.2f} ({m.cloud_from})",
     )
 
 

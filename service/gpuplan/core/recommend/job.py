@@ -5,7 +5,7 @@ from typing import TypeVar
 
 import msgspec
 
-from gpuplan.core.catalog import Catalog, UnknownGpu
+from gpuplan.core.catalog import DEFAULT_PROVIDERS, Catalog, PriceKind, ProviderId, UnknownGpu
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
@@ -75,6 +75,13 @@ class Job(Record, kw_only=True):
     prices: dict[str, PriceOverride]
     """Catalog id -> the request's price override."""
 
+    providers: tuple[ProviderId, ...]
+    """The price tables a cloud price is read from (the request's, else the default)."""
+
+    price_kind: PriceKind
+    default_basis: bool
+    """True when the request named no providers."""
+
 
 def _flops(
     model: ResolvedModel, counts: ParameterCount | None, total: int, image_size: int | None
@@ -121,6 +128,12 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         errors.extend(exc.errors)
     measured = _by_id(request.measured_flops, catalog, "$.measured_flops", errors)
     prices = _by_id(request.constraints.prices, catalog, "$.constraints.prices", errors)
+    tables = {p.id for p in catalog.providers}
+    for i, provider in enumerate(request.pricing.providers):
+        if provider not in tables:
+            errors.append(
+                (f"$.pricing.providers[{i}]", f"this catalog has no price table for `{provider}`")
+            )
     if errors:
         raise InvalidRecommendation(errors)
     c = request.constraints
@@ -161,6 +174,9 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         overlap=request.efficiency.comm_overlap,
         measured=measured,
         prices=prices,
+        providers=tuple(dict.fromkeys(request.pricing.providers)) or DEFAULT_PROVIDERS,
+        price_kind=request.pricing.kind,
+        default_basis=not request.pricing.providers,
     )
 
 

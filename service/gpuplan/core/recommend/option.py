@@ -18,6 +18,7 @@ from gpuplan.core.recommend.schema import (
     Latency,
     Objective,
     ParallelLayout,
+    PriceUsed,
     StepTime,
     Throughput,
 )
@@ -41,6 +42,7 @@ class Option(Record, kw_only=True):
     usd_per_hour: float | None = None
     cost_usd: float | None = None
     cost_basis: str | None = None
+    price: PriceUsed | None = None
     energy_kwh: float | None = None
     flops_per_watt: float | None = None
     latency: Latency | None = None
@@ -162,6 +164,21 @@ def objective_key(option: Option, objective: Objective) -> tuple[float, ...]:
     return (unpriced, _sig(money * speed), option.count)
 
 
+COST_OBJECTIVES: frozenset[Objective] = frozenset({"cheapest", "balanced"})
+"""Objectives with a cost term: under them a plan without a price cannot be scored
+against priced plans, and is ranked apart after them (:func:`unpriced_key`)."""
+
+
+def unpriced_key(option: Option, objective: Objective) -> tuple[float, ...]:
+    """Sort key, across GPUs, of plans without a price under a cost objective: by the
+    objective's other term, time, under ``balanced``; under ``cheapest``, which has
+    none, by GPU-hours (what the plans would cost at equal prices), then GPUs."""
+    speed = option.speed_s if option.speed_s is not None else math.inf
+    if objective == "balanced":
+        return (_sig(speed), option.count)
+    return (_sig(option.gpu_hours), option.count, _sig(speed))
+
+
 def _sig(value: float) -> float:
     return float(f"{value:.9g}") if math.isfinite(value) else value
 
@@ -215,6 +232,7 @@ def priced(
         usd_per_hour=usd_h,
         cost_usd=cost,
         cost_basis=ctx.basis,
+        price=ctx.price,
         energy_kwh=kwh,
         flops_per_watt=delivered_flops / watts if watts else None,
         admissible=admissible,

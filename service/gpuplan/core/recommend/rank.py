@@ -13,8 +13,16 @@ from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
+from gpuplan.core.recommend.intervals import candidate_intervals, interval_reason
 from gpuplan.core.recommend.job import Job, resolve_job
-from gpuplan.core.recommend.option import Option, miss_key, objective_key
+from gpuplan.core.recommend.option import (
+    COST_OBJECTIVES,
+    Option,
+    miss_key,
+    objective_key,
+    unpriced_key,
+)
+from gpuplan.core.recommend.pricing import basis_words, cloud_price, price_basis
 from gpuplan.core.recommend.scenario import classify
 from gpuplan.core.recommend.schema import (
     Candidate,
@@ -67,11 +75,23 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
                 extra.extend(ranked[1:])
         else:
             misses.append(min([*plans, miss], key=lambda p: miss_key(p, request.objective)))
-    scored = _score([*best, *extra], request.objective)
-    scored.sort(key=lambda r: (-r[1], objective_key(r[0], request.objective), r[0].gpu.id))
-    out = [_recommendation(p, s) for p, s in scored]
+    objective = request.objective
+    meets = [*best, *extra]
+    # Under a cost objective a plan without a price has no score against priced plans:
+    # it is ranked apart, after them (COST_OBJECTIVES, unpriced_key).
+    apart = [p for p in meets if objective in COST_OBJECTIVES and p.cost_usd is None]
+    scored = _score([p for p in meets if p not in apart], objective)
+    scored.sort(key=lambda r: (-r[1], objective_key(r[0], objective), r[0].gpu.id))
+    out = [_recommendation(p, job, s) for p, s in scored]
+    apart.sort(key=lambda p: (*unpriced_key(p, objective), p.gpu.id))
+    by = "time" if objective == "balanced" else "GPU-hours"
+    note = (
+        f"unscored: no price on the basis ({basis_words(job)}); ranked after the priced "
+        f"plans, by {by}"
+    )
+    out.extend(_recommendation(p, job, None, note) for p in apart)
     misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
-    out.extend(_recommendation(p, 0.0) for p in misses)
+    out.extend(_recommendation(p, job, 0.0) for p in misses)
     target = advice_target(request, catalog, out[0].gpu if out else None)
     advice = advise(
         request, job, oracle=oracle, contexts=contexts, target=target.gpu, trainable=trainable
@@ -87,6 +107,11 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
         warnings.append(job.batch.warning)
     if not best:
         warnings.append(_closest(misses[0]) if misses else "no GPU in the candidate set")
+    elif objective in COST_OBJECTIVES and all(p.cost_usd is None for p in best):
+        warnings.append(
+            f"no fitting plan has a price on the basis ({basis_words(job)}), so none is "
+            "scored; choose pricing.providers that list these GPUs, or pass constraints.prices"
+        )
     if oracle.exhausted:
         warnings.append(
             "the search reached its bound of memory estimates; larger counts or some advice may be missing"
@@ -95,7 +120,10 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
         objective=request.objective,
         workload_kind="inference" if job.kind == "inference" else "training",
         recommendations=out[: request.limit],
-        scenario=classify(base.required_bytes, catalog),
+        price_basis=price_basis(
+            job, [g.id for g in candidates if contexts[g.id].price is None], c.deployment
+        ),
+        scenario=classify(base.required_bytes, catalog, lambda gpu: cloud_price(gpu, job)),
         advice=advice,
         advice_gpu=target.gpu.id if target.gpu is not None else None,
         hybrid=hybrid,
@@ -153,10 +181,10 @@ def candidate_gpus(catalog: Catalog, c: Constraints) -> list[GpuSpec]:
 
 
 def _score(plans: list[Option], objective: Objective) -> list[tuple[Option, float]]:
-    """Score in (0, 1]: the best plan's figure over this plan's (balanced: geometric mean)."""
+    """Score in (0, 1]: the best plan's figure over this plan's (balanced: geometric mean
+    of the cost and time ratios). Under a cost objective every plan given has a cost."""
     if not plans:
         return []
-    priced = [p for p in plans if p.cost_usd is not None]
 
     def ratio(value: float | None, best: float) -> float:
         if value is None or value <= 0:
@@ -165,6 +193,8 @@ def _score(plans: list[Option], objective: Objective) -> list[tuple[Option, floa
 
     speeds = [p.speed_s for p in plans if p.speed_s is not None]
     fastest = min(speeds) if speeds else 0.0
+    costs = [p.cost_usd for p in plans if p.cost_usd is not None]
+    cheapest = min(costs) if costs else 0.0
     out = []
     for p in plans:
         if objective == "fastest":
@@ -172,8 +202,7 @@ def _score(plans: list[Option], objective: Objective) -> list[tuple[Option, floa
         elif objective == "energy":
             s = ratio(p.energy_kwh, min(q.energy_kwh or 0.0 for q in plans))
         else:
-            cheapest = min((q.cost_usd or 0.0) for q in priced) if priced else 0.0
-            money = ratio(p.cost_usd, cheapest) if priced else 1.0
+            money = ratio(p.cost_usd, cheapest)
             s = money if objective == "cheapest" else (money * ratio(p.speed_s, fastest)) ** 0.5
         out.append((p, round(s, 6)))
     return out
@@ -193,9 +222,17 @@ def _closest(p: Option) -> str:
     return f"no plan meets the constraints; the nearest, {where}, misses {misses}; see advice"
 
 
-def _recommendation(p: Option, score: float) -> Candidate:
+def _recommendation(p: Option, job: Job, score: float | None, note: str | None = None) -> Candidate:
+    """The candidate of a plan; ``score`` None: an unpriced plan under a cost objective,
+    with ``note`` saying so."""
     usable = p.gpu.usable_memory_bytes
     reasons = list(p.reasons)
+    if note is not None:
+        reasons.append(note)
+    intervals, widened = candidate_intervals(p, job)
+    said = interval_reason(p, intervals, widened)
+    if said is not None:
+        reasons.append(said)
     if not p.fits and not (reasons and reasons[0].startswith("does not fit")):
         if p.layout is not None:
             reasons.insert(
@@ -219,16 +256,18 @@ def _recommendation(p: Option, score: float) -> Candidate:
         usd_per_hour=p.usd_per_hour,
         cost_usd=p.cost_usd,
         cost_basis=p.cost_basis,  # type: ignore[arg-type]
+        price=p.price,
         energy_kwh=p.energy_kwh,
         flops_per_watt=p.flops_per_watt,
         mfu=p.mfu,
         step=p.step,
         latency=p.latency,
         source=p.source,  # type: ignore[arg-type]
-        score=score if p.fits and p.admissible else 0.0,
+        score=None if score is None else score if p.fits and p.admissible else 0.0,
         reasons=reasons,
         breaches=p.breaches,
         unverified=p.unverified,
+        intervals=intervals,
     )
 
 

@@ -5,19 +5,20 @@ estimator's 20% headroom). The bands and their hardware classes are data
 (data/scenarios.toml); sizes in the guide's gaps join the lower band (the rule is
 stated there and in docs/recommendation.md). The guide's own cost-effectiveness
 ratings are not in our references, so the rating given is computed from the catalog:
-dense 16-bit TFLOP/s per cloud USD per hour of the class's reference cards, dated by
-the prices' ``as_of``.
+dense 16-bit TFLOP/s per cloud USD per hour of the class's reference cards, on the
+request's price basis, dated by the prices' ``as_of``.
 """
 
 import tomllib
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Literal
 
 import msgspec
 
-from gpuplan.core.catalog import Catalog, UnknownGpu
-from gpuplan.core.recommend.schema import Scenario
+from gpuplan.core.catalog import DEFAULT_PROVIDERS, Catalog, GpuSpec, UnknownGpu, lowest
+from gpuplan.core.recommend.schema import PriceUsed, Scenario
 from gpuplan.core.record import Record
 
 GiB = 1 << 30
@@ -59,7 +60,24 @@ RULE = (
 )
 
 
-def classify(required_bytes: int, catalog: Catalog) -> Scenario:
+PriceOf = Callable[[GpuSpec], PriceUsed | None]
+
+
+def _default_price(gpu: GpuSpec) -> PriceUsed | None:
+    quote = lowest(gpu, DEFAULT_PROVIDERS, "on_demand")
+    if quote is None:
+        return None
+    return PriceUsed(
+        usd_per_gpu_hour=quote.usd_per_gpu_hour,
+        provider=quote.provider,
+        kind=quote.kind,
+        as_of=quote.as_of,
+    )
+
+
+def classify(required_bytes: int, catalog: Catalog, price_of: PriceOf = _default_price) -> Scenario:
+    """The band of ``required_bytes``; its rating uses ``price_of`` (the request's price
+    basis; default: AWS on-demand)."""
     m = matrix()
     chosen = m.band[-1]
     for band in m.band:
@@ -74,12 +92,12 @@ def classify(required_bytes: int, catalog: Catalog) -> Scenario:
         required_bytes=required_bytes,
         band=chosen.guide_band,
         hardware_class=chosen.hardware_class,
-        cost_effectiveness=_rating(chosen.hardware_class, catalog),
+        cost_effectiveness=_rating(chosen.hardware_class, catalog, price_of),
         rule=RULE,
     )
 
 
-def _rating(ids: list[str], catalog: Catalog) -> str:
+def _rating(ids: list[str], catalog: Catalog, price_of: PriceOf) -> str:
     parts = []
     for gpu_id in ids:
         try:
@@ -87,13 +105,15 @@ def _rating(ids: list[str], catalog: Catalog) -> str:
         except UnknownGpu:
             continue
         peak = gpu.peak_flops.get("bf16") or gpu.peak_flops.get("fp16")
-        price = gpu.price.cloud_on_demand
+        price = price_of(gpu)
         if peak is None or price is None:
-            parts.append(f"{gpu.id}: no cloud price in the catalog")
+            parts.append(f"{gpu.id}: no cloud price on the basis")
             continue
+        kind = f" {price.kind}" if price.kind else ""
+        dated = f" as of {price.as_of}" if price.as_of else ""
         parts.append(
             f"{gpu.id}: {peak / 1e12 / price.usd_per_gpu_hour:.0f} dense 16-bit TFLOP/s per USD/h "
-            f"(${price.usd_per_gpu_hour:.2f}/h as of {price.as_of})"
+            f"(${price.usd_per_gpu_hour:.2f}/h, {price.provider}{kind}{dated})"
         )
     return (
         "computed from the catalog (the guide's own rating is not in our references): "

@@ -5,14 +5,16 @@ recommendation needs beyond memory: the objective, the constraints, and the volu
 work (tokens to train, or a request rate to serve). Bounds keep every search finite.
 """
 
+import datetime
 from typing import Annotated, Literal
 
 import msgspec
 
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
-from gpuplan.core.catalog.model import Vendor
+from gpuplan.core.catalog.model import PriceKind, ProviderId, Vendor
 from gpuplan.core.memory.schema import Framework, ModelSpec, Runtime, Workload
 from gpuplan.core.record import Record
+from gpuplan.core.uncertainty import Interval
 
 Objective = Literal["cheapest", "fastest", "energy", "balanced"]
 Deployment = Literal["cloud", "on_prem", "hybrid"]
@@ -31,7 +33,8 @@ Layout = Literal["search", "given"]
 
 
 class PriceOverride(Record, kw_only=True):
-    """Your prices for a GPU, replacing the catalog's (which carry an ``as_of`` date)."""
+    """Your prices for a GPU, replacing the price tables' and the catalog's (which carry
+    an ``as_of`` date); a candidate priced by it names ``request`` as its provider."""
 
     cloud_usd_per_gpu_hour: Positive | None = None
     purchase_usd: Positive | None = None
@@ -81,6 +84,8 @@ class Constraints(Record, kw_only=True):
     """Inter-node bandwidth per GPU and direction (default 400 Gb/s, one NIC per GPU)."""
 
     prices: Annotated[dict[GpuName, PriceOverride], msgspec.Meta(max_length=64)] = {}
+    """Your prices per GPU (any lookup name): they win over every price table."""
+
     preferred_gpu: GpuName | None = None
     """Advice explains how to make the job fit this GPU (any lookup name). Default: the
     GPU of the top recommendation (a plan file's ``targets.fits.gpu`` first); the answer's
@@ -155,6 +160,20 @@ class Efficiency(Record, kw_only=True):
     """Share of backward behind which gradient communication hides."""
 
 
+class Pricing(Record, kw_only=True):
+    """Whose cloud prices the costs use: one stated basis for every GPU (docs/catalog.md
+    lists the tables, their sources and dates)."""
+
+    providers: Annotated[list[ProviderId], msgspec.Meta(max_length=8)] = []
+    """Price tables to read: each GPU takes the lowest price among them that lists it,
+    and its candidate names the provider. Empty: the default basis, AWS on-demand list
+    prices. A GPU none of them lists has no cloud price (``price_basis.unpriced``)."""
+
+    kind: PriceKind = "on_demand"
+    """``on_demand``; ``spot`` (interruptible capacity); ``reserved`` (a commitment: the
+    candidate's price names its term)."""
+
+
 class HybridSpec(Record, kw_only=True):
     """The owned pool + cloud burst comparison (deployment ``hybrid``)."""
 
@@ -179,6 +198,9 @@ class RecommendRequest(Record, kw_only=True):
 
     objective: Objective = "balanced"
     constraints: Constraints = msgspec.field(default_factory=Constraints)
+    pricing: Pricing = msgspec.field(default_factory=Pricing)
+    """Which providers' prices a cloud cost uses (default: AWS on-demand); your own
+    ``constraints.prices`` and a catalog file's negotiated prices win over them."""
     training: TrainingVolume | None = None
     """Training work (modes training, finetune_lora, finetune_qlora)."""
 
@@ -316,6 +338,61 @@ class Breach(Record, kw_only=True):
     detail: str
 
 
+class PriceUsed(Record, kw_only=True):
+    """The price per GPU-hour a candidate's cost uses, and where it comes from."""
+
+    usd_per_gpu_hour: float
+    provider: str
+    """A price table (``aws``, ``runpod``, …); ``request`` for ``constraints.prices``;
+    ``catalog_file`` for a negotiated price in the catalog file; ``owned`` for the
+    on-premises price (purchase amortized, plus electricity)."""
+
+    kind: PriceKind | None = None
+    """A price table's kind: ``on_demand``, ``spot`` or ``reserved``."""
+
+    term: str | None = None
+    """The commitment of a ``reserved`` price."""
+
+    instance: str | None = None
+    """What the table priced (the instance type, divided by its GPUs)."""
+
+    as_of: datetime.date | None = None
+    """The day the price was read (of the purchase price, for ``owned``)."""
+
+    source: str | None = None
+    """Where it was read: the source's title and address."""
+
+
+class PriceBasis(Record, kw_only=True):
+    """The prices this answer compares: one basis, the same for every candidate."""
+
+    providers: list[ProviderId]
+    """The price tables read (the request's ``pricing.providers``, else the default)."""
+
+    kind: PriceKind
+    default: bool
+    """True when the request named no providers: the default basis, AWS on-demand."""
+
+    detail: str
+    """The basis in words, with what wins over it."""
+
+    unpriced: list[str]
+    """Candidate GPUs that no table of the basis lists and no override prices: they
+    have no cloud cost, and under ``cheapest`` and ``balanced`` they are ranked after
+    every priced plan, unscored."""
+
+
+IntervalFigure = Literal[
+    "throughput",
+    "time_hours",
+    "cost_usd",
+    "energy_kwh",
+    "mfu",
+    "time_to_first_token_s",
+    "time_per_output_token_s",
+]
+
+
 class Candidate(Record, kw_only=True):
     """One GPU model at one count."""
 
@@ -341,6 +418,10 @@ class Candidate(Record, kw_only=True):
     usd_per_hour: float | None
     cost_usd: float | None
     cost_basis: Literal["cloud", "on_prem"] | None
+    price: PriceUsed | None = None
+    """The price per GPU-hour behind ``usd_per_hour`` and ``cost_usd``: its provider,
+    kind, date and source; None when no price covers this GPU."""
+
     energy_kwh: float | None
     flops_per_watt: float | None
     """Delivered model FLOP/s per watt of board power."""
@@ -357,8 +438,11 @@ class Candidate(Record, kw_only=True):
     source: Literal["catalog", "measured"] = "catalog"
     """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""
 
-    score: float
-    """Objective score in [0, 1]: 1 for the best plan; 0 when it does not fit or is excluded."""
+    score: float | None
+    """Objective score in [0, 1]: 1 for the best plan; 0 when it misses a constraint (or
+    does not fit). None under ``cheapest`` and ``balanced`` for a plan with no price on
+    the basis: such plans are ranked after every priced one, by GPU-hours (``cheapest``)
+    or time (``balanced``), never scored against priced plans."""
 
     reasons: list[str]
     breaches: list[Breach] = []
@@ -366,6 +450,15 @@ class Candidate(Record, kw_only=True):
 
     unverified: list[str] = []
     """Inputs of this plan that are not confirmed by a primary source."""
+
+    intervals: dict[IntervalFigure, Interval] = {}
+    """80% prediction intervals of the predicted figures (``throughput``, ``time_hours``,
+    ``cost_usd``, ``energy_kwh``, ``mfu``; serving: ``time_to_first_token_s``,
+    ``time_per_output_token_s``): the measured figure falls between ``low`` and ``high``
+    in 8 cases of 10, judged by the speed model's leave-one-source-out errors on published
+    runs of the same regime (framework, GPU generation, scale, precision), widened where
+    no published run is like this one (``reasons`` says why). Empty for a plan that does
+    not fit."""
 
 
 class Scenario(Record, kw_only=True):
@@ -471,8 +564,12 @@ class RecommendResponse(Record, kw_only=True):
     objective: Objective
     workload_kind: Literal["training", "inference"]
     recommendations: list[Candidate]
-    """At most ``limit``, best first; GPUs with no plan that meets the constraints come
-    last, at score 0."""
+    """At most ``limit``, best first: the scored plans, then (under ``cheapest`` and
+    ``balanced``) the unpriced ones, unscored; GPUs with no plan that meets the
+    constraints come last, at score 0."""
+
+    price_basis: PriceBasis
+    """Whose prices the costs compare."""
 
     scenario: Scenario
     advice: list[Advice]

@@ -25,20 +25,29 @@ import msgspec
 from gpuplan.core.record import Record
 from gpuplan.core.trace.schema import TraceRequest
 
-LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-"""Where configs keep their depth, in the order they are read (``n_layer``: GPT-2)."""
+LAYER_KEYS = ("encoder_layers", "num_hidden_layers", "n_layer", "num_layers", "n_layers")
+"""Where configs keep their depth (an encoder-decoder's encoder), in the order they are
+read (``n_layer``: GPT-2; ``encoder_layers``: BART and Whisper, whose
+``num_hidden_layers`` repeats it; ``num_layers``: T5)."""
 
-EXTRA_LAYER_KEYS = ("num_decoder_layers",)
-"""Layers beside those of :data:`LAYER_KEYS` (an encoder-decoder's decoder)."""
+DECODER_LAYER_KEYS = ("num_decoder_layers", "decoder_layers")
+"""An encoder-decoder's decoder layers (T5; BART and Whisper)."""
 
 
 class FamilyCost(Record, kw_only=True):
-    """Operator calls of one model type (per decoder layer unless said)."""
+    """Operator calls of one model type (per layer unless said; an encoder-decoder's
+    layers are its encoder's and its decoder's together)."""
 
     build_per_layer: float
     training_step_per_layer: float
     inference_step_per_layer: float
     decode_step_per_layer: float
+    """Per decoder layer: a decode step runs the decoder alone."""
+
+    encoder_decoder: bool = False
+    """Its decoder is as deep as its encoder unless the config says otherwise (T5's
+    ``num_decoder_layers`` defaults to ``num_layers``)."""
+
     training_step_fixed: float
     """Calls of a training step outside the layers (embeddings, head, loss)."""
 
@@ -72,6 +81,11 @@ class Prediction(Record, kw_only=True):
     """Operator calls predicted."""
 
     layers: int
+    """All the layers, an encoder-decoder's encoder and decoder together."""
+
+    decoder_layers: int = 0
+    """An encoder-decoder's decoder layers (0: no separate decoder)."""
+
     layers_path: str
     """JSONPath of the config's depth (``$.model.hf_config.num_hidden_layers``)."""
 
@@ -83,21 +97,37 @@ class Prediction(Record, kw_only=True):
         return _predict(request, **changes).seconds
 
 
+def _int(config: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[str, int] | None:
+    for name in keys:
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return name, value
+    return None
+
+
+def depth_of(config: Mapping[str, Any], encoder_decoder: bool = False) -> tuple[str, int, int]:
+    """``(key, layers, decoder_layers)``: the first depth key of :data:`LAYER_KEYS` and
+    its layers (an encoder-decoder's encoder), and the decoder's layers, 0 for a model
+    without a separate decoder. An encoder-decoder's decoder without a key of its own
+    (``encoder_decoder``, or the config's ``is_encoder_decoder``) is as deep as its
+    encoder, as T5's. No depth key: ``("num_hidden_layers", 1, ...)`` (transformers
+    then uses its class default, priced as one layer)."""
+    key, layers = _int(config, LAYER_KEYS) or ("num_hidden_layers", 1)
+    found = _int(config, DECODER_LAYER_KEYS)
+    if found is not None:
+        decoder = found[1]
+    elif encoder_decoder or config.get("is_encoder_decoder") is True:
+        decoder = layers
+    else:
+        decoder = 0
+    return key, layers, decoder
+
+
 def layers_of(config: Mapping[str, Any]) -> tuple[str, int]:
-    """``(key, layers)`` of a config: its first depth key of :data:`LAYER_KEYS` plus an
-    encoder-decoder's decoder layers; ``("num_hidden_layers", 1)`` when it has none
-    (transformers then uses its class default, priced as one layer)."""
-    key, layers = "num_hidden_layers", 1
-    for name in LAYER_KEYS:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            key, layers = name, value
-            break
-    for name in EXTRA_LAYER_KEYS:
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            layers += value
-    return key, layers
+    """``(key, layers)`` of a config: its depth key and all its layers, an
+    encoder-decoder's encoder and decoder together (:func:`depth_of`)."""
+    key, layers, decoder = depth_of(config)
+    return key, layers + decoder
 
 
 def _row(model_type: object) -> tuple[str, FamilyCost]:
@@ -114,15 +144,18 @@ def _row(model_type: object) -> tuple[str, FamilyCost]:
 
 def _predict(request: TraceRequest, *, layers: int | None = None, **changes: int) -> Prediction:
     config = request.model.hf_config
-    key, depth = layers_of(config)
-    if layers is not None:
-        depth = layers
     family, row = _row(config.get("model_type"))
+    key, encoder, decoder = depth_of(config, row.encoder_decoder)
+    depth = encoder + decoder
+    decoding = decoder or depth  # the layers a decode step runs
+    if layers is not None:  # the encoder and decoder in their proportion
+        decoding = max(1, round(decoding * layers / depth)) if decoder else layers
+        depth = layers
     workload = msgspec.structs.replace(request.workload, **changes) if changes else request.workload
     steps = workload.steps
     if workload.mode == "inference":
         per_step = row.inference_step_per_layer * depth + row.fixed
-        per_step += workload.new_tokens * (row.decode_step_per_layer * depth + row.fixed)
+        per_step += workload.new_tokens * (row.decode_step_per_layer * decoding + row.fixed)
     else:
         layer_ops = row.training_step_per_layer * depth
         if workload.gradient_checkpointing:  # backward runs each layer's forward again
@@ -144,6 +177,7 @@ def _predict(request: TraceRequest, *, layers: int | None = None, **changes: int
         seconds=costs.fixed_seconds + operators * rate * factor,
         operators=round(operators),
         layers=depth,
+        decoder_layers=decoding if decoder else 0,
         layers_path=f"$.model.hf_config.{key}",
         family=family,
     )
@@ -190,8 +224,11 @@ def refusal(
 
     errors = []
     most_layers = _largest(fits("layers"), 1, prediction.layers)
+    together = " (encoder and decoder together)" if prediction.decoder_layers else ""
     layers_hint = (
-        f"at most {most_layers:,} layers fit" if most_layers >= 1 else "not even one layer fits"
+        f"at most {most_layers:,} layers fit{together}"
+        if most_layers >= 1
+        else "not even one layer fits"
     )
     errors.append((prediction.layers_path, f"{said}; {layers_hint}"))
     if workload.new_tokens:

@@ -33,11 +33,23 @@ class TraceWorkload(Record):
 
     mode: TraceMode | Literal["train"] = "training"
     """``training``: forward, backward, optimizer step, ``zero_grad(set_to_none=True)``.
-    ``inference``: a no-grad forward that keeps its KV cache and last-position logits.
+    ``inference``: a no-grad forward that keeps its KV cache and last-position logits
+    (an encoder-decoder: the encoder's output too, and logits at each decoder position).
     ``train`` is the earlier spelling of ``training``, still accepted (deprecated)."""
 
     batch_size: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 1
     sequence_length: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] = 512
+    """Tokens per sequence: a decoder-only model's input, an encoder-decoder's encoder
+    input. Not used by speech seq2seq (Whisper): its encoder always takes 30 s of audio,
+    ``input_features`` of ``num_mel_bins`` × 2·``max_source_positions`` frames, as its
+    feature extractor pads every clip."""
+
+    decoder_sequence_length: Annotated[int, msgspec.Meta(ge=1, le=1 << 20)] | None = None
+    """Encoder-decoders only (T5, BART, Whisper, ...): tokens the decoder takes
+    (``decoder_input_ids``; in training also the ``labels``). Unset: ``sequence_length``
+    for a text seq2seq model, ``max_target_positions`` (448) for Whisper; with
+    ``new_tokens``, 1 (the decoder start token ``generate`` begins with), after which
+    the decode steps follow. A decoder-only model refuses it."""
     dtype: WeightDtype = "fp32"
     """Type the weights are built in (``dtype=`` of ``from_config``)."""
 
@@ -66,7 +78,8 @@ class TraceWorkload(Record):
 
     new_tokens: Annotated[int, msgspec.Meta(ge=0, le=1024)] = 0
     """Inference only: greedy decode steps after the prefill, one token each, reusing and
-    growing its KV cache (the peak is then often at the last step)."""
+    growing its KV cache (the peak is then often at the last step). An encoder-decoder
+    runs its encoder once and keeps its output; each step runs the decoder alone."""
 
     expandable_segments: bool = False
     """Replay the allocations as ``PYTORCH_ALLOC_CONF=expandable_segments:True`` (formerly

@@ -8,7 +8,7 @@
   const TOKEN_KEY = "gpuplan-token";
   const PRIMARY = ["mode", "batch_size", "sequence_length", "precision", "gradient_checkpointing", "optimizer"];
   const TRACE = "t.";  // state keys and ids of the traced step's fields
-  const JOB_KEYS = ["model", "config", "gpu", "objective", "training_tokens", "global_batch_size", "requests_per_second", "prompt_tokens", "output_tokens"];
+  const JOB_KEYS = ["model", "config", "gpu", "objective", "provider", "training_tokens", "global_batch_size", "requests_per_second", "prompt_tokens", "output_tokens"];
   // Opened without a plan, the page shows this one: a Llama 3.1 8B LoRA fine-tune and
   // an A100 80GB shared by two 35 GiB services, three notebooks and an embedder.
   const EXAMPLE = {
@@ -164,6 +164,9 @@
     const objective = scalarOf(schemas.RecommendRequest.properties.objective);
     put("objective", objective.choices.map((c) => el("option", { value: c }, c)));
     $("objective").value = schemas.RecommendRequest.properties.objective.default || objective.choices[0];
+    // One price table for the whole ranking (the API's default basis when none is chosen).
+    const providers = scalarOf(schemas.Pricing.properties.providers.items);
+    put("provider", el("option", { value: "" }, "default basis (AWS on-demand)"), providers.choices.map((p) => el("option", { value: p }, p)));
     put("model", models.map((m) => el("option", { value: m.name }, `${m.name} (${(m.parameters / 1e9).toFixed(2)} B)`)));
     const gpuOption = (g) => el("option", { value: g.id }, `${g.name} — ${gib(g.usable_memory_bytes)} usable`);
     put("gpu", el("option", { value: "" }, "(none)"), gpus.map(gpuOption));
@@ -248,6 +251,7 @@
     const body = { ...jobRequest(state), objective: state.objective };
     // Advice is for the GPU the page shows the fit on (else the top recommendation's).
     if (state.gpu) body.constraints = { preferred_gpu: state.gpu };
+    if (state.provider) body.pricing = { providers: [state.provider] };
     if (state.mode === "inference") {
       const inference = {};
       for (const k of ["requests_per_second", "prompt_tokens", "output_tokens"]) if (state[k]) inference[k] = Number(state[k]);
@@ -431,6 +435,7 @@
     { key: "time_hours", label: "hours", value: (c) => c.time_hours, text: (c) => fixed(c.time_hours, 2) },
     { key: "usd_per_hour", label: "USD/h", value: (c) => c.usd_per_hour, text: (c) => fixed(c.usd_per_hour, 2) },
     { key: "cost_usd", label: "cost USD", value: (c) => c.cost_usd, text: (c) => fixed(c.cost_usd, 2) },
+    { key: "price", label: "USD/GPU-h", value: (c) => (c.price ? c.price.usd_per_gpu_hour : null), text: (c) => (c.price ? `${fixed(c.price.usd_per_gpu_hour, 2)} ${c.price.provider}` : "—") },
     { key: "energy_kwh", label: "kWh", value: (c) => c.energy_kwh, text: (c) => fixed(c.energy_kwh, 1) },
     { key: "score", label: "score", value: (c) => c.score, text: (c) => fixed(c.score, 3) },
   ];
@@ -456,12 +461,13 @@
       return el("th", { scope: "col", "aria-sort": sorting.key === c.key ? (sorting.dir > 0 ? "ascending" : "descending") : null }, button);
     })));
     put(table.tBodies[0], rows.map((c) => el("tr", { "data-gpu": c.gpu, "data-count": c.count, class: c.fits ? null : "nofit" },
-      COLUMNS.map((col) => el(col.key === "gpu" ? "th" : "td", { scope: col.key === "gpu" ? "row" : null, "data-key": col.key, "data-value": col.value(c), class: ["gpu", "fits", "layout"].includes(col.key) ? null : "num", title: col.key === "gpu" ? [c.name, ...c.reasons].join("; ") : null }, col.text(c))))));
+      COLUMNS.map((col) => el(col.key === "gpu" ? "th" : "td", { scope: col.key === "gpu" ? "row" : null, "data-key": col.key, "data-value": col.value(c), class: ["gpu", "fits", "layout"].includes(col.key) ? null : "num", title: col.key === "gpu" ? [c.name, ...c.reasons].join("; ") : col.key === "price" && c.price ? `${c.price.provider}${c.price.kind ? " " + c.price.kind : ""}${c.price.term ? " " + c.price.term : ""}${c.price.as_of ? ", as of " + c.price.as_of : ""}${c.price.source ? ": " + c.price.source : ""}` : null }, col.text(c))))));
   }
   function renderGpus(answer) {
     const fitting = answer.recommendations.filter((c) => c.fits).length;
     $("ranking-summary").textContent = `${answer.recommendations.length} candidates ranked "${answer.objective}" for a ${answer.workload_kind} workload; ${fitting} fit. ` +
-      (answer.scenario ? `Scenario: ${answer.scenario.class.replace(/_/g, " ")} (${answer.scenario.band}).` : "");
+      (answer.scenario ? `Scenario: ${answer.scenario.class.replace(/_/g, " ")} (${answer.scenario.band}). ` : "") +
+      (answer.price_basis ? `Prices: ${answer.price_basis.detail}` + (answer.price_basis.unpriced.length ? `; ${answer.price_basis.unpriced.length} GPUs have no price on it and are ranked after the priced ones, unscored.` : ".") : "");
     put("ranking-warnings", (answer.warnings || []).map((w) => el("li", { class: "warn" }, w)));
     drawScatter(answer);
     drawTable(answer);

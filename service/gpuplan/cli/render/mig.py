@@ -1,0 +1,66 @@
+"""A MIG partition as a terminal table: each GPU's instances, then what applies them.
+
+The answer of ``POST /v1/mig/plan`` is a few hundred lines of JSON for four GPUs; a
+person planning a node wants the GPUs and their instances, whether that is the fewest
+GPUs, what was left out, and the Kubernetes resources each workload requests. The
+mig-parted config and the whole answer stay one ``--output`` away.
+"""
+
+from gpuplan.cli.render.output import GiB
+from gpuplan.core.mig.schema import PartitionResponse
+
+
+def table(r: PartitionResponse) -> str:
+    n = r.gpus_used
+    if r.optimal:
+        fewest = "the fewest that hold these workloads"
+    else:
+        fewest = f"not proven the fewest: no plan uses fewer than {r.lower_bound}"
+    lines = [f"{r.gpu} (MIG table {r.table}): {n} GPU{'s' if n != 1 else ''}, {fewest}"]
+    for g in r.gpus:
+        order = f"  create in this order: {', '.join(g.creation_order)}" if g.creation_order else ""
+        lines.append(f"gpu {g.index}  {g.layout}{order}")
+        for i in g.instances:
+            use = " (in use)" if i.in_use else ""
+            lines.append(
+                f"    slot {i.start}  {i.profile:<11} {i.memory_bytes / GiB:7.2f} GiB  "
+                f"{i.workload or '-'}{use}"
+            )
+        if g.stranded_compute_slices:
+            lines.append(f"    {g.stranded_compute_slices} compute slice(s) stranded")
+    u = r.utilization
+    lines.append(
+        f"slices used: memory {u.memory_slices_used} of {u.memory_slices_total}, compute "
+        f"{u.compute_slices_used} of {u.compute_slices_total} ({u.compute_slices_stranded} "
+        "stranded)"
+    )
+    for rep in r.repartition:
+        create = ", ".join(f"{p.profile}@{p.start}" for p in rep.create) or "nothing"
+        destroy = ", ".join(f"{p.profile}@{p.start}" for p in rep.destroy) or "nothing"
+        lines.append(f"repartition gpu {rep.index}: create {create}; destroy {destroy}")
+    lines += [f"unplaced: {u.count} x {u.workload}: {u.reason}" for u in r.unplaced]
+    if r.resources:
+        lines.append("Kubernetes resources (device plugin migStrategy mixed):")
+        workloads = list(dict.fromkeys(res.workload for res in r.resources))
+        width = max(len(w) for w in workloads)
+        for w in workloads:
+            asks = ", ".join(f"{x.resource} x{x.count}" for x in r.resources if x.workload == w)
+            lines.append(f"  {w:<{width}}  {asks}")
+    s = r.single_strategy
+    if s.possible:
+        lines.append(f"migStrategy single: possible; {s.reason}")
+    else:
+        alternative = (
+            f"; {s.alternative_profile} alone would serve every workload on "
+            f"{s.alternative_gpus} GPUs"
+            if s.alternative_profile is not None
+            else ""
+        )
+        lines.append(f"migStrategy single: not possible; {s.reason}{alternative}")
+    if r.unverified:
+        lines.append(f"unverified on hardware: {', '.join(r.unverified)}")
+    lines.append(
+        "--output mig-parted prints the nvidia-mig-parted config (--write FILE saves it); "
+        "--output json the whole answer"
+    )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,119 @@
+"""Each candidate's intervals: where its measured figures are 80% likely to fall.
+
+The spread comes from the speed model's leave-one-source-out residuals in the
+candidate's regimes (:mod:`gpuplan.core.perf.residuals`): its framework (``serving`` for
+inference), GPU generation, scale, precision and, for serving, the measure. A regime no
+published run covers, or more GPUs than the largest run, widens it. Figures that vary as
+one over the throughput (time, cost, energy) take its interval inverted.
+"""
+
+from gpuplan.core.perf.efficiency import generation
+from gpuplan.core.perf.residuals import SERVING, TRAINING, residual_tables
+from gpuplan.core.recommend.job import Job
+from gpuplan.core.recommend.option import Option
+from gpuplan.core.recommend.schema import IntervalFigure
+from gpuplan.core.recommend.training import default_framework
+from gpuplan.core.uncertainty import Interval, ResidualTable, Spread, interval, spread
+
+COVERAGE = 0.8
+"""The intervals' coverage: an 80% prediction interval (10th to 90th percentile)."""
+
+
+def _scale(count: int) -> str:
+    if count <= 1:
+        return "1 GPU"
+    if count <= 8:
+        return "2-8 GPUs"
+    if count <= 128:
+        return "9-128 GPUs"
+    return "over 128 GPUs"
+
+
+def _spread(table: ResidualTable, regime: dict[str, str], count: int) -> Spread:
+    known = {(g.axis, g.name) for g in table.groups}
+    outside = [
+        f"no published run of {axis} {name}"
+        for axis, name in regime.items()
+        if axis in ("framework", "generation", "precision") and (axis, name) not in known
+    ]
+    if count > table.max_gpus:
+        outside.append(f"{count} GPUs, past the largest published run ({table.max_gpus})")
+    return spread(table, regime, outside)
+
+
+def candidate_intervals(p: Option, job: Job) -> tuple[dict[IntervalFigure, Interval], list[str]]:
+    """The 80% intervals of ``p``'s predicted figures, and why they were widened."""
+    if not p.fits or p.throughput is None:
+        return {}, []
+    tables = residual_tables()
+    base = {
+        "generation": generation(p.gpu).name,
+        "scale": _scale(p.count),
+        "precision": job.workload.precision,
+    }
+    out: dict[IntervalFigure, Interval] = {}
+    if job.kind == "training":
+        framework = default_framework(p.layout) if p.layout is not None else "ddp"
+        regime = {"measure": TRAINING, "framework": framework, **base, "bound": "compute"}
+        rate = _spread(tables[TRAINING], regime, p.count)
+        widened = rate.widened
+    else:
+        table = tables[SERVING]
+        serving = {**base, "framework": "serving"}
+        rate = _spread(
+            table, {**serving, "measure": "output_tokens_per_s", "bound": "memory"}, p.count
+        )
+        widened = rate.widened
+        if p.latency is not None:
+            ttft = _spread(table, {**serving, "measure": "ttft_s", "bound": "compute"}, p.count)
+            tpot = _spread(table, {**serving, "measure": "tpot_s", "bound": "memory"}, p.count)
+            # A latency's residual is log(predicted / measured) of the latency itself.
+            out["time_to_first_token_s"] = interval(p.latency.time_to_first_token_s, ttft, COVERAGE)
+            out["time_per_output_token_s"] = interval(
+                p.latency.time_per_output_token_s, tpot, COVERAGE
+            )
+    out["throughput"] = interval(p.throughput.value, rate, COVERAGE)
+    if p.mfu is not None:
+        out["mfu"] = interval(p.mfu, rate, COVERAGE)
+    # Training: the time is the work over the rate. Serving: the period is fixed, and a
+    # slower replica means more of them, so cost and energy grow as one over the rate.
+    if job.kind == "training" and p.time_hours is not None:
+        out["time_hours"] = interval(p.time_hours, rate, COVERAGE, inverse=True)
+    if p.cost_usd is not None and (job.kind == "training" or job.requests_per_second):
+        out["cost_usd"] = interval(p.cost_usd, rate, COVERAGE, inverse=True)
+    if p.energy_kwh is not None and (job.kind == "training" or job.requests_per_second):
+        out["energy_kwh"] = interval(p.energy_kwh, rate, COVERAGE, inverse=True)
+    return {k: _rounded(v) for k, v in out.items()}, widened
+
+
+def _rounded(i: Interval) -> Interval:
+    """Four significant figures: an interval is not more precise than that."""
+    return Interval(low=float(f"{i.low:.4g}"), high=float(f"{i.high:.4g}"))
+
+
+def _days(hours: float) -> str:
+    return f"{hours / 24:,.1f} days" if hours >= 48 else f"{hours:,.1f} h"
+
+
+def interval_reason(
+    p: Option, intervals: dict[IntervalFigure, Interval], widened: list[str]
+) -> str | None:
+    """The intervals in words: "8 x h100-sxm5-80gb: 12.3 days, 80% likely 10.9-14.1"."""
+    where = f"{p.count} x {p.gpu.id}"
+    if "time_hours" in intervals and p.time_hours is not None:
+        t = intervals["time_hours"]
+        text = (
+            f"{where}: {_days(p.time_hours)}, {COVERAGE:.0%} likely "
+            f"{_days(t.low)} to {_days(t.high)}"
+        )
+    elif "time_per_output_token_s" in intervals and p.latency is not None:
+        t = intervals["time_per_output_token_s"]
+        text = (
+            f"{where}: {p.latency.time_per_output_token_s * 1e3:.1f} ms per output token, "
+            f"{COVERAGE:.0%} likely {t.low * 1e3:.1f}-{t.high * 1e3:.1f} ms"
+        )
+    else:
+        return None
+    if widened:
+        text += f" (widened: {'; '.join(widened)})"
+    return text

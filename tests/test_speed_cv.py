@@ -1,0 +1,54 @@
+"""The speed model's leave-one-source-out cross-validation (bench/published/cv.py): no
+fold sees its own source, and the committed results describe the code as it is."""
+
+import json
+from pathlib import Path
+
+import pytest
+from bench.published.cv import RESULTS, evaluate, folds, neutral, regimes, source_of
+from bench.published.fit import Case, ServingCase, parameters
+from bench.published.runs import load
+
+
+def _cases() -> list[Case | ServingCase]:
+    return [Case(r) for r in load()] + [ServingCase(r) for r in load("inference")]
+
+
+def test_no_fold_fits_a_run_of_the_source_it_predicts() -> None:
+    cases = _cases()
+    seen = set()
+    for source, fitted, predicted in folds(cases):
+        assert predicted
+        assert all(source_of(c.run) == source for c in predicted)
+        assert all(source_of(c.run) != source for c in fitted)
+        assert all(c.run["split"] == "calibration" for c in fitted)
+        seen |= {c.run["id"] for c in predicted}
+    assert seen == {c.run["id"] for c in cases}  # every run is predicted once
+
+
+def test_sources_and_regimes() -> None:
+    runs = {r["id"]: r for r in [*load(), *load("inference")]}
+    nemo = runs["nemo2407-llama3-8b-h100x8-fp8"]
+    assert source_of(nemo) == source_of(runs["nemo2407-gpt3-175b-h100x512-fp8"])
+    assert source_of(nemo) != source_of(runs["korthikanti22-gpt22b-a100x8-selective"])
+    assert regimes(nemo) == {
+        "measure": "tokens_per_s_per_gpu", "framework": "megatron", "generation": "hopper",
+        "scale": "2-8 GPUs", "precision": "fp8", "bound": "compute",
+    }  # fmt: skip
+    assert regimes(runs["nim18-llama33-70b-2xh100-fp8-5000in500out-c50-itl"])["bound"] == "memory"
+
+
+def test_the_neutral_prior_sits_inside_each_constants_bounds() -> None:
+    for p in parameters():
+        assert p.low < neutral(p) < p.high, p.name
+
+
+@pytest.mark.slow
+def test_the_committed_cross_validation_is_current() -> None:
+    committed = json.loads(Path(RESULTS).read_text(encoding="utf-8"))
+    now = evaluate()
+    assert [r["id"] for r in now["rows"]] == [r["id"] for r in committed["rows"]]
+    for new, old in zip(now["rows"], committed["rows"], strict=True):
+        assert new["cv_error"] == pytest.approx(old["cv_error"], abs=1e-4), new["id"]
+        assert new["in_sample_error"] == pytest.approx(old["in_sample_error"], abs=1e-6)
+    assert now["fitted_constants"] == committed["fitted_constants"]
