@@ -21,10 +21,24 @@ from gpuplan.core.uncertainty import (
     ResidualTable,
     bounds,
     interval,
+    semi_deviations,
     spread,
     z_score,
 )
 from tests.helpers import LLAMA_TRAINING, request_body
+
+
+def _group(axis: str, name: str, runs: int, mean: float, below: float, above: float) -> Any:
+    return ResidualGroup(
+        axis=axis,
+        name=name,
+        runs=runs,
+        mean_log_error=mean,
+        sd_log_error=(below + above) / 2,
+        sd_below_log_error=below,
+        sd_above_log_error=above,
+    )
+
 
 TABLE = ResidualTable(
     measure="tokens_per_s_per_gpu",
@@ -35,29 +49,43 @@ TABLE = ResidualTable(
     max_gpus=512,
     mean_log_error=0.0,
     sd_log_error=0.2,
+    sd_below_log_error=0.2,
+    sd_above_log_error=0.2,
     groups=[
-        ResidualGroup(
-            axis="framework", name="fsdp2", runs=16, mean_log_error=0.1, sd_log_error=0.1
-        ),
-        ResidualGroup(axis="scale", name="2-8 GPUs", runs=4, mean_log_error=0.0, sd_log_error=0.3),
+        _group("framework", "fsdp2", 16, 0.1, 0.1, 0.1),
+        _group("scale", "2-8 GPUs", 4, 0.0, 0.3, 0.1),
     ],
 )
 
 
-def test_a_regime_is_shrunk_towards_the_pooled_residuals_and_keeps_its_widest_axis() -> None:
+def test_a_regime_is_shrunk_towards_the_pooled_residuals_and_its_axes_combined() -> None:
     s = spread(TABLE, {"framework": "fsdp2", "scale": "2-8 GPUs"})
-    # fsdp2: mean (16*0.1 + 4*0)/20 = 0.08; sd sqrt((15*0.01 + 4*0.04)/19) = 0.1277
-    # scale: mean 0; sd sqrt((3*0.09 + 4*0.04)/7) = 0.2478 -> the widest is kept
+    # fsdp2: mean (16*0.1 + 4*0)/20 = 0.08; below sqrt((15*0.01 + 4*0.04)/19)
+    # scale: mean 0; below sqrt((3*0.09 + 4*0.04)/7), above sqrt((3*0.01 + 4*0.04)/7)
+    fsdp2 = (15 * 0.01 + 4 * 0.04) / 19
+    scale_below, scale_above = (3 * 0.09 + 4 * 0.04) / 7, (3 * 0.01 + 4 * 0.04) / 7
     assert s.mean_log_error == pytest.approx(0.04)
-    assert s.sd_log_error == pytest.approx(math.sqrt((3 * 0.09 + 4 * 0.04) / 7))
+    assert s.sd_below_log_error == pytest.approx(math.sqrt((fsdp2 + scale_below) / 2))
+    assert s.sd_above_log_error == pytest.approx(math.sqrt((fsdp2 + scale_above) / 2))
     assert s.widened == []
+
+
+def test_semi_deviations_split_the_tails() -> None:
+    below, above = semi_deviations([0.0, 0.0, 0.0, 0.4])  # one run far high
+    assert above > below > 0
+    assert semi_deviations([0.3]) == (0.0, 0.0)
+    # For a symmetric sample both equal the root mean square deviation, doubled in variance.
+    assert semi_deviations([-0.1, 0.1]) == pytest.approx(
+        (0.1 * math.sqrt(2) / math.sqrt(2) * math.sqrt(1), 0.1)
+    )
 
 
 def test_an_unmeasured_regime_takes_the_pooled_spread_and_outside_reasons_widen_it() -> None:
     alone = spread(TABLE, {"framework": "megatron"})
-    assert alone.sd_log_error == pytest.approx(0.2)
+    assert alone.sd_below_log_error == pytest.approx(0.2)
     wider = spread(TABLE, {"framework": "megatron"}, ["no published run of framework megatron"])
-    assert wider.sd_log_error == pytest.approx(math.sqrt(2) * 0.2)
+    assert wider.sd_below_log_error == pytest.approx(math.sqrt(2) * 0.2)
+    assert wider.sd_above_log_error == pytest.approx(math.sqrt(2) * 0.2)
     assert wider.widened == ["no published run of framework megatron"]
 
 
@@ -75,6 +103,15 @@ def test_an_interval_is_the_measured_figures_quantiles() -> None:
     assert (time.low, time.high) == pytest.approx((10 / high, 10 / low))
     with pytest.raises(ValueError, match="coverage"):
         z_score(1.0)
+
+
+def test_the_high_end_follows_the_model_running_low() -> None:
+    """A regime whose residuals fall far below their mean (the model running low) raises
+    the high end of the measured figure; one that runs far high lowers the low end."""
+    runs_low = _group("framework", "ddp", 40, 0.0, 0.4, 0.05)
+    table = msgspec.structs.replace(TABLE, groups=[runs_low])
+    low, high = bounds(spread(table, {"framework": "ddp"}), 0.8)
+    assert high - 1 > 1 - low
 
 
 def _top(body: dict[str, Any]) -> Any:

@@ -42,7 +42,14 @@ from bench.published.fit import Case, Parameter, ServingCase, fit, parameters
 from bench.published.runs import load
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.perf.efficiency import generation
-from gpuplan.core.uncertainty import ResidualGroup, ResidualTable, interval, spread
+from gpuplan.core.uncertainty import (
+    Residual,
+    ResidualTable,
+    build_table,
+    interval,
+    spread,
+    tables_toml,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "speed_cv.json"
@@ -162,32 +169,21 @@ def _stats(errors: list[float]) -> dict[str, Any]:
 def _table(rows: list[dict[str, Any]], kind: str) -> ResidualTable:
     """The residual table of ``rows`` (their cross-validated errors), one group per
     regime of each axis."""
-    errors = [math.log1p(r["cv_error"]) for r in rows]
-    groups = []
-    for axis in AXES:
-        named: dict[str, list[float]] = defaultdict(list)
-        for r, e in zip(rows, errors, strict=True):
-            named[r[axis]].append(e)
-        for name, es in sorted(named.items()):
-            groups.append(
-                ResidualGroup(
-                    axis=axis,
-                    name=name,
-                    runs=len(es),
-                    mean_log_error=statistics.fmean(es),
-                    sd_log_error=statistics.stdev(es) if len(es) > 1 else 0.0,
-                )
-            )
-    return ResidualTable(
+    residuals = [
+        Residual(
+            source=r["source"],
+            gpus=r["gpus"],
+            regime={a: r[a] for a in AXES},
+            log_error=math.log1p(r["cv_error"]),
+        )
+        for r in rows
+    ]
+    return build_table(
+        residuals,
+        AXES,
         measure="tokens_per_s_per_gpu" if kind == "training" else "serving",
         written_by="python -m bench.published.cv --write",
         method="leave-one-source-out cross-validation over bench/published/runs.toml",
-        runs=len(rows),
-        sources=len({r["source"] for r in rows}),
-        max_gpus=max(r["gpus"] for r in rows),
-        mean_log_error=statistics.fmean(errors),
-        sd_log_error=statistics.stdev(errors),
-        groups=groups,
     )
 
 
@@ -333,38 +329,19 @@ def main() -> None:
 
 def residuals_toml(result: dict[str, Any]) -> str:
     """The service's residual tables, one per kind of prediction, as TOML."""
-    lines = [
-        "# Cross-validated residuals of the speed model: what its intervals are drawn from",
-        "# (core/uncertainty). Written by `python -m bench.published.cv --write`; do not edit.",
-        "# Each run was predicted by constants fitted without its source (bench/published/cv.py);",
-        "# a residual is log(predicted / measured).",
+    tables = [
+        _table([r for r in result["rows"] if r["kind"] == kind], kind)
+        for kind in ("training", "inference")
     ]
-    for kind in ("training", "inference"):
-        rows = [r for r in result["rows"] if r["kind"] == kind]
-        t = _table(rows, kind)
-        lines += [
-            "",
-            "[[table]]",
-            f'measure = "{t.measure}"',
-            f'written_by = "{t.written_by}"',
-            f'method = "{t.method}"',
-            f"runs = {t.runs}",
-            f"sources = {t.sources}",
-            f"max_gpus = {t.max_gpus}",
-            f"mean_log_error = {t.mean_log_error:.6f}",
-            f"sd_log_error = {t.sd_log_error:.6f}",
-        ]
-        for g in t.groups:
-            lines += [
-                "",
-                "[[table.groups]]",
-                f'axis = "{g.axis}"',
-                f'name = "{g.name}"',
-                f"runs = {g.runs}",
-                f"mean_log_error = {g.mean_log_error:.6f}",
-                f"sd_log_error = {g.sd_log_error:.6f}",
-            ]
-    return "\n".join(lines) + "\n"
+    return tables_toml(
+        tables,
+        [
+            "Cross-validated residuals of the speed model: what its intervals are drawn from",
+            "(core/uncertainty). Written by `python -m bench.published.cv --write`; do not edit.",
+            "Each run was predicted by constants fitted without its source (bench/published/cv.py);",
+            "a residual is log(predicted / measured).",
+        ],
+    )
 
 
 if __name__ == "__main__":

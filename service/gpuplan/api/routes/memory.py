@@ -32,7 +32,7 @@ async def estimate_memory(
     the peak: `torch.cuda.max_memory_allocated`), `reserved_bytes` (the caching allocator's
     segments: `torch.cuda.max_memory_reserved`), `device_bytes` (what `nvidia-smi`
     shows: plus the CUDA context and NCCL buffers) and `required_bytes` (`device_bytes`
-    plus 20% planning headroom), with the breakdown at the peak and the assumptions
+    plus the headroom of its 90% interval's high end: fits at 95% confidence), with the breakdown at the peak and the assumptions
     made. With `gpu`, a fit verdict is added.
     """
     # Inline: the schema bounds an estimate to milliseconds (4,096 layers at most; the

@@ -99,7 +99,7 @@ def memory_bars(report: CiReport) -> list[str]:
         "",
         *(f"- `{bar}` {nbytes / GiB:,.2f} GiB {label}" for bar, nbytes, label in rows),
         "",
-        "<sub>█ peak · ▒ framework overhead · ░ planning headroom (20%) · ─┤ usable memory</sub>",
+        "<sub>█ peak · ▒ framework overhead · ░ headroom to the 95% high end · ─┤ usable memory</sub>",
         *headroom,
     ]
 
@@ -145,7 +145,7 @@ def markdown(report: CiReport) -> str:
     lines += [
         "",
         f"Memory on one GPU as written: peak **{e.peak_bytes / GiB:.2f} GiB**, reserved "
-        f"{e.reserved_bytes / GiB:.2f} GiB, on the device {e.device_bytes / GiB:.2f} GiB, required (20% headroom) **{e.required_bytes / GiB:.2f} GiB**; "
+        f"{e.reserved_bytes / GiB:.2f} GiB, on the device {e.device_bytes / GiB:.2f} GiB, required (95% high end, +{e.headroom_fraction:.0%}) **{e.required_bytes / GiB:.2f} GiB**; "
         f"scenario `{report.scenario.class_}` ({report.scenario.band}).",
         *memory_bars(report),
         "",

@@ -11,7 +11,7 @@ def table(result: TraceResult) -> str:
         ("peak (allocated)", f"{size(result.peak_bytes)} in {result.peak_phase}"),
         ("reserved", size(result.reserved_bytes)),
         ("device (nvidia-smi)", size(result.device_bytes)),
-        ("required (+20%)", size(result.required_bytes)),
+        ("required (+20% headroom)", size(result.required_bytes)),
         ("  parameters", size(b.parameters_bytes)),
         ("  gradients", size(b.gradients_bytes)),
         ("  optimizer state", size(b.optimizer_state_bytes)),

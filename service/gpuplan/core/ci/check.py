@@ -45,7 +45,7 @@ from gpuplan.core.recommend.schema import (
 from gpuplan.core.record import Record
 
 ASSUMPTIONS = [
-    "fits: per-GPU required_bytes (20% headroom included) at the target count, in the least "
+    "fits: per-GPU required_bytes (the 95% high end of what nvidia-smi will show) at the target count, in the least "
     "memory-hungry layout the recommendation sizes at that count, against usable memory",
     "max_cost_usd / max_time_hours: the recommendation's best plan on the fits GPU with at most "
     "its count of GPUs, else the top recommendation",

@@ -53,7 +53,8 @@ class Targets(Record, kw_only=True):
     """Assertions about the job; each one present gets a verdict (docs/ci.md)."""
 
     fits: FitsTarget | None = None
-    """Per-GPU ``required_bytes`` (20% headroom included) ≤ usable memory on ``count`` GPUs."""
+    """Per-GPU ``required_bytes`` (the 95% high end of the device bytes) ≤ usable memory on
+    ``count`` GPUs."""
 
     max_cost_usd: Annotated[float, msgspec.Meta(gt=0, le=1e12)] | None = None
     """Cost of the best plan on at most ``fits.count`` of the ``fits`` GPU (else of the top
@@ -123,7 +124,7 @@ class MigFit(Record, kw_only=True):
 
     name: str
     required_bytes: int
-    """The job's ``required_bytes`` on one GPU of this model (its overheads, 20% headroom)."""
+    """The job's ``required_bytes`` on one GPU of this model (its overheads, at 95% confidence)."""
 
     profile: str | None
     """Smallest profile whose *usable* memory holds ``required_bytes``; None: none does."""

@@ -2,8 +2,8 @@
 
 Semantics (docs/ci.md):
 
-- ``fits``: the job's per-GPU ``required_bytes`` (the estimator's, 20% headroom
-  included) at ``count`` GPUs, in the least memory-hungry layout the recommendation
+- ``fits``: the job's per-GPU ``required_bytes`` (the estimator's: the 95% high end of
+  what nvidia-smi will show) at ``count`` GPUs, in the least memory-hungry layout the recommendation
   sizes at that count, is at most the GPU's usable memory.
 - ``max_cost_usd`` / ``max_time_hours``: the recommendation's best plan (for the
   objective) on the ``fits`` GPU using at most its ``count`` GPUs, or the top
@@ -52,8 +52,8 @@ def fits_verdict(target: FitsTarget, gpu: GpuSpec, sized: Sized | None, why_not:
         target="fits",
         status="pass" if ok else "fail",
         reason=(
-            f"{verb} {target.count} x {gpu.id}: needs {_gib(need)} per GPU ({layout}, 20% headroom "
-            f"included), {_gib(usable)} usable"
+            f"{verb} {target.count} x {gpu.id}: needs {_gib(need)} per GPU ({layout}, at 95% "
+            f"confidence), {_gib(usable)} usable"
         ),
         actual=need,
         limit=usable,

@@ -9,11 +9,13 @@ import msgspec
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.intervals import Figure, factors, figure_intervals
 from gpuplan.core.memory.overhead import framework_overhead, module_loading, round_segment
 from gpuplan.core.memory.peak import Peak
 from gpuplan.core.memory.schema import (
     ArchitectureSummary,
     Breakdown,
+    ByteInterval,
     EstimateRequest,
     EstimateResponse,
     Fit,
@@ -27,7 +29,9 @@ from gpuplan.core.memory.states import (
 from gpuplan.core.record import Record
 
 HEADROOM = 0.20
-"""The seed guide's planning headroom on top of everything we can account for."""
+"""The seed guide's planning headroom, kept for the rule of thumb (``method:
+rule_of_thumb``) and the tracer, which have no residuals of their own: the analytic
+estimate's ``required_bytes`` is the high end of its device interval instead."""
 
 RULE_OF_THUMB_BUFFER = 0.30
 
@@ -118,6 +122,8 @@ class Measures(Record, kw_only=True):
     reserved: int
     device: int
     required: int
+    intervals: dict[Figure, tuple[int, int]] = {}
+    """90% intervals of ``peak_bytes``, ``reserved_bytes``, ``device_bytes`` (low, high)."""
     workspaces: int
     cache: int
     context: int
@@ -129,6 +135,7 @@ def measures(
     tensor_bytes: int,
     allocator_gap: float,
     *,
+    workload: Workload,
     runtime: str,
     architecture: str | None,
     communicators: list[int],
@@ -137,7 +144,9 @@ def measures(
     loading: str = "lazy",
 ) -> Measures:
     """The tensors alive at the peak (``tensor_bytes``) read as ``max_memory_allocated``,
-    ``max_memory_reserved``, ``nvidia-smi`` and with headroom.
+    ``max_memory_reserved``, ``nvidia-smi``, each with its 90% interval for ``workload``'s
+    regimes (:mod:`gpuplan.core.memory.intervals`), and ``required``: the high end of the
+    device's interval.
 
     The cuBLAS workspaces come from the caching allocator, so ``max_memory_allocated``
     counts them beside the tensors: 17 training steps on an H200 (3B and 7B Llama
@@ -162,11 +171,14 @@ def measures(
         peak = tensor_bytes + workspaces
         reserved = peak + cache
         device = reserved + _b(overhead.outside_allocator)
+    intervals = figure_intervals(peak, reserved, device, factors(workload))
     return Measures(
         peak=peak,
         reserved=reserved,
         device=device,
-        required=_b(device * (1 + HEADROOM)),
+        # Never below the estimate itself, whatever the intervals say.
+        required=max(device, intervals["device_bytes"][1]),
+        intervals=intervals,
         workspaces=workspaces,
         cache=cache,
         context=_b(overhead.context),
@@ -202,6 +214,7 @@ def respond(
     measured = measures(
         _b(peak_bytes),
         peak.allocator_gap,
+        workload=w,
         runtime=request.runtime,
         architecture=gpu.architecture if gpu else None,
         communicators=[p.data, p.tensor, p.pipeline, p.expert],
@@ -270,7 +283,11 @@ def _finish(
         device_bytes=measured.device,
         total_bytes=measured.device,
         required_bytes=required,
-        headroom_fraction=HEADROOM,
+        headroom_fraction=round(required / measured.device - 1, 4) if measured.device else 0.0,
+        intervals={
+            name: ByteInterval(low=low, high=high)
+            for name, (low, high) in measured.intervals.items()
+        },
         peak_phase=phase,
         breakdown=breakdown,
         architecture=_summary(arch),

@@ -379,6 +379,16 @@ class Fit(Record):
     """required / usable."""
 
 
+ByteFigure = Literal["peak_bytes", "reserved_bytes", "device_bytes"]
+
+
+class ByteInterval(Record):
+    """Where a measured byte count is expected to fall, in whole bytes."""
+
+    low: int
+    high: int
+
+
 class EstimateResponse(Record):
     """Peak memory per GPU, with its parts."""
 
@@ -404,9 +414,14 @@ class EstimateResponse(Record):
     """Deprecated: the same as ``device_bytes``."""
 
     required_bytes: int
-    """``device_bytes`` plus the planning headroom (20%): what a GPU must have usable."""
+    """What a GPU must have usable: the high end of ``device_bytes``'s 90% interval, the
+    95th percentile of what ``nvidia-smi`` will show (never below ``device_bytes``), so
+    ``fits`` means fits with at least 95% confidence (docs/memory.md, "How sure"). The
+    rule of thumb keeps a flat 20% headroom."""
 
     headroom_fraction: float
+    """``required_bytes`` / ``device_bytes`` − 1: the headroom the interval gives this job."""
+
     peak_phase: str
     """Where in the step the peak falls."""
 
@@ -415,3 +430,10 @@ class EstimateResponse(Record):
     assumptions: list[str]
     warnings: list[str]
     fit: Fit | None = None
+
+    intervals: dict[ByteFigure, ByteInterval] = {}
+    """90% intervals of ``peak_bytes``, ``reserved_bytes`` and ``device_bytes``: the
+    measured figure falls between ``low`` and ``high`` 9 times in 10, judged by the
+    estimate's errors on published real-GPU figures of the same regimes (the figure, the
+    mode, how the job is split, the weights' quantization), widened where no
+    published case has its regime. Empty for the rule of thumb."""

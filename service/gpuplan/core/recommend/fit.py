@@ -113,6 +113,7 @@ class MemoryOracle:
         value = measures(
             base.peak_bytes - base.breakdown.workspace_bytes,  # the tensors alone
             base.breakdown.allocator_cache_bytes,
+            workload=workload,
             runtime=runtime,
             architecture=gpu.architecture,
             communicators=[p.data, p.tensor, p.pipeline, p.expert],
@@ -127,7 +128,7 @@ class MemoryOracle:
         return None if m is None else m.device
 
     def required(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
-        """``required_bytes`` on ``gpu``: ``device_bytes`` with the planning headroom."""
+        """``required_bytes`` on ``gpu``: the high end of ``device_bytes``'s interval."""
         m = self.measures(workload, gpu, key)
         return None if m is None else m.required
 

@@ -283,7 +283,7 @@ def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
             "and for long sequences tensor x context parallel"
         )
     notes = [
-        "memory per GPU is the estimator's required_bytes (20% headroom included) for the layout chosen",
+        "memory per GPU is the estimator's required_bytes (the 95% high end of what nvidia-smi will show) for the layout chosen",
         layout,
         f"energy: board power = TDP x {c.power_fraction_of_tdp:.0%}, x PUE {c.pue:g}; host CPUs and network not included",
     ]

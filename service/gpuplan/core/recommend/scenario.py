@@ -1,7 +1,7 @@
 """The seed guide's scenario matrix: which class of hardware a workload belongs to.
 
 The class is chosen by the workload's one-GPU, unsharded ``required_bytes`` (with the
-estimator's 20% headroom). The bands and their hardware classes are data
+estimator's headroom, the high end of its interval). The bands and their hardware classes are data
 (data/scenarios.toml); sizes in the guide's gaps join the lower band (the rule is
 stated there and in docs/recommendation.md). The guide's own cost-effectiveness
 ratings are not in our references, so the rating given is computed from the catalog:

@@ -405,7 +405,7 @@ class Candidate(Record, kw_only=True):
     layout: ParallelLayout | None
     required_bytes_per_gpu: int
     """Training, and a plan that does not fit: the estimator's ``required_bytes`` (with its
-    20% headroom) for one GPU of the layout. Serving: what one GPU of a replica holds at
+    95% high end of the device bytes) for one GPU of the layout. Serving: what one GPU of a replica holds at
     the planned concurrency (weights, runtime, and the KV cache of its sequences in flight
     at their mean length), within the server's share of the GPU."""
 

@@ -285,7 +285,7 @@ def serve_option(
         reasons.insert(
             0,
             f"does not fit: needs {required / 2**30:.1f} GiB per GPU at tensor parallel {tp} for the "
-            f"weights, runtime and the KV cache of {what} (20% headroom included), "
+            f"weights, runtime and the KV cache of {what} (at 95% confidence), "
             f"{gpu.usable_memory_bytes / 2**30:.1f} GiB usable",
         )
     reasons.append(

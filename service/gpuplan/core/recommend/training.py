@@ -29,9 +29,9 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory.intervals import factors
 from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.numerics import DTYPE_BYTES
-from gpuplan.core.memory.response import HEADROOM
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.memory.states import framework_of, gradient_reduce_dtype
@@ -649,8 +649,15 @@ def _replica_bounds(oracle: MemoryOracle, job: Job, gpu: GpuSpec) -> ReplicaBoun
         - b.gradients_bytes
         - b.temporary_bytes
     )
-    zero_2 = kept * (1 + HEADROOM)
-    zero_1 = (kept + b.gradients_bytes) * (1 + HEADROOM)
+    # required_bytes is at least the device's bytes times the high end of its interval,
+    # in the regime of a sharded job (ZeRO-1/2 shard over data-parallel ranks).
+    sharded = msgspec.structs.replace(
+        job.workload,
+        parallelism=msgspec.structs.replace(job.workload.parallelism, zero_stage=1, data=2),
+    )
+    headroom = max(1.0, factors(sharded)["device_bytes"][1])
+    zero_2 = kept * headroom
+    zero_1 = (kept + b.gradients_bytes) * headroom
     return ReplicaBounds(float(required), zero_1, zero_2)
 
 

@@ -180,7 +180,8 @@ class TraceResult(Record):
     (the CUDA context with the job's kernels, NCCL buffers); ``cpu``: ``peak_bytes``."""
 
     required_bytes: int
-    """``device_bytes`` plus the planning headroom (20%), as the estimator's."""
+    """``device_bytes`` plus the seed guide's flat 20% headroom (the tracer has no residuals
+    of its own to draw an interval from, unlike the estimate)."""
 
     total_bytes: int
     """Deprecated: the same as ``device_bytes``."""

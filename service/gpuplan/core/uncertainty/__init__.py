@@ -6,16 +6,21 @@ leave-one-source-out residuals ``bench/`` writes as a data file), in the regime 
 prediction falls in, widened where the request lies outside what was measured.
 """
 
+from gpuplan.core.uncertainty.build import Residual, build_table, tables_toml
 from gpuplan.core.uncertainty.model import Interval, ResidualGroup, ResidualTable, Spread
-from gpuplan.core.uncertainty.spread import bounds, interval, spread, z_score
+from gpuplan.core.uncertainty.spread import bounds, interval, semi_deviations, spread, z_score
 
 __all__ = [
     "Interval",
+    "Residual",
     "ResidualGroup",
     "ResidualTable",
     "Spread",
     "bounds",
+    "build_table",
     "interval",
+    "semi_deviations",
     "spread",
+    "tables_toml",
     "z_score",
 ]

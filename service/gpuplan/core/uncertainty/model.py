@@ -32,6 +32,14 @@ class ResidualGroup(Record):
     sd_log_error: NonNegative
     """Standard deviation of the same (0 for a single run)."""
 
+    sd_below_log_error: NonNegative
+    """The spread of the residuals below their mean (the semi-deviation, scaled to equal
+    the standard deviation for normal residuals): how far the model runs *low*, which sets
+    the high end of the measured figure's interval."""
+
+    sd_above_log_error: NonNegative
+    """The same above the mean: how far the model runs high, which sets the low end."""
+
 
 class ResidualTable(Record):
     """One measure's residuals, as ``bench/`` wrote them from its cross-validation."""
@@ -54,13 +62,17 @@ class ResidualTable(Record):
     """Over every run: the pooled residual a thin regime is shrunk towards."""
 
     sd_log_error: NonNegative
+    sd_below_log_error: NonNegative
+    sd_above_log_error: NonNegative
     groups: list[ResidualGroup]
 
 
 class Spread(Record):
     """The residual distribution a prediction is taken to have: log(predicted/measured)
-    with this mean and standard deviation, and the reasons it was widened."""
+    as a split normal with this mean and the spreads below and above it, and the reasons
+    it was widened."""
 
     mean_log_error: float
-    sd_log_error: NonNegative
+    sd_below_log_error: NonNegative
+    sd_above_log_error: NonNegative
     widened: list[str] = []

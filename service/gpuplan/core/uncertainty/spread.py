@@ -1,23 +1,26 @@
 """From a residual table to an interval around one prediction.
 
-The residual of a prediction is r = log(predicted / measured), taken as normal with the
-mean and spread of its regime's cross-validated residuals:
+The residual of a prediction is r = log(predicted / measured), taken as a split normal:
+the mean of its regimes' cross-validated residuals, and one spread below the mean and
+another above it (residuals are rarely symmetric: a model can run far high on a few runs
+and only a little low, and the two tails set different ends of the interval).
 
 - **Per axis** (framework, scale, precision, …) the regime's group is shrunk towards
   the pooled residuals with the weight of ``PRIOR_RUNS`` runs, so a regime measured by
   two runs does not claim the precision of two numbers.
-- **Across axes** the means are averaged and the largest spread is kept: a prediction
-  is as uncertain as the least understood of its regimes.
+- **Across axes** the means are averaged and the spreads combined as their root mean
+  square: every regime the prediction falls in has its say.
 - **Outside the corpus** (a GPU generation, framework or scale no measured run has)
   each reason adds the pooled spread once more, in quadrature.
 
 The measured figure then lies in predicted · exp(−r); at coverage c, between the
-(1−c)/2 and (1+c)/2 quantiles of that.
+(1−c)/2 and (1+c)/2 quantiles of that: its high end from the spread below the mean (the
+model running low), its low end from the spread above.
 """
 
 import math
-from collections.abc import Mapping, Sequence
-from statistics import NormalDist
+from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist, fmean
 
 from gpuplan.core.uncertainty.model import Interval, ResidualTable, Spread
 
@@ -33,44 +36,64 @@ def z_score(coverage: float) -> float:
     return NormalDist().inv_cdf((1 + coverage) / 2)
 
 
-def _shrunk(n: int, mean: float, sd: float, table: ResidualTable) -> tuple[float, float]:
-    k = PRIOR_RUNS
-    pooled_mean = (n * mean + k * table.mean_log_error) / (n + k)
-    # Within-group variance shrunk the same way, around the pooled variance.
-    var = (max(n - 1, 0) * sd**2 + k * table.sd_log_error**2) / (max(n - 1, 0) + k)
-    return pooled_mean, math.sqrt(var)
+def semi_deviations(errors: Iterable[float]) -> tuple[float, float]:
+    """(below, above) the mean of ``errors``: each the root of twice the mean squared
+    shortfall on its side, which equals the standard deviation for normal residuals."""
+    es = list(errors)
+    if len(es) < 2:
+        return 0.0, 0.0
+    mu = fmean(es)
+    below = math.sqrt(2 * fmean([min(e - mu, 0.0) ** 2 for e in es]))
+    above = math.sqrt(2 * fmean([max(e - mu, 0.0) ** 2 for e in es]))
+    return below, above
+
+
+def _shrunk(n: int, value: float, pooled: float) -> float:
+    """A regime's figure pulled towards the pooled one with ``PRIOR_RUNS`` runs' weight."""
+    return (n * value + PRIOR_RUNS * pooled) / (n + PRIOR_RUNS)
+
+
+def _shrunk_sd(n: int, sd: float, pooled: float) -> float:
+    """A spread shrunk the same way, as a variance (the group's degrees of freedom)."""
+    dof = max(n - 1, 0)
+    return math.sqrt((dof * sd**2 + PRIOR_RUNS * pooled**2) / (dof + PRIOR_RUNS))
+
+
+def _rms(values: list[float]) -> float:
+    return math.sqrt(sum(v * v for v in values) / len(values))
 
 
 def spread(table: ResidualTable, regime: Mapping[str, str], outside: Sequence[str] = ()) -> Spread:
     """The residual distribution of a prediction in ``regime`` (axis → name), widened
     once per reason in ``outside``."""
-    means, sds = [], []
+    means, below, above = [], [], []
     for axis, name in regime.items():
-        group = next((g for g in table.groups if g.axis == axis and g.name == name), None)
-        n, mean, sd = (
-            (0, 0.0, 0.0)
-            if group is None
-            else (
-                group.runs,
-                group.mean_log_error,
-                group.sd_log_error,
-            )
+        g = next((g for g in table.groups if g.axis == axis and g.name == name), None)
+        n = 0 if g is None else g.runs
+        means.append(_shrunk(n, g.mean_log_error if g else 0.0, table.mean_log_error))
+        below.append(_shrunk_sd(n, g.sd_below_log_error if g else 0.0, table.sd_below_log_error))
+        above.append(_shrunk_sd(n, g.sd_above_log_error if g else 0.0, table.sd_above_log_error))
+    if not means:
+        means, below, above = (
+            [table.mean_log_error],
+            [table.sd_below_log_error],
+            [table.sd_above_log_error],
         )
-        m, s = _shrunk(n, mean, sd, table)
-        means.append(m)
-        sds.append(s)
-    mean = sum(means) / len(means) if means else table.mean_log_error
-    sd = max(sds) if sds else table.sd_log_error
-    sd = math.sqrt(sd**2 + len(outside) * table.sd_log_error**2)
-    return Spread(mean_log_error=mean, sd_log_error=sd, widened=list(outside))
+    wider = len(outside)
+    return Spread(
+        mean_log_error=fmean(means),
+        sd_below_log_error=math.sqrt(_rms(below) ** 2 + wider * table.sd_below_log_error**2),
+        sd_above_log_error=math.sqrt(_rms(above) ** 2 + wider * table.sd_above_log_error**2),
+        widened=list(outside),
+    )
 
 
 def bounds(s: Spread, coverage: float) -> tuple[float, float]:
     """(low, high) factors of measured / predicted at ``coverage``."""
     z = z_score(coverage)
     return (
-        math.exp(-(s.mean_log_error + z * s.sd_log_error)),
-        math.exp(-(s.mean_log_error - z * s.sd_log_error)),
+        math.exp(-(s.mean_log_error + z * s.sd_above_log_error)),
+        math.exp(-(s.mean_log_error - z * s.sd_below_log_error)),
     )
 
 
