@@ -1210,6 +1210,17 @@ def _job_latency_summary() -> str:
     )
 
 
+@figure("job_latency.warmup")
+def _job_latency_warmup() -> str:
+    return f"{results('job_latency.json')['worker_start_seconds']:.1f} s"
+
+
+@figure("trace_cost.width_seconds")
+def _trace_cost_width_seconds() -> str:
+    check = next(c for c in results("trace_cost.json")["checks"] if "wide" in c["name"])
+    return f"{check['measured_seconds']:.1f} s"
+
+
 TRACE_CUDA_GROUPS = {
     "models": ("hf_llama", "hf_mixtral_bf16", "llama_medium_bf16"),
     "small": ("mlp", "cnn", "transformer", "checkpointed"),
@@ -1456,6 +1467,36 @@ def _reserve_cuda_device_high() -> str:
 def _reserve_cuda_device_low() -> str:
     _, low = _device_split()
     return ", ".join(signed(e) for e in sorted(low, reverse=True))
+
+
+@figure("varlen.replay_error")
+def _varlen_replay_error(kind: str) -> str:
+    row = next(r for r in _rows("varlen_replay.json") if r["kind"] == kind)
+    return f"{pct(abs(row['reserved_error']), 2)} {'below' if row['reserved_error'] < 0 else 'above'}"
+
+
+@figure("vision.gflop")
+def _vision_gflop(preset: str) -> str:
+    return f"{results('vision_flops.json')[preset] / 1e9:.1f} GFLOP"
+
+
+@figure("vision.sdxl_seconds")
+def _vision_sdxl_seconds() -> str:
+    return f"{results('vision_presets_traced.json')['sdxl-unet']['seconds']:.0f} s"
+
+
+@figure("vision.sd15_agreement")
+def _vision_sd15_agreement() -> str:
+    name = "stable-diffusion-1.5-unet"
+    tracker, traced = results("vision_presets.json")[name], results("vision_presets_traced.json")[name]
+
+    def gap(field: str) -> str:
+        return pct(abs(tracker[field] / traced[field] - 1), 2)
+
+    return (
+        f"training bytes per sample within {gap('training_bytes_per_sample')}, "
+        f"inference within {gap('inference_bytes_per_sample')}"
+    )
 
 
 @figure("reserve_cuda.cases")
