@@ -740,6 +740,21 @@ def _fit_charge() -> str:
     )
 
 
+@figure("published.check_sharing")
+def _published_check_sharing() -> str:
+    """How many check runs come from a source some calibration run also comes from."""
+    from bench.published.runs import load
+
+    runs = load() + load("inference")
+
+    def source(run: dict[str, Any]) -> str:
+        return str(run["source"]).split(",", maxsplit=1)[0].split("(", maxsplit=1)[0].strip()
+
+    fitted = {source(r) for r in runs if r["split"] == "calibration"}
+    checks = [r for r in runs if r["split"] == "check"]
+    return f"{sum(source(r) in fitted for r in checks)} of the {len(checks)}"
+
+
 def _cv() -> dict[str, Any]:
     return dict(results("speed_cv.json"))
 
@@ -776,7 +791,8 @@ def _speed_cv_summary(kind: str) -> str:
     """One kind's in-sample and cross-validated errors, labelled, for the README."""
     s = _cv()["summary"][kind]
     return (
-        f"in-sample (the constants fitted to these runs) {median_worst(s['in_sample'], 1)}; "
+        f"in-sample (the shipped constants, fitted to the calibration runs among them) "
+        f"{median_worst(s['in_sample'], 1)}; "
         f"leave-one-source-out cross-validated {median_worst(s['cross_validated'], 1)}"
     )
 
@@ -1049,6 +1065,7 @@ def _answer_serving_example() -> str:
 EXAMPLES = ROOT / "examples"
 
 
+@cache
 def _plan(file_name: str) -> tuple[Any, int]:
     """The report of ``gpuplan plan examples/FILE`` and its exit code."""
     from gpuplan.config.catalog import load_catalog
@@ -1278,6 +1295,7 @@ def _reserve_replay_high() -> str:
     return f"{len(high)} cases are {span(high, 0, '%')} high"
 
 
+@cache
 def _h200_errors() -> dict[str, list[float]]:
     """Today's estimate of each H200 step against what the GPU measured."""
     import msgspec
@@ -1557,7 +1575,7 @@ def problems(text: str, where: str) -> Iterator[str]:
         if found != expected:
             yield (
                 f"{where}:{line}: figure {name!r} says\n    {found.strip()!r}\n"
-                f"  but the results say\n    {expected.strip()!r}\n"
+                f"  but its source says\n    {expected.strip()!r}\n"
                 "  (rewrite with `PYTHONPATH=service:. python -m bench.quote --write`)"
             )
         opens_line = text[text.rfind("\n", 0, match.start()) + 1 : match.start()].strip() == ""
