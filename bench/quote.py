@@ -1490,7 +1490,9 @@ def _reserve_cuda_device_low() -> str:
 @figure("varlen.replay_error")
 def _varlen_replay_error(kind: str) -> str:
     row = next(r for r in _rows("varlen_replay.json") if r["kind"] == kind)
-    return f"{pct(abs(row['reserved_error']), 2)} {'below' if row['reserved_error'] < 0 else 'above'}"
+    return (
+        f"{pct(abs(row['reserved_error']), 2)} {'below' if row['reserved_error'] < 0 else 'above'}"
+    )
 
 
 @figure("vision.gflop")
@@ -1506,7 +1508,10 @@ def _vision_sdxl_seconds() -> str:
 @figure("vision.sd15_agreement")
 def _vision_sd15_agreement() -> str:
     name = "stable-diffusion-1.5-unet"
-    tracker, traced = results("vision_presets.json")[name], results("vision_presets_traced.json")[name]
+    tracker, traced = (
+        results("vision_presets.json")[name],
+        results("vision_presets_traced.json")[name],
+    )
 
     def gap(field: str) -> str:
         return pct(abs(tracker[field] / traced[field] - 1), 2)
