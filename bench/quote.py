@@ -503,6 +503,22 @@ def _recommend_wide() -> str:
     return span([r["median_cpu_ms"] for r in wide], 1, " ms")
 
 
+@figure("recommend.case")
+def _recommend_case(word: str) -> str:
+    """One case's median CPU time, the case named by a word of it (``lora``)."""
+    (row,) = [r for r in suite("recommend_speed")["rows"] if word.lower() in r["case"].lower()]
+    return f"{row['median_cpu_ms']:.1f} ms"
+
+
+@figure("recommend.goal")
+def _recommend_goal() -> str:
+    rows, _ = _recommend_rows()
+    under = sum(r["median_cpu_ms"] < 20 for r in rows)
+    if under == len(rows):
+        return "under the 20 ms goal"
+    return f"the 20 ms goal met by {under} of the {len(rows)}"
+
+
 @figure("recommend_ab.table")
 def _recommend_ab_table() -> str:
     ab = results("recommend_ab.json")
@@ -705,6 +721,35 @@ def _published_error(run_id: str) -> str:
     return signed(_run(run_id)["error"], 0)
 
 
+@figure("published.worst")
+def _published_worst(kind: str) -> str:
+    """The three runs furthest off at their given layout (training) or measure (serving)."""
+    r = _published()
+    rows = r["runs"] if kind == "training" else r["serving"]
+    key = "given_error" if kind == "training" else "error"
+    known = [x for x in rows if x[key] is not None]
+    worst = sorted(known, key=lambda x: -abs(x[key]))[:3]
+    return ", ".join(f"`{x['id']}` ({x['split']}, {signed(x[key], 0)})" for x in worst)
+
+
+@figure("published.check_groups")
+def _published_check_groups(kind: str) -> str:
+    """The check runs' errors by source (``python -m bench.published --groups``)."""
+    key = "check_groups" if kind == "training" else "serving_check_groups"
+    table = _published()[key]["source_id"]
+    lines = ["| source | runs | median / worst abs error |", "| --- | ---: | ---: |"]
+    for source, g in sorted(table.items(), key=lambda x: -(x[1]["median_abs_error"] or 0)):
+        if g["median_abs_error"] is None:
+            lines.append(f"| {source} | 0 of {g['runs']} | - |")
+            continue
+        worst = g["worst_abs_error"]
+        lines.append(
+            f"| {source} | {g['predicted']} of {g['runs']} | "
+            f"{pct(g['median_abs_error'])} / {pct(worst) if worst < 1 else f'{worst:.0%}'} |"
+        )
+    return "\n".join(lines)
+
+
 @figure("published.serving_engines")
 def _published_serving_engines() -> str:
     """The worst error of the current serving engines (NIM, SGLang), rounded up."""
@@ -748,7 +793,7 @@ def _published_check_sharing() -> str:
     runs = load() + load("inference")
 
     def source(run: dict[str, Any]) -> str:
-        return str(run["source"]).split(",", maxsplit=1)[0].split("(", maxsplit=1)[0].strip()
+        return str(run["source_id"])
 
     fitted = {source(r) for r in runs if r["split"] == "calibration"}
     checks = [r for r in runs if r["split"] == "check"]

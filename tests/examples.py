@@ -94,7 +94,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
             **request_body(
                 "llama-3.1-8b", mode="training", sequence_length=4096, gradient_checkpointing="full"
             ),
-            training={"training_tokens": 1_000_000_000},
+            training={"training_tokens": 1_000_000_000, "global_batch_tokens": 1_048_576},
             objective="cheapest",
             pricing={"providers": ["runpod", "lambda"]},
             limit=2,

@@ -74,8 +74,9 @@ def test_fits_at_a_count_shards_like_the_recommendation(catalog: Catalog) -> Non
     assert isinstance(four.actual, int)
     assert four.actual < one.actual / 2
     assert four.layout is not None
-    # A global batch of one sequence cannot split over data-parallel ranks: the model is.
-    assert four.layout.startswith("t4")
+    # The default global batch (4M tokens: 1,024 sequences of 4,096) splits over
+    # data-parallel ranks: the least memory at four is ZeRO-3 over them.
+    assert four.layout == "t1p1d4z3"
     # The recommendation, asked for at most 4 A100s, sizes its plan no smaller.
     rec = recommend(
         msgspec.convert(
@@ -98,7 +99,7 @@ def test_more_gpus_never_need_more_memory_per_gpu(catalog: Catalog) -> None:
         _plan(catalog, LLAMA_TRAINING, fits={"gpu": "a100-sxm4-80gb", "count": 3}), "fits"
     )
     assert three.status == "fail"
-    assert "global batch of 1 sequence" in three.reason
+    assert "global batch of 1024 sequence" in three.reason
     previous = None
     for count in (1, 2, 4, 8, 16):
         v = _verdict(

@@ -95,6 +95,8 @@ class Watched:
         self.context = browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
         self.page: Page = self.context.new_page()
         self.requests: list[str] = []
+        self.posted: dict[str, list[Any]] = {}
+        """The JSON bodies the page POSTed, by path."""
         self.errors: list[str] = []
         self.page.add_init_script(
             "document.addEventListener('securitypolicyviolation', e =>"
@@ -106,6 +108,8 @@ class Watched:
 
     def _request(self, request: Request) -> None:
         self.requests.append(request.url)
+        if request.method == "POST":
+            self.posted.setdefault(urlsplit(request.url).path, []).append(request.post_data_json)
 
     def _console(self, message: ConsoleMessage) -> None:
         if message.type == "error":
@@ -234,20 +238,37 @@ def test_a_shared_plan_draws_the_apis_figures(watched: Watched, server: str) -> 
     page = watched.page
     watched.open(PLAN)
     estimate = _post(server, "/v1/memory/estimate", {**JOB, "gpu": "l4-24gb"})
-    ranking = _post(
-        server,
-        "/v1/recommendations",
-        {**JOB, "objective": "fastest", "training": {"training_tokens": 500_000_000}},
-    )
+    asked = {
+        **JOB,
+        "objective": "fastest",
+        "constraints": {"preferred_gpu": "l4-24gb"},
+        "training": {"training_tokens": 500_000_000},
+    }
+    # The page asks for advice on the GPU of its fit.
+    assert watched.posted["/v1/recommendations"] == [asked]
+    ranking = _post(server, "/v1/recommendations", asked)
     mig = _post(server, "/v1/mig/plan", MIG)
 
     _check_memory(page, estimate)
-    assert page.locator("#advice li").count() == max(len(ranking["advice"]), 1)
+    assert ranking["advice_gpu"] == "l4-24gb"
+    items = page.locator("#advice li")
+    assert items.count() == max(len(ranking["advice"]), 1)
+    if ranking["advice"]:
+        changes = [i.get_attribute("data-change") for i in items.all()]
+        assert changes == [a["change"] for a in ranking["advice"]]
+        assert {i.get_attribute("data-gpu") for i in items.all()} == {"l4-24gb"}
+    else:
+        assert "fits one l4-24gb" in items.first.inner_text()
+    assert "l4-24gb" in page.locator("#advice-for").inner_text()
     watched.shot("memory")
 
     page.get_by_role("tab", name="GPUs").click()
     assert page.get_by_test_id("gpu-table").is_visible()
     assert "view=gpus" in page.url
+    # No global batch in the plan: the recipe's default, and its warning, are shown.
+    warnings = page.locator("#ranking-warnings li")
+    assert [w.inner_text() for w in warnings.all()] == ranking["warnings"]
+    assert any(w.startswith("no global batch stated") for w in ranking["warnings"])
     _check_ranking(page, ranking)
     watched.shot("gpus")
 
@@ -277,12 +298,17 @@ def test_the_forms_make_a_new_plan_and_its_link(watched: Watched, server: str) -
     watched.open(PLAN)
     page.get_by_label("batch size", exact=True).fill("8")
     page.get_by_label("GPU for the fit").select_option("h100-sxm5-80gb")
+    page.get_by_label("Global batch (sequences per step)").fill("64")
     page.get_by_role("button", name="Plan", exact=True).click()
     page.wait_for_url("**batch_size=8**")
     watched.ready()
     query = parse_qs(urlsplit(page.url).query)
     assert query["batch_size"] == ["8"]
     assert query["gpu"] == ["h100-sxm5-80gb"]
+    assert query["global_batch_size"] == ["64"]
+    sent = watched.posted["/v1/recommendations"][-1]
+    assert sent["constraints"] == {"preferred_gpu": "h100-sxm5-80gb"}
+    assert sent["training"] == {"training_tokens": 500_000_000, "global_batch_size": 64}
     job = {**JOB, "workload": {**JOB["workload"], "batch_size": 8}}
     _check_memory(page, _post(server, "/v1/memory/estimate", {**job, "gpu": "h100-sxm5-80gb"}))
 

@@ -4,9 +4,15 @@ A run is predicted through the public entry point, ``recommend`` with ``layout: 
 on the run's GPU, so the bench measures what a user asking "how long does my layout
 take" gets. The search's answer at the same GPU count (``layout: search`` with
 ``constraints.gpu_counts`` = the run's count) is reported beside it.
+
+    python -m bench.published             # every run, predicted vs measured
+    python -m bench.published --markdown  # the tables docs/benchmarks.md quotes
+    python -m bench.published --groups    # check runs' errors by source_id, framework,
+                                          # GPU generation, precision and scale
 """
 
 import json
+import re
 import statistics
 import sys
 import tomllib
@@ -16,14 +22,67 @@ from typing import Any
 import msgspec
 
 from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.perf.efficiency import generation
 from gpuplan.core.recommend import RecommendRequest, recommend
 
 RUNS = Path(__file__).with_name("runs.toml")
 
+REQUIRED = ("id", "split", "source_id", "source", "quote", "measure", "value", "gpu", "gpus")
+"""Fields every run carries (training runs also ``tokens_per_s_per_gpu``, ``derivation``)."""
+SPLITS = ("calibration", "check")
+PENDING = {
+    "fsdp1": "PyTorch FSDP1 (FullyShardedDataParallel): the request says framework fsdp2, "
+    "the nearest the model has, until it models FSDP1's flat-parameter all-gathers",
+}
+"""Why a run is kept out of the bench for now: its request cannot yet say what ran."""
+SOURCE_ID = re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$")
 
-def load(kind: str = "training") -> list[dict[str, Any]]:
+
+class RunsError(ValueError):
+    """runs.toml breaks a rule the bench relies on (names the run and the field)."""
+
+
+def _check(runs: list[dict[str, Any]]) -> None:
+    """Every run cited and complete, ids unique, its request a RecommendRequest."""
+    seen: set[str] = set()
+    for i, run in enumerate(runs):
+        name = run.get("id", f"run #{i}")
+        missing = [f for f in REQUIRED if f not in run or run[f] in ("", None)]
+        if run.get("kind", "training") == "training":
+            missing += [f for f in ("tokens_per_s_per_gpu", "derivation") if f not in run]
+        if missing:
+            raise RunsError(f"{name}: missing {', '.join(missing)}")
+        if name in seen:
+            raise RunsError(f"{name}: duplicate id")
+        seen.add(name)
+        if run["split"] not in SPLITS:
+            raise RunsError(f"{name}: split {run['split']!r} is not one of {SPLITS}")
+        if not SOURCE_ID.match(run["source_id"]):
+            raise RunsError(f"{name}: source_id {run['source_id']!r} is not a lowercase slug")
+        if "pending" in run and run["pending"] not in PENDING:
+            raise RunsError(f"{name}: pending {run['pending']!r} is not one of {sorted(PENDING)}")
+        if "pending" in run and run["split"] != "check":
+            raise RunsError(f"{name}: a pending run cannot be a calibration run")
+        if "request" not in run:
+            raise RunsError(f"{name}: missing request")
+        msgspec.convert(run["request"], RecommendRequest)
+
+
+def load_all() -> list[dict[str, Any]]:
+    """Every run of runs.toml, training and serving, pending ones included (validated)."""
     runs: list[dict[str, Any]] = tomllib.loads(RUNS.read_text(encoding="utf-8"))["run"]
-    return [r for r in runs if r.get("kind", "training") == kind]
+    _check(runs)
+    return runs
+
+
+def load(kind: str = "training", pending: bool = False) -> list[dict[str, Any]]:
+    """The runs of one kind the bench times: those marked ``pending`` (a framework the
+    model does not have yet, PENDING) only when asked for."""
+    return [
+        r
+        for r in load_all()
+        if r.get("kind", "training") == kind and (pending or "pending" not in r)
+    ]
 
 
 def predict(run: dict[str, Any], layout: str = "given") -> float | None:
@@ -94,6 +153,7 @@ def evaluate() -> dict[str, Any]:
                 "split": run["split"],
                 "gpu": run["gpu"],
                 "gpus": run["gpus"],
+                **regime(run),
                 "measured": measured,
                 "given": given,
                 "given_fits": fits,
@@ -121,6 +181,7 @@ def evaluate() -> dict[str, Any]:
                 "split": run["split"],
                 "gpu": run["gpu"],
                 "gpus": run["gpus"],
+                **regime(run),
                 "measure": run["measure"],
                 "measured": run["value"],
                 "predicted": predicted,
@@ -131,7 +192,62 @@ def evaluate() -> dict[str, Any]:
     for split in ("calibration", "check", "all"):
         chosen = [r for r in serving if split in ("all", r["split"])]
         result[f"serving_{split}"] = summary([r["error"] for r in chosen])
+    result["check_groups"] = groups(
+        [r for r in rows if r["split"] == "check"], "given_error", TRAINING_GROUPS
+    )
+    result["serving_check_groups"] = groups(
+        [r for r in serving if r["split"] == "check"], "error", SERVING_GROUPS
+    )
     return result
+
+
+TRAINING_GROUPS = ("source_id", "framework", "generation", "precision", "scale")
+SERVING_GROUPS = ("source_id", "generation", "measure")
+
+
+def regime(run: dict[str, Any]) -> dict[str, str]:
+    """The run's publication and the regime it tests: framework, GPU generation (the speed
+    model's efficiency class of its GPU), precision and scale (GPUs <= 8, 9-128, > 128)."""
+    workload = run["request"]["workload"]
+    gpus = run["gpus"]
+    return {
+        "source_id": run["source_id"],
+        "framework": workload.get("parallelism", {}).get("framework") or "unset",
+        "generation": generation(builtin_catalog().get(run["gpu"])).name,
+        "precision": workload.get("precision", "bf16"),
+        "scale": "<=8" if gpus <= 8 else "9-128" if gpus <= 128 else ">128",
+    }
+
+
+def groups(rows: list[dict[str, Any]], field: str, by: tuple[str, ...]) -> dict[str, Any]:
+    """Median and worst absolute error of ``rows`` grouped by each of ``by`` in turn (the
+    held-out view leave-one-source-out cross-validation will report per source)."""
+    result: dict[str, Any] = {}
+    for key in by:
+        values = sorted({str(r[key]) for r in rows})
+        result[key] = {v: summary([r[field] for r in rows if str(r[key]) == v]) for v in values}
+    return result
+
+
+def groups_report(result: dict[str, Any]) -> str:
+    """The check runs' errors by source, framework, GPU generation, precision and scale."""
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1%}"
+
+    lines = []
+    for title, key in (
+        ("training check runs, given layout", "check_groups"),
+        ("serving check runs", "serving_check_groups"),
+    ):
+        for by, table in result[key].items():
+            lines.append(f"{title}, by {by}:")
+            for value, s in table.items():
+                lines.append(
+                    f"  {value:<48} {s['predicted']:>3} of {s['runs']:<3} median "
+                    f"{pct(s['median_abs_error']):>7} worst {pct(s['worst_abs_error']):>7}"
+                )
+    return "\n".join(lines)
 
 
 def report(result: dict[str, Any]) -> str:
@@ -222,7 +338,12 @@ def run() -> dict[str, Any]:
 
 def main() -> None:
     result = evaluate()
-    print(markdown(result) if "--markdown" in sys.argv else report(result))
+    if "--markdown" in sys.argv:
+        print(markdown(result))
+    elif "--groups" in sys.argv:
+        print(groups_report(result))
+    else:
+        print(report(result))
     out = Path(__file__).resolve().parents[1] / "results" / "published_speed.json"
     out.write_text(json.dumps(msgspec.to_builtins(result), indent=1) + "\n", encoding="utf-8")
     sys.stdout.write(f"wrote {out}\n")

@@ -49,12 +49,21 @@ def advice_lines(advice: Sequence[Advice]) -> list[str]:
     out: list[str] = []
     for gpu in dict.fromkeys(a.gpu for a in advice):
         out.append(f"advice for {gpu}, where the job as written does not fit:")
-        for a in advice:
-            if a.gpu == gpu:
-                verdict = "fits" if a.fits_after else "still too big"
-                factor = f", time x{a.time_factor:.2f}" if a.time_factor is not None else ""
-                out.append(f"  - {a.change}: {verdict}{factor}. {a.detail}")
+        out += [f"  - {advice_text(a)}" for a in advice if a.gpu == gpu]
     return out
+
+
+def advice_text(a: Advice) -> str:
+    """One change with its figures, from the fields (the detail does not repeat them)."""
+    verdict = "fits" if a.fits_after else "still too big"
+    factor = f", time x{a.time_factor:.2f}" if a.time_factor is not None else ""
+    if a.count > 1 and a.gpu_hours_factor is not None:
+        factor += f", GPU-hours x{a.gpu_hours_factor:.2f}"
+    on = f" on {a.count} GPUs" if a.count > 1 else ""
+    return (
+        f"{a.change}: {a.required_bytes_before / GiB:.1f} -> {a.required_bytes_after / GiB:.1f} "
+        f"GiB per GPU{on}, {verdict}{factor}. {a.detail}"
+    )
 
 
 TOP = 10

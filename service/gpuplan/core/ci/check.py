@@ -133,6 +133,7 @@ def check(
         scenario=rec.scenario,
         mig=mig,
         advice=rec.advice,
+        advice_gpu=rec.advice_gpu,
         hybrid=rec.hybrid,
         assumptions=assumptions,
         unverified=unverified,

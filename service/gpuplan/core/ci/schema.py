@@ -165,6 +165,10 @@ class CiReport(Record, kw_only=True):
     scenario: Scenario
     mig: list[MigFit]
     advice: list[Advice]
+    advice_gpu: str | None
+    """Catalog id of the GPU the advice is for: ``constraints.preferred_gpu``, else
+    ``targets.fits.gpu``, else the top recommendation's GPU."""
+
     hybrid: HybridComparison | None
     """Owned pool + cloud burst comparison, with ``constraints.deployment: hybrid`` or ``hybrid``."""
 

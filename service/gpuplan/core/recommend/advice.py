@@ -1,23 +1,34 @@
 """Advice: concrete changes that make the job fit a GPU it does not fit, with effects.
 
-For the preferred GPU (``constraints.preferred_gpu``) and the cheapest GPU per hour,
-when the job does not fit one of them unsharded, each change is applied to the
-workload alone, its memory re-estimated by the estimator and its time by the speed
-model, so the answer says not only *what* to change but *what it buys and costs*:
-AMP or pure 16-bit weights, selective or full activation checkpointing, a smaller
+For one GPU, the one asked about (``constraints.preferred_gpu``; a plan file's
+``targets.fits.gpu``) or else the top recommendation's, when the job does not fit one
+of it unsharded, each change is applied to the workload alone, its memory re-estimated
+by the estimator and its time by the speed model, so the answer says not only *what*
+to change but *what it buys and costs*: AMP or pure 16-bit weights, chunked
+cross-entropy (``loss_chunks``), selective or full activation checkpointing, a smaller
 micro-batch with gradient accumulation, an 8-bit optimizer, optimizer CPU offload,
 LoRA or QLoRA, FP8 on GPUs with an FP8 path, weight quantization and a narrower KV
 cache for inference, and sharding over more GPUs of the same model. When no single
 change suffices, the cheapest combination of the job-preserving ones is tried.
+
+A change that does not shrink the job's memory is not advice and is left out. The
+rest are ranked (:func:`rank_advice`): what makes the job fit before what does not,
+what keeps the job before LoRA and QLoRA (a different job), then the cheapest in
+GPU-hours (a fitting change) or the largest saving (one that is not enough alone).
 """
+
+import math
 
 import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec
+from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.schema import Workload
+from gpuplan.core.memory.states import framework_of
 from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
+from gpuplan.core.recommend.option import objective_key
 from gpuplan.core.recommend.schema import Advice, ParallelLayout, RecommendRequest
 from gpuplan.core.recommend.serving import ReplicaMemory, serve_option, serving_options
 from gpuplan.core.recommend.training import time_training, training_options
@@ -26,41 +37,86 @@ ONE = ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)
 OFFLOAD = ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0, cpu_offload_optimizer=True)
 GiB = 1 << 30
 
+LOSS_CHUNKS = 8
+"""Chunks of the advised chunked cross-entropy: torchtune's ``CEWithChunkedOutputLoss``
+default (``num_output_chunks=8``)."""
+
+
+class AdviceTarget(msgspec.Struct, frozen=True):
+    """The GPU advice is for, and the sentence that says why that one."""
+
+    gpu: GpuSpec | None
+    why: str
+
+
+def advice_target(request: RecommendRequest, catalog: Catalog, top: str | None) -> AdviceTarget:
+    """``constraints.preferred_gpu`` when the request names one, else the GPU of the top
+    recommendation (``top``, a catalog id): the GPU the user is looking at, never one
+    nobody asked about (the cheapest per hour is a 24 GB card even for a 70B job)."""
+    preferred = request.constraints.preferred_gpu
+    if preferred is not None:
+        gpu = catalog.lookup(preferred, "$.constraints.preferred_gpu")
+        return AdviceTarget(gpu, f"advice is for {gpu.id} (constraints.preferred_gpu)")
+    if top is None:
+        return AdviceTarget(None, "no advice: no GPU to advise for")
+    gpu = catalog.get(top)
+    return AdviceTarget(
+        gpu,
+        f"advice is for {gpu.id}, the top recommendation's GPU; "
+        "constraints.preferred_gpu chooses another",
+    )
+
 
 def advise(
     request: RecommendRequest,
     job: Job,
     *,
-    catalog: Catalog,
     oracle: MemoryOracle,
     contexts: dict[str, GpuContext],
-    candidates: list[GpuSpec],
+    target: GpuSpec | None,
     trainable: int,
 ) -> list[Advice]:
-    c = request.constraints
-    targets: list[GpuSpec] = []
-    if c.preferred_gpu is not None:
-        targets.append(catalog.lookup(c.preferred_gpu, "$.constraints.preferred_gpu"))
-    priced = [x for x in contexts.values() if x.per_gpu_hour is not None and x.rate is not None]
-    if priced:
-        targets.append(min(priced, key=lambda x: (x.per_gpu_hour, x.gpu.id)).gpu)
+    """The ranked changes that make the job fit one ``target`` (none when it fits)."""
+    if target is None:
+        return []
+    ctx = contexts.get(target.id) or _context(target, job, request)
+    if ctx.rate is None:
+        return []
+    before = oracle.required(job.workload, target)
+    if before is None or before <= target.usable_memory_bytes:
+        return []
+    advisor = _Advisor(request, job, oracle=oracle, ctx=ctx, before=before, trainable=trainable)
+    found = advisor.inference() if job.kind == "inference" else advisor.training()
+    return rank_advice(found)
+
+
+def rank_advice(advice: list[Advice]) -> list[Advice]:
+    """Changes that shrink the job, each effect once, best first.
+
+    A change whose memory is not below the job's as asked is dropped (FP8 under a
+    recipe that keeps an fp32 master, checkpointing when the peak is the optimizer
+    step). Two changes with the same effect (GPUs, memory, time) keep the better
+    ranked. Order: fitting before not; keeping the job before changing it (LoRA,
+    QLoRA); then fitting changes by GPU-hours, then by memory saved, and the others by
+    memory saved, then by GPU-hours."""
+
+    def key(a: Advice) -> tuple[int, bool, float, float, str]:
+        saved = float(a.required_bytes_before - a.required_bytes_after)
+        cost = a.gpu_hours_factor if a.gpu_hours_factor is not None else math.inf
+        changes_job = "mode=finetune_" in a.change
+        if a.fits_after:
+            return (0, changes_job, cost, -saved, a.change)
+        return (1, changes_job, -saved, cost, a.change)
+
     out: list[Advice] = []
-    seen: set[str] = set()
-    for gpu in targets:
-        if gpu.id in seen:
-            continue
-        seen.add(gpu.id)
-        ctx = contexts.get(gpu.id) or _context(gpu, job, request)
-        if ctx.rate is None:
-            continue
-        before = oracle.required(job.workload, gpu)
-        if before is None or before <= gpu.usable_memory_bytes:
-            continue
-        advisor = _Advisor(request, job, oracle=oracle, ctx=ctx, before=before, trainable=trainable)
-        if job.kind == "inference":
-            out.extend(advisor.inference())
-        else:
-            out.extend(advisor.training())
+    effects: set[tuple[int, int, float | None]] = set()
+    for a in sorted(
+        (a for a in advice if a.required_bytes_after < a.required_bytes_before), key=key
+    ):
+        effect = (a.count, a.required_bytes_after, a.time_factor)
+        if effect not in effects:
+            effects.add(effect)
+            out.append(a)
     return out
 
 
@@ -135,17 +191,17 @@ class _Advisor:
             return None
         t = self._time(w, layout)
         factor = round(t / self.base_time, 3) if t is not None and self.base_time else None
-        usable = self.gpu.usable_memory_bytes
+        count = layout.tensor * layout.pipeline * layout.data
         return Advice(
             change=change,
             gpu=self.gpu.id,
-            count=layout.tensor * layout.pipeline * layout.data,
+            count=count,
             required_bytes_before=self.before,
             required_bytes_after=after,
-            fits_after=after <= usable,
+            fits_after=after <= self.gpu.usable_memory_bytes,
             time_factor=factor,
-            detail=f"{detail}; {self.before / GiB:.1f} -> {after / GiB:.1f} GiB per GPU "
-            f"({usable / GiB:.1f} GiB usable on {self.gpu.id})",
+            gpu_hours_factor=None if factor is None else round(factor * count, 3),
+            detail=detail,
         )
 
     def _combine(self, steps: list[tuple[str, Workload, ParallelLayout]]) -> Advice | None:
@@ -167,7 +223,7 @@ class _Advisor:
         if len(chosen) < 2:
             return None
         w, layout = self._apply(chosen)
-        return self._advice(" + ".join(n for n, _, _ in chosen), w, "together", layout)
+        return self._advice(" + ".join(n for n, _, _ in chosen), w, "the changes together", layout)
 
     def _apply(
         self, steps: list[tuple[str, Workload, ParallelLayout]]
@@ -186,7 +242,7 @@ class _Advisor:
 
     # -- training
     def training(self) -> list[Advice]:
-        options = _training_options(self.job.workload, self.gpu)
+        options = _training_options(self.job.workload, self.gpu, self.job.arch)
         out = [
             a for a in (self._advice(n, ww, d, lay) for n, ww, d, lay in options) if a is not None
         ]
@@ -196,7 +252,7 @@ class _Advisor:
         if not any(a.fits_after for a in out if a.count == 1):
             # Job-preserving changes, cheapest in time first; then the changes of job
             # (LoRA, QLoRA) when those are not enough. Pure 16-bit supersedes AMP.
-            order = ("bf16", "fp16", "amp_", "micro-batch", "optimizer=", "gradient_checkpointing=s",
+            order = ("bf16", "fp16", "amp_", "loss_chunks", "micro-batch", "optimizer=", "gradient_checkpointing=s",
                      "gradient_checkpointing=f", "cpu_offload", "mode=finetune_lora",
                      "mode=finetune_qlora")  # fmt: skip
             names = [n for n, _, _, _ in options]
@@ -239,28 +295,45 @@ class _Advisor:
         return None
 
     def _shard_training(self) -> Advice | None:
-        plans, _ = training_options(
-            self.job,
-            self.ctx,
-            self.oracle,
-            self.request.constraints,
-            objective="cheapest",
-            trainable=self.trainable,
-        )
-        if not plans or plans[0].layout is None:
-            return None
-        p = plans[0]
-        assert p.layout is not None
-        a = self._advice(
-            "shard over more GPUs", self.job.workload, _layout_text(p.layout), p.layout
-        )
-        if a is None:
-            return None
-        return msgspec.structs.replace(
-            a,
-            detail=a.detail
-            + f"; time factor is wall-clock, GPU-hours x{p.count * (a.time_factor or 0):.2f}",
-        )
+        """The search's cheapest plan on this GPU model; when the job as asked has none
+        within the constraints, the same with full activation checkpointing (once the
+        states are sharded, the activations are what is left to shrink)."""
+        w = self.job.workload
+        tries = [("shard over more GPUs", w)]
+        if w.gradient_checkpointing != "full" and self.job.arch is not None:
+            tries.append(
+                (
+                    "gradient_checkpointing=full + shard over more GPUs",
+                    msgspec.structs.replace(w, gradient_checkpointing="full"),
+                )
+            )
+        for name, changed in tries:
+            job = msgspec.structs.replace(self.job, workload=changed)
+            plans, _ = training_options(
+                job,
+                self.ctx,
+                self.oracle,
+                self.request.constraints,
+                objective="cheapest",
+                trainable=self.trainable,
+            )
+            plans = [p for p in plans if p.layout is not None]
+            if plans:
+                p = min(plans, key=lambda p: objective_key(p, "cheapest"))
+                assert p.layout is not None
+                return self._advice(
+                    name,
+                    changed,
+                    f"the search's cheapest plan on {self.gpu.id}: {_layout_text(p.layout)}"
+                    + (
+                        "; full checkpointing recomputes each layer's forward"
+                        if changed is not w
+                        else ""
+                    )
+                    + "; the time factor is wall-clock",
+                    p.layout,
+                )
+        return None
 
     # -- inference
     def inference(self) -> list[Advice]:
@@ -319,11 +392,25 @@ class _Advisor:
         return out
 
 
-def _training_options(w: Workload, g: GpuSpec) -> list[tuple[str, Workload, str, ParallelLayout]]:
+def _training_options(
+    w: Workload, g: GpuSpec, arch: Architecture | None
+) -> list[tuple[str, Workload, str, ParallelLayout]]:
     """Each single change of a training workload: (name, changed workload, why, layout)."""
     half = "bf16" if "bf16" in g.peak_flops else "fp16"
     r = msgspec.structs.replace
     options: list[tuple[str, Workload, str, ParallelLayout]] = []
+    if w.loss_chunks == 1 and arch is not None and not (arch.encoder or arch.classifier):
+        options.append(
+            (
+                f"loss_chunks={LOSS_CHUNKS}",
+                r(w, loss_chunks=LOSS_CHUNKS),
+                f"cross-entropy in {LOSS_CHUNKS} chunks along the sequence, each upcast to fp32 "
+                "alone (torchtune's CEWithChunkedOutputLoss, litgpt's chunked_cross_entropy): "
+                f"the fp32 logits over the {arch.vocab_size:,}-token vocabulary are never whole; "
+                "about the same FLOPs",
+                ONE,
+            )
+        )
     if w.precision == "fp32":
         options.append(
             (
@@ -408,13 +495,17 @@ def _training_options(w: Workload, g: GpuSpec) -> list[tuple[str, Workload, str,
                 ONE,
             )
         )
-    if "fp8" in g.peak_flops and w.precision in ("bf16", "amp_bf16", "fp16", "amp_fp16"):
+    if "fp8" in g.peak_flops and w.precision in ("bf16", "fp16"):
+        # The job's own recipe, only the matmuls in fp8: left to itself the estimator
+        # takes fp8 as Transformer Engine's recipe with an fp32 master and fp32 Adam
+        # states (DeepSpeed's conventions), which doubles a pure 16-bit job's states.
         options.append(
             (
                 "precision=fp8",
                 r(w, precision="fp8"),
-                f"FP8 matmuls (Transformer Engine) on {g.id}'s FP8 path",
-                ONE,
+                f"FP8 matmuls (Transformer Engine) on {g.id}'s FP8 path, the optimizer "
+                "recipe unchanged: the linears keep fp8 copies of their inputs for backward",
+                msgspec.structs.replace(ONE, framework=framework_of(w)),
             )
         )
     return options

@@ -15,6 +15,7 @@ from gpuplan.core.memory.parameters import ParameterCount, count_parameters, is_
 from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.perf.cost import EnergyInputs, OnPremInputs
 from gpuplan.core.perf.flops import TokenFlops, token_flops
+from gpuplan.core.recommend.batch import GlobalBatch, global_batch
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.schema import InferenceVolume, PriceOverride, RecommendRequest
 from gpuplan.core.record import Record
@@ -36,6 +37,9 @@ class Job(Record, kw_only=True):
 
     global_batch: int
     """Training: sequences per optimizer step, kept on every layout the search tries."""
+
+    batch: GlobalBatch
+    """How the global batch came to be (stated, written, or a recipe's default)."""
 
     mlp_width: int
     """Active MLP width per token (experts per token x expert width, plus shared)."""
@@ -116,6 +120,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
     prompt = iv.prompt_tokens or w.sequence_length or 1
     output = iv.output_tokens or w.max_new_tokens or DEFAULT_OUTPUT_TOKENS
     errors += _layout_errors(request)
+    batch = global_batch(request, vision=model.vision is not None, errors=errors)
     try:
         # The request's own layout is checked whatever the mode: the search times it too.
         check_workload(arch, w, vision=model.vision is not None)
@@ -138,17 +143,12 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         max_new_tokens=output if inference else w.max_new_tokens,
         parallelism=Parallelism(sequence_parallel=w.parallelism.sequence_parallel),
     )
-    p = w.parallelism
-    global_batch = (
-        request.training.global_batch_size
-        if request.training is not None and request.training.global_batch_size is not None
-        else w.batch_size * w.gradient_accumulation_steps * p.data
-    )
     return Job(
         kind="inference" if inference else "training",
         workload=base,
-        given=p,
-        global_batch=global_batch,
+        given=w.parallelism,
+        global_batch=batch.sequences,
+        batch=batch,
         mlp_width=_mlp_width(arch),
         kv_width=arch.kv_dim if arch is not None else 0,
         moe_layers=_moe_layers(arch),
@@ -204,16 +204,6 @@ def _layout_errors(request: RecommendRequest) -> list[tuple[str, str]]:
                         f"{name} parallel serving is not modelled",
                     )
                 )
-    tv = request.training
-    written = w.batch_size * w.gradient_accumulation_steps * p.data
-    if tv is not None and tv.global_batch_size is not None and tv.global_batch_size != written:
-        errors.append(
-            (
-                "$.training.global_batch_size",
-                f"layout given: the global batch is batch_size x gradient_accumulation_steps x "
-                f"parallelism.data = {written}, not {tv.global_batch_size}",
-            )
-        )
     return errors
 
 

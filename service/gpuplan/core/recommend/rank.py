@@ -4,11 +4,11 @@
 memory oracle shares estimator runs between GPUs, since a layout's memory is the
 same on every card but for one overhead term), keeps each GPU's best plan for the
 objective, scores the plans against the best one, and adds the scenario class, the
-advice for the preferred or cheapest GPU, and the hybrid comparison.
+advice for the preferred or the top recommendation's GPU, and the hybrid comparison.
 """
 
 from gpuplan.core.catalog import Catalog, GpuSpec
-from gpuplan.core.recommend.advice import advise
+from gpuplan.core.recommend.advice import advice_target, advise
 from gpuplan.core.recommend.context import GpuContext, gpu_context
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
@@ -92,14 +92,9 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     out.extend(_recommendation(p, job, None, note) for p in apart)
     misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
     out.extend(_recommendation(p, job, 0.0) for p in misses)
+    target = advice_target(request, catalog, out[0].gpu if out else None)
     advice = advise(
-        request,
-        job,
-        catalog=catalog,
-        oracle=oracle,
-        contexts=contexts,
-        candidates=candidates,
-        trainable=trainable,
+        request, job, oracle=oracle, contexts=contexts, target=target.gpu, trainable=trainable
     )
     hybrid = (
         compare_hybrid(request, job, catalog, oracle, trainable)
@@ -108,6 +103,8 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     )
     unverified = sorted({u for p in best for u in p.unverified})
     warnings = list(base.warnings)
+    if job.batch.warning is not None:
+        warnings.append(job.batch.warning)
     if not best:
         warnings.append(_closest(misses[0]) if misses else "no GPU in the candidate set")
     elif objective in COST_OBJECTIVES and all(p.cost_usd is None for p in best):
@@ -128,8 +125,9 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
         ),
         scenario=classify(base.required_bytes, catalog, lambda gpu: cloud_price(gpu, job)),
         advice=advice,
+        advice_gpu=target.gpu.id if target.gpu is not None else None,
         hybrid=hybrid,
-        assumptions=_assumptions(job, request),
+        assumptions=[*_assumptions(job, request), target.why],
         unverified=unverified,
         warnings=warnings,
         search=SearchStats(
@@ -291,8 +289,8 @@ def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
     ]
     if job.kind == "training":
         notes.append(
-            f"training: {job.tokens:,.0f} tokens in steps of {job.global_batch} sequences (the global "
-            "batch, the same on every plan); time per step = matmuls at the GEMM efficiency of their "
+            f"training: {job.tokens:,.0f} tokens in steps of {job.batch.text}: the global batch, "
+            "the same on every plan; time per step = matmuls at the GEMM efficiency of their "
             "width, attention, memory-bound kernels at the bandwidth, launches, recomputation, plus "
             "the communication the framework does not hide and the pipeline bubble "
             "(docs/recommendation.md); MFU counts model FLOPs (6N + attention), not recomputation"

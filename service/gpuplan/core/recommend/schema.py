@@ -26,6 +26,9 @@ Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 MAX_GPUS = 65_536
 """The most GPUs one job may be planned on (the largest published runs use 16,384)."""
 
+MAX_GLOBAL_BATCH = 1 << 24
+"""The most sequences one optimizer step may hold."""
+
 Layout = Literal["search", "given"]
 
 
@@ -84,7 +87,9 @@ class Constraints(Record, kw_only=True):
     """Your prices per GPU (any lookup name): they win over every price table."""
 
     preferred_gpu: GpuName | None = None
-    """Advice explains how to make the job fit this GPU (default: the cheapest per hour)."""
+    """Advice explains how to make the job fit this GPU (any lookup name). Default: the
+    GPU of the top recommendation (a plan file's ``targets.fits.gpu`` first); the answer's
+    ``advice_gpu`` says which."""
 
 
 class TrainingVolume(Record, kw_only=True):
@@ -96,10 +101,20 @@ class TrainingVolume(Record, kw_only=True):
 
     epochs: Annotated[float, msgspec.Meta(gt=0, le=10_000)] | None = None
     dataset_samples: Annotated[int, msgspec.Meta(ge=1, le=10**13)] | None = None
-    global_batch_size: Annotated[int, msgspec.Meta(ge=1, le=1 << 24)] | None = None
-    """Sequences per optimizer step across the job, kept on every GPU count the search
-    tries (micro-batch and accumulation are re-split). Default: ``batch_size`` x
-    ``gradient_accumulation_steps`` x ``parallelism.data`` as the workload gives them."""
+    global_batch_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_GLOBAL_BATCH)] | None = None
+    """Sequences (images, for a vision model) per optimizer step across the job, kept on
+    every GPU count the search tries (micro-batch and accumulation are re-split). Or give
+    ``global_batch_tokens``, not both. Neither: ``batch_size`` x
+    ``gradient_accumulation_steps`` x ``parallelism.data`` when the workload writes
+    accumulation or data parallelism above 1, else a published recipe's batch with a
+    warning: 4M tokens per step for ``training`` (Llama 2), 128 sequences for the LoRA
+    modes (Stanford Alpaca), 256 images for a vision model (PyTorch's ImageNet example;
+    docs/recommendation.md)."""
+
+    global_batch_tokens: Annotated[int, msgspec.Meta(ge=1, le=10**13)] | None = None
+    """Tokens per optimizer step across the job (Llama 3 states its batch so): the global
+    batch is this over ``workload.sequence_length``, a whole number of sequences kept as
+    it is, else rounded to the nearest multiple of 64 (the nearest power of two below 64)."""
 
 
 class InferenceVolume(Record, kw_only=True):
@@ -465,18 +480,32 @@ class Scenario(Record, kw_only=True):
 
 
 class Advice(Record, kw_only=True):
-    """One change that makes the job fit (or fit better) on a GPU, with its effect."""
+    """One change that makes the job fit (or fit better) on a GPU, with its effect.
+
+    The list is ranked: changes that make the job fit first, those that keep the job
+    (not LoRA or QLoRA) before those that change it; then, among fitting changes, the
+    fewest GPU-hours first, and among the others the most memory saved first."""
 
     change: str
     gpu: str
+    """Catalog id of the GPU the change is sized on (the answer's ``advice_gpu``)."""
+
     count: int
     required_bytes_before: int
+    """``required_bytes`` of the job as asked, unsharded on one GPU."""
+
     required_bytes_after: int
+    """``required_bytes`` per GPU with the change, on ``count`` GPUs."""
+
     fits_after: bool
     time_factor: float | None
     """Job time after / before on this GPU (1.33 = 33% slower); None when not timed."""
 
+    gpu_hours_factor: float | None
+    """GPU-hours after / before: ``time_factor`` x ``count``, what the change costs."""
+
     detail: str
+    """What the change is and what it costs beyond the figures (which are the fields)."""
 
 
 class HybridOption(Record, kw_only=True):
@@ -544,6 +573,11 @@ class RecommendResponse(Record, kw_only=True):
 
     scenario: Scenario
     advice: list[Advice]
+    advice_gpu: str | None
+    """Catalog id of the GPU the advice is for: ``constraints.preferred_gpu``, else the
+    top recommendation's GPU (``assumptions`` says which). No advice for it means the job
+    fits one of it as asked."""
+
     hybrid: HybridComparison | None
     """None unless ``constraints.deployment`` is ``hybrid`` or the request has ``hybrid``."""
 

@@ -8,7 +8,7 @@
   const TOKEN_KEY = "gpuplan-token";
   const PRIMARY = ["mode", "batch_size", "sequence_length", "precision", "gradient_checkpointing", "optimizer"];
   const TRACE = "t.";  // state keys and ids of the traced step's fields
-  const JOB_KEYS = ["model", "config", "gpu", "objective", "provider", "training_tokens", "requests_per_second", "prompt_tokens", "output_tokens"];
+  const JOB_KEYS = ["model", "config", "gpu", "objective", "provider", "training_tokens", "global_batch_size", "requests_per_second", "prompt_tokens", "output_tokens"];
   // Opened without a plan, the page shows this one: a Llama 3.1 8B LoRA fine-tune and
   // an A100 80GB shared by two 35 GiB services, three notebooks and an embedder.
   const EXAMPLE = {
@@ -249,12 +249,18 @@
   }
   function recommendRequest(state) {
     const body = { ...jobRequest(state), objective: state.objective };
+    // Advice is for the GPU the page shows the fit on (else the top recommendation's).
+    if (state.gpu) body.constraints = { preferred_gpu: state.gpu };
     if (state.provider) body.pricing = { providers: [state.provider] };
     if (state.mode === "inference") {
       const inference = {};
       for (const k of ["requests_per_second", "prompt_tokens", "output_tokens"]) if (state[k]) inference[k] = Number(state[k]);
       if (Object.keys(inference).length) body.inference = inference;
-    } else if (state.training_tokens) body.training = { training_tokens: Number(state.training_tokens) };
+    } else if (state.training_tokens || state.global_batch_size) {
+      const training = {};
+      for (const k of ["training_tokens", "global_batch_size"]) if (state[k]) training[k] = Number(state[k]);
+      body.training = training;
+    }
     return body;
   }
   function migRequest(state) {
@@ -462,6 +468,7 @@
     $("ranking-summary").textContent = `${answer.recommendations.length} candidates ranked "${answer.objective}" for a ${answer.workload_kind} workload; ${fitting} fit. ` +
       (answer.scenario ? `Scenario: ${answer.scenario.class.replace(/_/g, " ")} (${answer.scenario.band}). ` : "") +
       (answer.price_basis ? `Prices: ${answer.price_basis.detail}` + (answer.price_basis.unpriced.length ? `; ${answer.price_basis.unpriced.length} GPUs have no price on it and are ranked after the priced ones, unscored.` : ".") : "");
+    put("ranking-warnings", (answer.warnings || []).map((w) => el("li", { class: "warn" }, w)));
     drawScatter(answer);
     drawTable(answer);
   }
@@ -476,9 +483,12 @@
     drawMemory(answer);
     if (trace) drawTimeline(trace, fit ? fit.usable_memory_bytes : null, `Through the step, traced (peak ${gib(trace.peak_bytes)} in ${trace.peak_phase}; ${trace.runtime} allocator)`);
     const advice = recommendation && recommendation.advice ? recommendation.advice : [];
-    put("advice", advice.length ? advice.map((a) => el("li", { "data-change": a.change },
+    const target = recommendation ? recommendation.advice_gpu : null;
+    $("advice-for").textContent = target ? `For ${target}, best first: what makes the job fit, what keeps it, then the fewest GPU-hours.` : "";
+    put("advice", advice.length ? advice.map((a) => el("li", { "data-change": a.change, "data-gpu": a.gpu },
       el("strong", {}, a.change), ` on ${a.count}× ${a.gpu}: ${gib(a.required_bytes_before)} → ${gib(a.required_bytes_after)} per GPU, ${a.fits_after ? "then fits" : "still does not fit"}` +
-      (a.time_factor ? `, time ×${a.time_factor}` : "") + `. ${a.detail}`)) : el("li", {}, "No advice: the ranking found nothing to change."));
+      (a.time_factor ? `, time ×${a.time_factor}` : "") + (a.count > 1 && a.gpu_hours_factor ? `, GPU-hours ×${a.gpu_hours_factor}` : "") + `. ${a.detail}.`))
+      : el("li", {}, target ? `No advice: the job fits one ${target} as it is.` : "No advice: the ranking found no GPU to advise for."));
     put("assumptions", [...(answer.warnings || []).map((w) => el("li", { class: "warn" }, w)), ...(answer.assumptions || []).map((a) => el("li", {}, a))]);
   }
 

@@ -1,0 +1,106 @@
+"""The speed model's corpus of published runs (bench/published/runs.toml): every run carries
+its publication (``source_id``), citation, quote and measure and a request that is a
+RecommendRequest; none comes from a document the issue holds out; runs of a framework the
+model does not have yet are kept out of the bench; and a broken run is refused at load."""
+
+import re
+import tomllib
+
+import msgspec
+import pytest
+from bench.published import runs as published
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.recommend import RecommendRequest
+
+HELD_OUT = (
+    re.compile(r"llm-foundry.*benchmarking", re.I),
+    re.compile(r"torchtitan.*(benchmark|performance)", re.I),
+    re.compile(r"megatron-lm.*readme", re.I),
+    re.compile(r"tensorrt-llm.*(perf|performance)", re.I),
+    re.compile(r"nanotron", re.I),
+    re.compile(r"ultra-?scale", re.I),
+    re.compile(r"olmo-core.*readme", re.I),
+    re.compile(r"gpt-fast.*readme", re.I),
+    re.compile(r"autoawq.*readme", re.I),
+    re.compile(r"torchao.*quantization.*readme", re.I),
+)
+"""The documents issue 32 holds out: no run may cite one."""
+
+TRAINING_MEASURES = {
+    "tokens_per_s_per_gpu",
+    "tokens_per_s",
+    "model_tflops_per_gpu",
+    "hardware_tflops_per_gpu",
+    "mfu",
+    "step_time_s",
+    "samples_per_s",
+}
+
+
+def test_every_run_is_cited_quoted_measured_and_a_request() -> None:
+    catalog = builtin_catalog()
+    runs = published.load_all()
+    assert len({r["id"] for r in runs}) == len(runs)
+    for run in runs:
+        assert published.SOURCE_ID.match(run["source_id"]), run["id"]
+        for field in ("source", "quote", "measure"):
+            assert run[field], (run["id"], field)
+        assert catalog.get(run["gpu"]) is not None, run["id"]
+        request = msgspec.convert(run["request"], RecommendRequest)
+        assert request.layout == "given", run["id"]
+        assert run["gpu"] in request.constraints.include, run["id"]
+        if run.get("kind", "training") == "training":
+            assert run["measure"].split(" ")[0] in TRAINING_MEASURES, run["id"]
+            assert run["tokens_per_s_per_gpu"] > 0, run["id"]
+            assert run["derivation"], run["id"]
+            p = request.workload.parallelism
+            assert p.tensor * p.pipeline * p.data * p.context == run["gpus"], run["id"]
+        else:
+            assert run["measure"] in published.SERVING_MEASURES, run["id"]
+
+
+def test_no_run_cites_a_held_out_document() -> None:
+    for run in published.load_all():
+        cited = " ".join(str(run.get(f, "")) for f in ("source", "source_id", "quote"))
+        assert not [h.pattern for h in HELD_OUT if h.search(cited)], run["id"]
+
+
+def test_the_held_out_check_catches_a_held_out_citation() -> None:
+    cited = "repo mosaicml/llm-foundry, scripts/train/benchmarking/README.md"
+    assert [h.pattern for h in HELD_OUT if h.search(cited)]
+
+
+def test_pending_runs_are_kept_out_of_the_bench() -> None:
+    everything = published.load_all()
+    pending = [r for r in everything if "pending" in r]
+    assert pending, "the corpus records FSDP1 runs as pending"
+    timed = {r["id"] for r in published.load()} | {r["id"] for r in published.load("inference")}
+    assert not timed & {r["id"] for r in pending}
+    assert {r["id"] for r in published.load(pending=True)} >= {
+        r["id"] for r in pending if r.get("kind", "training") == "training"
+    }
+    assert all(r["split"] == "check" for r in pending)
+
+
+def _corpus_with(change: dict[str, object]) -> str:
+    text = published.RUNS.read_text(encoding="utf-8")
+    first = tomllib.loads(text)["run"][0]
+    broken = {**first, **change}
+    return {k: v for k, v in broken.items() if v is not None}  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"source_id": None}, "missing source_id"),
+        ({"source_id": "Not A Slug"}, "lowercase slug"),
+        ({"split": "train"}, "split"),
+        ({"pending": "fsdp3"}, "pending"),
+        ({"request": {"model": {"name": "llama-2-7b"}}}, "workload"),
+    ],
+)
+def test_a_broken_run_is_refused_at_load(change: dict[str, object], message: str) -> None:
+    run = _corpus_with(change)
+    with pytest.raises((published.RunsError, msgspec.ValidationError), match=message):
+        published._check([run])  # type: ignore[list-item]
