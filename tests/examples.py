@@ -1,9 +1,9 @@
 """The example of every operation: the requests, and the recorder of their answers.
 
     python -m tests.examples     # re-record service/gpuplan/api/examples/*.json,
-                                 # regenerate docs/api-examples.md and the report
-                                 # docs/ci.md quotes (needs Redis on 127.0.0.1:6379
-                                 # and the trace extra)
+                                 # regenerate docs/api-examples.md, the report
+                                 # docs/ci.md quotes and README.md's curl samples
+                                 # (needs Redis on 127.0.0.1:6379 and the trace extra)
 
 The answers come from the real app: fleet answers from a Redis holding two recorded
 nodes, the trace from a real trace worker. tests/test_examples.py recomputes the
@@ -306,6 +306,9 @@ def requote_ci() -> None:
 
 
 def main() -> None:
+    from tests import readme_samples
+
+    readme_samples.main()
     requote_ci()
     examples = record()
     for name, example in examples.items():

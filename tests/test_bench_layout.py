@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 
 # What may sit at bench/'s root besides folders: the suite's entry point, the session
-# script of a GPU machine (it runs checks of three folders), and the request sets that
-# several folders share. A study goes in the folder of what it measures.
-ROOT_SCRIPTS = {"__init__.py", "__main__.py", "gpu_session.sh", "requests.py"}
+# script of a GPU machine (it runs checks of three folders), the request sets that
+# several folders share, and the writer of the docs' figures from every folder's
+# results (quote.py). A study goes in the folder of what it measures.
+ROOT_SCRIPTS = {"__init__.py", "__main__.py", "gpu_session.sh", "requests.py", "quote.py"}
 
 # Where commands and script paths are written down; CHANGELOG.md is history and keeps
 # the paths of its day, results/ records the commands that produced each file.
