@@ -113,7 +113,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
         ),
     ),
     "mig_plan": (
-        "Two 35 GiB services and three notebooks on H100s",
+        "Two 35 GiB services and three notebooks on H100s, with every output",
         post(
             "/v1/mig/plan",
             gpu="h100-sxm5-80gb",
@@ -121,6 +121,7 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
                 {"name": "llm", "memory_gib": 35, "count": 2},
                 {"name": "notebook", "profile": "1g.10gb", "count": 3},
             ],
+            output=["mig-parted", "dra", "device-plugin"],
         ),
     ),
     "mig_slices": (

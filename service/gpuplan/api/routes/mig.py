@@ -56,9 +56,11 @@ async def mig_plan(
 
     Workloads name a profile or give `memory_gib` (matched against usable memory) and
     `compute_slices`. The answer holds each GPU's placed instances, the lower bound
-    and whether the count is proven minimal, unplaced workloads, utilisation, a
-    mig-parted config and Kubernetes resource names. With `current`, plans
-    incrementally around instances in use.
+    and whether the count is proven minimal, unplaced workloads, utilisation and the
+    Kubernetes resource names, plus what `output` asks for to apply it: the mig-parted
+    config (the default), `resource.k8s.io/v1` ResourceClaimTemplates for NVIDIA's DRA
+    driver (`dra`), the device plugin's names per MIG strategy (`device-plugin`). With
+    `current`, plans incrementally around instances in use.
     """
     return await bounded(request, mig.partition, body, runtime(request).catalog)
 

@@ -2,8 +2,9 @@
 
 The answer of ``POST /v1/mig/plan`` is a few hundred lines of JSON for four GPUs; a
 person planning a node wants the GPUs and their instances, whether that is the fewest
-GPUs, what was left out, and the Kubernetes resources each workload requests. The
-mig-parted config and the whole answer stay one ``--output`` away.
+GPUs, what was left out, and the Kubernetes resources each workload requests (with the
+device plugin's strategy and the DRA templates when the request asks for them). The
+mig-parted config, the DRA objects and the whole answer stay one ``--output`` away.
 """
 
 from gpuplan.cli.render.output import GiB
@@ -57,10 +58,26 @@ def table(r: PartitionResponse) -> str:
             else ""
         )
         lines.append(f"migStrategy single: not possible; {s.reason}{alternative}")
+    lines += _asked(r)
     if r.unverified:
         lines.append(f"unverified on hardware: {', '.join(r.unverified)}")
     lines.append(
-        "--output mig-parted prints the nvidia-mig-parted config (--write FILE saves it); "
-        "--output json the whole answer"
+        "--output mig-parted prints the nvidia-mig-parted config, --output dra the DRA "
+        "ResourceClaimTemplates (--write FILE saves either); --output json the whole answer"
     )
     return "\n".join(lines) + "\n"
+
+
+def _asked(r: PartitionResponse) -> list[str]:
+    """The outputs the request asked for beyond the config: strategy, DRA templates."""
+    lines = []
+    if r.device_plugin is not None:
+        lines.append(f"device plugin: set migStrategy {r.device_plugin.strategy}")
+    if r.dra is not None:
+        lines.append(f"DRA ({r.dra.driver}, {r.dra.api_version}) ResourceClaimTemplates:")
+        width = max((len(t.name) for t in r.dra.claim_templates), default=0)
+        lines += [
+            f"  {t.name:<{width}}  {t.device_class_name} {t.profile}, one per pod, {t.pods} pod(s)"
+            for t in r.dra.claim_templates
+        ]
+    return lines

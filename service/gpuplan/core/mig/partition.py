@@ -4,12 +4,14 @@ Workloads become classes of profiles (:mod:`gpuplan.core.mig.demand`); the packe
 (:mod:`gpuplan.core.mig.packing`) picks layouts and serves classes; this module orders
 and names the GPUs it used and hands them to :mod:`gpuplan.core.mig.assemble` for the
 answer. A request with ``current`` instances in use goes to
-:mod:`gpuplan.core.mig.incremental`.
+:mod:`gpuplan.core.mig.incremental`. Either answer then carries the outputs the request
+asks for (:mod:`gpuplan.core.mig.outputs`).
 """
 
 from collections.abc import Sequence
 
-from gpuplan.core.catalog import Catalog
+from gpuplan.core.catalog import Catalog, GpuSpec
+from gpuplan.core.mig import outputs
 from gpuplan.core.mig.assemble import assemble, build_gpu
 from gpuplan.core.mig.demand import classify, expand, workloads_on
 from gpuplan.core.mig.geometry import Counts, geometry
@@ -27,8 +29,16 @@ def partition(
 ) -> PartitionResponse:
     """Partition GPUs for ``request``'s workloads (incrementally when it gives ``current``)."""
     spec, table = resolve(catalog, builtin_tables() if tables is None else tables, request.gpu)
+    outputs.check(request.output)
     if request.current is not None:
-        return incremental(request, spec, table)
+        response = incremental(request, spec, table)
+    else:
+        response = _fresh(request, spec, table)
+    return outputs.attach(request.output, spec, response)
+
+
+def _fresh(request: PartitionRequest, spec: GpuSpec, table: MigGpu) -> PartitionResponse:
+    """Pack the workloads onto empty GPUs."""
     geo = geometry(table)
     demand = classify(table, request)
     counts = [sum(n for _, n in members) for members in demand.members]

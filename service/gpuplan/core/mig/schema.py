@@ -212,6 +212,13 @@ class CurrentGpu(Record, kw_only=True):
     instances: Annotated[list[CurrentInstance], msgspec.Meta(max_length=8)] = []
 
 
+PlanOutput = Literal["mig-parted", "dra", "device-plugin"]
+"""What a partition answer carries to apply it: the nvidia-mig-parted config
+(``mig-parted``), ResourceClaimTemplates for NVIDIA's DRA driver (``dra``), or the
+extended-resource names NVIDIA's device plugin exposes under each MIG strategy
+(``device-plugin``)."""
+
+
 class PartitionRequest(Record, kw_only=True):
     """Workloads to pack onto the fewest MIG-partitioned GPUs of one model, afresh or
     around the instances a fleet runs now (``current``)."""
@@ -224,6 +231,13 @@ class PartitionRequest(Record, kw_only=True):
     """Most GPUs to use; workloads beyond them are reported in ``unplaced``."""
     current: Annotated[list[CurrentGpu], msgspec.Meta(max_length=MAX_GPUS)] | None = None
     """The fleet as it is: plan incrementally on these GPUs, keeping in-use instances."""
+    output: Annotated[tuple[PlanOutput, ...], msgspec.Meta(max_length=3)] = ("mig-parted",)
+    """What the answer carries to apply the plan, each at most once: ``mig-parted`` (the
+    nvidia-mig-parted config that creates the layouts: GPU Operator, or DRA without
+    DynamicMIG), ``dra`` (a ``resource.k8s.io/v1`` ResourceClaimTemplate per workload for
+    NVIDIA's DRA driver), ``device-plugin`` (the resource names of NVIDIA's device plugin
+    under ``migStrategy`` single and mixed). ``resources`` and ``single_strategy`` are
+    always there; ``[]`` answers the placements alone."""
 
 
 class PartitionInstance(Record, kw_only=True):
@@ -324,6 +338,82 @@ class Repartition(Record, kw_only=True):
     """True when no instance is in use, so mig-parted may re-apply the whole GPU."""
 
 
+MigStrategy = Literal["single", "mixed"]
+
+
+class DevicePluginResource(Record, kw_only=True):
+    """The extended resource a workload's pods request for its instances on one profile,
+    under each ``migStrategy`` of NVIDIA's device plugin (one pod, one MIG device)."""
+
+    workload: str
+    profile: str
+    count: int
+    """Instances of the workload on this profile: pods requesting one each."""
+    mixed: str
+    """Under ``migStrategy: mixed``: ``nvidia.com/mig-<profile>``, ``+`` written ``.``."""
+    single: str | None
+    """Under ``migStrategy: single``: ``nvidia.com/gpu``; null when the plan mixes
+    profiles, which ``single`` cannot serve."""
+
+
+class DevicePluginOutput(Record, kw_only=True):
+    """What NVIDIA's device plugin (and GPU Feature Discovery) need to serve the plan."""
+
+    strategy: MigStrategy
+    """The ``migStrategy`` to set: ``single`` when every GPU of the plan carries one
+    profile (then each pod asks ``nvidia.com/gpu``), else ``mixed``."""
+    resources: list[DevicePluginResource]
+
+
+class DraDeviceClass(Record, kw_only=True):
+    """A DeviceClass NVIDIA's DRA driver installs, and the devices it selects."""
+
+    name: str
+    selects: str
+    """What its CEL selector admits, in words."""
+    expression: str
+    """Its CEL selector, as the driver's Helm chart writes it."""
+
+
+class DraClaimTemplate(Record, kw_only=True):
+    """One ResourceClaimTemplate of the answer: each pod of the workload that names it
+    gets a claim for one MIG device of the planned profile on the planned GPU model."""
+
+    name: str
+    """``metadata.name``: the workload's name as a DNS label, with the profile appended
+    when the workload's instances use more than one profile."""
+    workload: str
+    profile: str
+    pods: int
+    """Instances of the workload on this profile: pods to run with this template."""
+    request: str
+    """Name of the template's one device request (a container's ``resources.claims``
+    may name it)."""
+    device_class_name: str
+    """``mig.nvidia.com``."""
+    selector: str
+    """The CEL expression that picks the profile on this GPU model, by the driver's
+    ``productName`` and ``profile`` device attributes."""
+
+
+class DraOutput(Record, kw_only=True):
+    """The plan for NVIDIA's DRA driver (``gpu.nvidia.com``): a ResourceClaimTemplate per
+    workload and profile, and the DeviceClasses they rely on."""
+
+    api_version: str
+    """``resource.k8s.io/v1`` (GA since Kubernetes 1.34)."""
+    driver: str
+    """The DRA driver's name and the domain of its device attributes."""
+    driver_release: str
+    """The driver release whose device attributes and DeviceClasses this follows."""
+    device_classes: list[DraDeviceClass]
+    """The DeviceClasses the driver's Helm chart installs for GPUs."""
+    claim_templates: list[DraClaimTemplate]
+    manifests: str
+    """The ResourceClaimTemplates as one YAML stream (``kubectl apply -n NAMESPACE -f``);
+    a comment alone when the plan places no workload."""
+
+
 class PartitionResponse(Record, kw_only=True):
     """A packing plan: each GPU's instances, how the GPU count compares with the lower
     bound, the workloads left out, and the mig-parted config and Kubernetes resources
@@ -342,11 +432,18 @@ class PartitionResponse(Record, kw_only=True):
     gpus: list[PartitionGpu]
     unplaced: list[Unplaced]
     utilization: Utilization
-    mig_parted_config: str
+    mig_parted_config: str | None
     """nvidia-mig-parted ``version: v1`` YAML: one named config per distinct layout,
-    with its device indices, and ``gpuplan-all`` holding every GPU."""
+    with its device indices, and ``gpuplan-all`` holding every GPU; null unless
+    ``output`` asks for ``mig-parted``."""
     resources: list[Resource]
     single_strategy: SingleStrategy
+    device_plugin: DevicePluginOutput | None = None
+    """The device plugin's resource names per MIG strategy; null unless ``output`` asks
+    for ``device-plugin``."""
+    dra: DraOutput | None = None
+    """ResourceClaimTemplates for NVIDIA's DRA driver; null unless ``output`` asks for
+    ``dra``."""
     repartition: list[Repartition] = []
     """Incremental plans: GPUs whose layout changes, and how."""
     unverified: list[str] = []
