@@ -54,6 +54,9 @@ class Source:
     members: tuple[str, ...] = ()
     """MIG uuids of the GPU instance: a reused id with other members is a new source."""
 
+    mig_enabled: bool = False
+    """Of a whole GPU: MIG mode on (its answers may differ once MIG mode changes)."""
+
 
 @dataclass
 class Measured:
@@ -304,7 +307,7 @@ def _sources(
             gpu.unsupported_fields = sorted({*gpu.unsupported_fields, *FIELDS})
         if not support:
             continue
-        sources.append((Source(gpu.uuid), handle))
+        sources.append((Source(gpu.uuid, mig_enabled=bool(gpu.mig_enabled)), handle))
         members: dict[int, list[str]] = {}
         for m in migs:
             if m.gpu_uuid == gpu.uuid:
