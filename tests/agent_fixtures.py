@@ -30,9 +30,13 @@ def recording(name: str) -> dict[str, Any]:
     return data
 
 
+def no_wait(seconds: float) -> None:
+    """A sleep that does not: a replay has no sample refresh to wait for."""
+
+
 def replay_source(name: str) -> tuple[NvmlSource, ReplayNvml]:
     replay = ReplayNvml(recording(name), pynvml)
-    return NvmlSource(replay), replay
+    return NvmlSource(replay, sleep=no_wait), replay
 
 
 def snapshot(

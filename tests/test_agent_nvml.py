@@ -257,6 +257,16 @@ def test_a_real_h200_recording_replays_through_the_collector() -> None:
     assert (gpu.sm_clock_hertz, gpu.sm_clock_max_hertz) == (345e6, 1980e6)
     assert (gpu.pcie_generation, gpu.pcie_width) == (5, 16)
     assert gpu.compute_processes == 0
-    assert gpu.unsupported_fields == ["nvlink_links_active", "nvlink_version"]
     assert sweep.nvlink_pairs == set()
-    assert replay.missed == []
+    # The capture predates GPM collection: the support query is the one call it lacks,
+    # and it answers FUNCTION_NOT_FOUND, as a driver without GPM would. The activities
+    # are then listed unsupported and counted, never published as 0.
+    assert replay.missed == ["nvmlGpmQueryDeviceSupport(gpu0)"]
+    assert gpu.unsupported_fields == [
+        "dram_activity_ratio", "nvlink_links_active", "nvlink_version",
+        "sm_activity_ratio", "tensor_activity_ratio",
+    ]  # fmt: skip
+    assert (gpu.sm_activity_ratio, gpu.tensor_activity_ratio, gpu.dram_activity_ratio) == (
+        None, None, None,
+    )  # fmt: skip
+    assert source.errors["gpm_function_not_found"] == 1

@@ -241,6 +241,8 @@ def test_the_exported_set_is_real(exported: set[str]) -> None:
         "gpuplan_http_request_duration_seconds_bucket",
         "gpuplan_agent_benchmark_last_success_timestamp_seconds",  # the CPU agent's benchmark
         "gpuplan_agent_mig_instance_info",  # the recorded MIG GPU
+        "gpuplan_agent_mig_instance_sm_activity_ratio",  # its GPM, per GPU instance
+        "gpuplan_agent_gpu_sm_activity_ratio",
         "gpuplan_agent_nvlink_bytes_total",
         "gpuplan_agent_matmul_peak_ratio",  # the GPU benchmark report
     } <= exported
@@ -331,6 +333,29 @@ def test_fleet_dashboard_compares_measured_with_peak() -> None:
                    "gpuplan_agent_pcie_throughput_bytes_per_second",
                    "gpuplan_agent_benchmark_last_success_timestamp_seconds"):  # fmt: skip
         assert metric in exprs
+
+
+def test_fleet_dashboard_has_a_mig_activity_row() -> None:
+    """SM, tensor and DRAM activity per MIG instance (GPM), labelled by GPU and compute
+    instance, in a row of its own; and GPM's SM activity beside utilization.gpu."""
+    board = _dashboard(ROOT / "deploy" / "grafana" / "gpuplan-fleet.json")
+    panels = _panels(board)
+    (row,) = [p for p in panels if p["type"] == "row" and "MIG" in p["title"]]
+    below = sorted(
+        (p for p in panels if p["type"] != "row" and p["gridPos"]["y"] > row["gridPos"]["y"]),
+        key=lambda p: (p["gridPos"]["y"], p["gridPos"]["x"]),
+    )
+    rows_after = [p["gridPos"]["y"] for p in panels
+                  if p["type"] == "row" and p["gridPos"]["y"] > row["gridPos"]["y"]]  # fmt: skip
+    mine = [p for p in below if not rows_after or p["gridPos"]["y"] < min(rows_after)]
+    exprs = {t["expr"].split("{")[0]: t["legendFormat"] for p in mine for t in p["targets"]}
+    for kind in ("sm", "tensor", "dram"):
+        legend = exprs[f"gpuplan_agent_mig_instance_{kind}_activity_ratio"]
+        assert "{{gpu_instance_id}}" in legend
+        assert "{{compute_instance_id}}" in legend
+    assert {"gpuplan_agent_gpu_sm_activity_ratio", "gpuplan_agent_gpu_utilization_ratio"} <= set(
+        exprs
+    )
 
 
 def _free_slices_expr() -> str:

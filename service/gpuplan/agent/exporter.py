@@ -24,6 +24,24 @@ from gpuplan.core.fleet import GpuTelemetry
 P = "gpuplan_agent_"
 GPU_LABELS = ["node", "gpu", "uuid", "model_name"]
 
+# GPM activities (agent/telemetry/gpm.py), a field of GpuTelemetry and of MigInstance
+# alike: help with the {scope} it is read for.
+ACTIVITY_HELP = {
+    "sm_activity_ratio": (
+        "Fraction of the {scope}'s SMs busy since the previous sweep (NVML GPM SM_UTIL, "
+        "Hopper and newer). Not NVML utilization.gpu, which reads 1 while a single SM "
+        "runs a kernel."
+    ),
+    "tensor_activity_ratio": (
+        "Fraction of time the {scope}'s SMs ran tensor-core instructions since the "
+        "previous sweep (NVML GPM ANY_TENSOR_UTIL, Hopper and newer)."
+    ),
+    "dram_activity_ratio": (
+        "DRAM bandwidth the {scope} used since the previous sweep, as a fraction of the "
+        "peak (NVML GPM DRAM_BW_UTIL, Hopper and newer)."
+    ),
+}
+
 # (field of GpuTelemetry, metric name without the prefix, help); one series per GPU.
 _GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
     (
@@ -36,6 +54,7 @@ _GPU_GAUGES: tuple[tuple[str, str, str], ...] = (
         "memory_utilization_ratio",
         "Fraction of the last sample period the memory controller was busy.",
     ),
+    *((field, "gpu_" + field, doc.format(scope="GPU")) for field, doc in ACTIVITY_HELP.items()),
     ("memory_total_bytes", "memory_total_bytes", "GPU memory the driver reports."),
     ("memory_used_bytes", "memory_used_bytes", "GPU memory in use."),
     ("memory_free_bytes", "memory_free_bytes", "GPU memory free."),
@@ -231,6 +250,15 @@ class AgentCollector(Collector):
             "1 when a process holds a compute context on the instance.",
             labels=labels,
         )
+        activity = {
+            field: GaugeMetricFamily(
+                P + "mig_instance_" + field,
+                doc.format(scope="MIG GPU instance")
+                + " One value per GPU instance, on each of its compute instances.",
+                labels=[*labels, "compute_instance_id"],
+            )
+            for field, doc in ACTIVITY_HELP.items()
+        }
         for m in snap.mig_instances:
             values = [
                 snap.node,
@@ -246,7 +274,12 @@ class AgentCollector(Collector):
             info.add_metric([*values, start, size], 1)
             memory.add_metric(values, m.memory_bytes)
             in_use.add_metric(values, int(m.in_use))
-        yield from (info, memory, in_use)
+            ci = "" if m.compute_instance_id is None else str(m.compute_instance_id)
+            for field, family in activity.items():
+                value = getattr(m, field)
+                if value is not None:  # never a made-up 0 where GPM did not answer
+                    family.add_metric([*values, ci], value)
+        yield from (info, memory, in_use, *activity.values())
 
     def _benchmark(self) -> Iterator[Metric]:
         snap = self.state.snapshot

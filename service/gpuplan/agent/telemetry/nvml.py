@@ -10,9 +10,13 @@ the sweep. ``nvml`` is the ``pynvml`` module, or a
 """
 
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from gpuplan.agent.telemetry.base import GuardedSource, Sweep, TelemetryError, Vendor
+from gpuplan.agent.telemetry.gpm import SETTLE_SECONDS, GpmSampler, read_activity
+from gpuplan.agent.telemetry.nvml_errors import Lost, error_kind
 from gpuplan.core.fleet import GpuTelemetry, MigInstance
 
 MHZ = 1_000_000
@@ -23,10 +27,6 @@ _NVLINK_MAJOR = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 _PROFILE = re.compile(r"(\d+g\.\d+gb(?:\+\w+)?)")
 
 
-class _Lost(Exception):
-    """The GPU fell off the bus (NVML_ERROR_GPU_IS_LOST)."""
-
-
 class NvmlSource(GuardedSource):
     """Reads every GPU and MIG instance NVML reports."""
 
@@ -35,7 +35,12 @@ class NvmlSource(GuardedSource):
     INIT = "nvmlInit"
     SHUTDOWN = "nvmlShutdown"
 
-    def __init__(self, nvml: Any) -> None:
+    def __init__(
+        self,
+        nvml: Any,
+        gpm_settle_seconds: float = SETTLE_SECONDS,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.nvml = nvml
         self._lost: dict[int, tuple[str, str]] = {}  # index -> (uuid, model name)
         self._identity: dict[int, tuple[str, str]] = {}
@@ -45,16 +50,21 @@ class NvmlSource(GuardedSource):
             nvml.NVML_ERROR_NO_PERMISSION,
         }
         super().__init__(nvml, nvml.NVMLError)
+        self._gpm = GpmSampler(nvml, self.errors, gpm_settle_seconds, sleep)
+
+    def close(self) -> None:
+        self._gpm.close()
+        super().close()
 
     def _is_unsupported(self, err: Exception) -> bool:
         """Not supported, no such function, no permission; a lost GPU stops its sweep."""
         code = getattr(err, "value", None)
         if code == self.nvml.NVML_ERROR_GPU_IS_LOST:
             self.errors["gpu_lost"] += 1
-            raise _Lost from err
+            raise Lost from err
         if code in self._skip_codes:
             return True
-        self.errors[_error_kind(err)] += 1
+        self.errors[error_kind(err)] += 1
         return False
 
     # -- the sweep -------------------------------------------------------------
@@ -64,7 +74,7 @@ class NvmlSource(GuardedSource):
         try:
             count = nvml.nvmlDeviceGetCount()
         except nvml.NVMLError as err:
-            self.errors[_error_kind(err)] += 1
+            self.errors[error_kind(err)] += 1
             raise TelemetryError(f"NVML could not count devices: {err}") from err
         driver: str | None = self._get("system", "driver_version", [], "nvmlSystemGetDriverVersion")
         gpus: list[GpuTelemetry] = []
@@ -78,17 +88,18 @@ class NvmlSource(GuardedSource):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
                 gpu, gpu_migs = self._device(node, index, handle)
-            except (_Lost, nvml.NVMLError) as err:
+            except (Lost, nvml.NVMLError) as err:
                 if isinstance(err, nvml.NVMLError):
-                    self.errors[_error_kind(err)] += 1
+                    self.errors[error_kind(err)] += 1
                 uuid, name = self._identity.get(index, (f"unknown-{index}", "unknown"))
-                if isinstance(err, _Lost) or err.value == nvml.NVML_ERROR_GPU_IS_LOST:
+                if isinstance(err, Lost) or err.value == nvml.NVML_ERROR_GPU_IS_LOST:
                     self._lost[index] = (uuid, name)
                 gpus.append(GpuTelemetry(index=index, uuid=uuid, model_name=name, up=False))
                 continue
             handles[index] = handle
             gpus.append(gpu)
             migs.extend(gpu_migs)
+        gpus, migs = self._activity(gpus, migs, handles)
         return Sweep(
             vendor="nvidia",
             driver_version=_text(driver) if driver is not None else None,
@@ -209,7 +220,7 @@ class NvmlSource(GuardedSource):
             except nvml.NVMLError as err:
                 if err.value == nvml.NVML_ERROR_GPU_IS_LOST:
                     self.errors["gpu_lost"] += 1
-                    raise _Lost from err
+                    raise Lost from err
                 if link == 0:  # no NVLink on this GPU (PCIe card) or no permission
                     self._unsupported.add((uuid, "nvlink_links_active"))
                     self.errors["not_supported"] += 1
@@ -266,9 +277,9 @@ class NvmlSource(GuardedSource):
                 mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
             except nvml.NVMLError as err:
                 if err.value == nvml.NVML_ERROR_GPU_IS_LOST:
-                    raise _Lost from err
+                    raise Lost from err
                 if err.value != nvml.NVML_ERROR_NOT_FOUND:  # NOT_FOUND: an empty slot
-                    self.errors[_error_kind(err)] += 1
+                    self.errors[error_kind(err)] += 1
                 continue
             try:
                 mig_uuid = _text(nvml.nvmlDeviceGetUUID(mig))
@@ -276,8 +287,8 @@ class NvmlSource(GuardedSource):
                 memory = nvml.nvmlDeviceGetMemoryInfo(mig)
             except nvml.NVMLError as err:
                 if err.value == nvml.NVML_ERROR_GPU_IS_LOST:
-                    raise _Lost from err
-                self.errors[_error_kind(err)] += 1
+                    raise Lost from err
+                self.errors[error_kind(err)] += 1
                 continue
             ci_id = get("mig_compute_instance_id", "nvmlDeviceGetComputeInstanceId", mig)
             start = size = None
@@ -314,6 +325,25 @@ class NvmlSource(GuardedSource):
             )
         return out
 
+    def _activity(
+        self, gpus: list[GpuTelemetry], migs: list[MigInstance], handles: dict[int, Any]
+    ) -> tuple[list[GpuTelemetry], list[MigInstance]]:
+        """GPM activity of each GPU and GPU instance; a GPU lost while it was sampled is
+        reported down, without its MIG instances, from this sweep on."""
+        lost = read_activity(self._gpm, gpus, migs, handles)
+        if not lost:
+            return gpus, migs
+        for gpu in gpus:
+            if gpu.uuid in lost:
+                self._lost[gpu.index] = (gpu.uuid, gpu.model_name)
+        down = [
+            GpuTelemetry(index=g.index, uuid=g.uuid, model_name=g.model_name, up=False)
+            if g.uuid in lost
+            else g
+            for g in gpus
+        ]
+        return down, [m for m in migs if m.gpu_uuid not in lost]
+
     def _nvlink_pairs(self, handles: dict[int, Any]) -> frozenset[tuple[int, int]]:
         """Ordered pairs with NVLink peer-to-peer (NVML_P2P_CAPS_INDEX_NVLINK is OK)."""
         nvml = self.nvml
@@ -325,7 +355,7 @@ class NvmlSource(GuardedSource):
                 try:
                     status = nvml.nvmlDeviceGetP2PStatus(hi, hj, nvml.NVML_P2P_CAPS_INDEX_NVLINK)
                 except nvml.NVMLError as err:
-                    self.errors[_error_kind(err)] += 1
+                    self.errors[error_kind(err)] += 1
                     continue
                 if status == nvml.NVML_P2P_STATUS_OK:
                     pairs.add((i, j))
@@ -349,9 +379,3 @@ def _profile(name: str) -> str | None:
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def _error_kind(err: Exception) -> str:
-    """``NVMLError_NoPermission`` -> ``no_permission``: a bounded label value."""
-    name = type(err).__name__.removeprefix("NVMLError_") or "unknown"
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower() if name != "NVMLError" else "unknown"

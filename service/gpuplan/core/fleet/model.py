@@ -21,6 +21,8 @@ BenchmarkStatus = Literal["ok", "partial", "skipped", "error"]
 SkipReason = Literal["busy", "mig", "lost", "unsupported", "failed", "timeout"]
 
 Ratio = Annotated[float, msgspec.Meta(ge=0)]
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+"""A share of a whole, 0 to 1 (the GPM activities: a busier-than-busy SM does not exist)."""
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 Name = Annotated[str, msgspec.Meta(max_length=256)]
@@ -63,6 +65,19 @@ class GpuTelemetry(Record, kw_only=True):
 
     memory_utilization_ratio: Ratio | None = None
     """Fraction of time the memory controller was busy (not capacity)."""
+
+    sm_activity_ratio: Fraction | None = None
+    """Fraction of the SMs busy, averaged since the previous sweep (NVML GPM
+    ``SM_UTIL``; Hopper and newer). Unlike ``utilization_ratio``, one busy SM of 132
+    reads 0.008, not 1."""
+
+    tensor_activity_ratio: Fraction | None = None
+    """Fraction of time the SMs ran tensor-core instructions of any precision, averaged
+    since the previous sweep (NVML GPM ``ANY_TENSOR_UTIL``; Hopper and newer)."""
+
+    dram_activity_ratio: Fraction | None = None
+    """Fraction of the peak DRAM bandwidth used, averaged since the previous sweep (NVML
+    GPM ``DRAM_BW_UTIL``; Hopper and newer)."""
 
     memory_total_bytes: NonNegativeInt | None = None
     memory_used_bytes: NonNegativeInt | None = None
@@ -127,6 +142,20 @@ class MigInstance(Record, kw_only=True):
     memory_used_bytes: NonNegativeInt | None = None
     in_use: bool
     """A process holds a compute context on this instance."""
+
+    sm_activity_ratio: Fraction | None = None
+    """Fraction of the SMs busy in this GPU instance, averaged since the previous sweep
+    (NVML GPM ``SM_UTIL`` through ``nvmlGpmMigSampleGet``; Hopper and newer). GPM
+    measures the GPU instance, so its compute instances all carry the same value.
+    NVML's ``utilization.gpu`` has no per-instance reading at all."""
+
+    tensor_activity_ratio: Fraction | None = None
+    """Fraction of time this GPU instance's SMs ran tensor-core instructions of any
+    precision, averaged since the previous sweep (NVML GPM ``ANY_TENSOR_UTIL``)."""
+
+    dram_activity_ratio: Fraction | None = None
+    """DRAM bandwidth this GPU instance used as a fraction of the peak, averaged since the
+    previous sweep (NVML GPM ``DRAM_BW_UTIL``)."""
 
 
 class MatmulResult(Record, kw_only=True):
