@@ -200,7 +200,7 @@ def _check_memory(page: Page, answer: dict[str, Any]) -> None:
     assert f"+{answer['headroom_fraction'] * 100:.1f}%" in headroom_text
     ranges = answer["intervals"]
     assert ranges, "the analytic estimate gives 90% ranges"
-    assert "with 95% confidence" in verdict
+    assert "95% confidence" in verdict
     assert "95% confidence" in headroom_text
     drawn = chart.locator('g.err.range[data-figure="device_bytes"]')
     assert drawn.count() == 1
@@ -574,6 +574,20 @@ def test_a_bad_value_is_shown_under_its_field(
     marked = page.locator("[aria-invalid=true]").evaluate_all("ns => ns.map(n => n.id)")
     assert field in marked, marked
     assert len(marked) <= 2, marked
+    _refused(watched)
+
+
+def test_a_bad_workload_or_mig_value_is_shown_under_its_input(watched: Watched) -> None:
+    page = watched.page
+    watched.open(PLAN.replace("batch_size=2", "batch_size=0") + "&mw=bad:9g.99gb:1")
+    _field_error(page, "batch_size", "$.workload.batch_size")
+    # The third MIG row's profile: the plan names it by its index.
+    page.get_by_role("tab", name="MIG").click()
+    spec = page.locator("#mig-rows tr").nth(2).locator("input").nth(1)
+    assert spec.get_attribute("aria-invalid") == "true"
+    note = page.locator(f"#{spec.get_attribute('id')}-error")
+    assert "$.workloads[2].profile" in note.inner_text()
+    assert "9g.99gb" in note.inner_text()
     _refused(watched)
 
 

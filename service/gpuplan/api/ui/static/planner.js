@@ -448,7 +448,7 @@
     $("memory-caption").textContent = `Memory at the peak (${answer.peak_phase || "peak"}): ${gib(total)} needed` +
       (usable ? ` of ${gib(usable)} usable on ${nameOf(answer.fit.gpu)}` : "") + (biggest ? `; the largest part is ${biggest.label} (${gib(biggest.bytes)}).` : ".") +
       (range ? ` The bar above is the 90% range of what nvidia-smi will show (${gib(range.low)} – ${gib(range.high)}), from the estimate's errors on published measurements; "needs" is its high end, so "fits" holds at 95% confidence, ${pct(answer.headroom_fraction)} above the middle estimate (${gib(answer.device_bytes)}).`
-        : ` No range: the ${answer.method} estimate keeps a flat ${pct(answer.headroom_fraction)} headroom.`);
+        : ` No range: the ${words(answer.method)} estimate keeps a flat ${pct(answer.headroom_fraction)} headroom.`);
     drawTimeline(answer, usable, "Through the step");
   }
   const partClass = (p, i) => (p.key === "headroom" ? "c-headroom" : `c${i % 10}`);
@@ -575,6 +575,7 @@
       if (ry) svg.append(bar(c, "y", ry, px(axes.x.value(c))));
       if (rx || ry) ranged += 1;
     }
+    const labels = [];
     for (const c of points.slice().reverse()) {
       const misses = (c.breaches || []).map((b) => b.constraint);
       const rx = rangeOf(c, axes.x), ry = rangeOf(c, axes.y);
@@ -585,8 +586,18 @@
       dot.addEventListener("focus", () => highlightRow(c.gpu, c.count));
       dot.addEventListener("mouseenter", () => highlightRow(c.gpu, c.count));
       svg.append(dot);
-      const right = px(axes.x.value(c)) > W - 170;
-      if (c.rank <= 5) svg.append(sv("text", { x: px(axes.x.value(c)) + (right ? -9 : 9), y: py(axes.y.value(c)) - 7, class: "dot-label", "text-anchor": right ? "end" : "start" }, `${c.count}× ${shortName(c.gpu)}`));
+      if (c.rank <= 5) labels.push(c);
+    }
+    // The first five are named beside their dot, above it or below, where no other name is
+    // (a name that finds no room is left to the dot's own label and the table).
+    const placed = [];
+    for (const c of labels.sort((a, b) => a.rank - b.rank)) {
+      const text = `${c.count}× ${shortName(c.gpu)}`, w = text.length * 6.4, cx = px(axes.x.value(c)), cy = py(axes.y.value(c));
+      const right = cx > W - 170, x0 = right ? cx - 9 - w : cx + 9;
+      const spot = [cy - 7, cy + 16].find((y) => !placed.some((b) => x0 < b.x1 && x0 + w > b.x0 && y > b.y - 13 && y - 13 < b.y));
+      if (spot === undefined) continue;
+      placed.push({ x0, x1: x0 + w, y: spot });
+      svg.append(sv("text", { x: right ? cx - 9 : cx + 9, y: spot, class: "dot-label", "text-anchor": right ? "end" : "start" }, text));
     }
     put("scatter-svg", svg);
     const best = points.find((c) => c.rank === Math.min(...points.map((p) => p.rank)));
@@ -670,14 +681,14 @@
   function renderMemory(answer, recommendation, trace) {
     const fit = answer.fit;
     const range = deviceRange(answer);
-    const sure = range ? " with 95% confidence" : "";
+    const sure = range ? " (95% confidence)" : "";
     // Between the middle estimate and the high end: the job may well fit, but not surely.
     const close = fit && !fit.fits && range && answer.device_bytes <= fit.usable_memory_bytes
       ? ` The middle estimate, ${gib(answer.device_bytes)}, would fit: it may, but not with 95% confidence.` : "";
     const verdict = fit
       ? el("p", { class: fit.fits ? "fits" : "nofits", "data-fits": fit.fits },
-        el("strong", {}, fit.fits ? "Fits" : "Does not fit"), `${sure} on ${nameOf(fit.gpu)}: needs ${gib(fit.required_bytes)} of ${gib(fit.usable_memory_bytes)} usable (${pct(fit.utilization)}).${close}`)
-      : el("p", {}, el("strong", {}, `Needs ${gib(answer.required_bytes)}`), `${range ? " (95% confidence)" : ""} (no GPU chosen for a fit).`);
+        el("strong", {}, fit.fits ? "Fits" : "Does not fit"), `${fit.fits && range ? " with 95% confidence" : ""} on ${nameOf(fit.gpu)}: needs ${gib(fit.required_bytes)}${fit.fits ? "" : sure} of ${gib(fit.usable_memory_bytes)} usable (${pct(fit.utilization)}).${close}`)
+      : el("p", {}, el("strong", {}, `Needs ${gib(answer.required_bytes)}`), `${range ? " at 95% confidence" : ""} (no GPU chosen for a fit).`);
     put("verdict", verdict, el("p", { class: "help" }, `${count(answer.parameters)} parameters (${count(answer.trainable_parameters)} trainable); peak in ${answer.peak_phase}; ${answer.method} estimate.`));
     drawMemory(answer);
     if (trace) drawTimeline(trace, fit ? fit.usable_memory_bytes : null, `Through the step, traced (peak ${gib(trace.peak_bytes)} in ${trace.peak_phase}; ${trace.runtime} allocator)`);
