@@ -5,6 +5,7 @@ import hashlib
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 from litestar.testing import TestClient
@@ -57,6 +58,61 @@ def test_the_planner_marks_its_three_pictures(client: TestClient) -> None:  # ty
         if f'id="{control}" type="hidden"' in text or f'name="{control}" value=' in text:
             continue
         assert f'for="{control}"' in text, control
+
+
+# The recommendation's fields the planner's form sets, by their path in the request.
+FORM_PATHS = {
+    "objective",
+    "constraints.preferred_gpu",
+    "constraints.include",
+    "constraints.exclude",
+    "constraints.max_gpus_per_job",
+    "pricing.providers",
+    "pricing.kind",
+    "training.training_tokens",
+    "training.global_batch_size",
+    "training.global_batch_tokens",
+    "inference.requests_per_second",
+    "inference.prompt_tokens",
+    "inference.output_tokens",
+    "inference.duration_hours",
+    "inference.max_time_to_first_token_s",
+    "inference.max_time_per_output_token_s",
+}
+
+
+def _spec_at(schemas: dict[str, Any], path: str) -> dict[str, Any] | None:
+    """The schema of a dotted path of RecommendRequest, following refs and nullables."""
+    spec: dict[str, Any] | None = schemas["RecommendRequest"]
+    for part in path.split("."):
+        assert spec is not None
+        options = spec.get("anyOf", [spec])
+        option = next((o for o in options if "$ref" in o or "properties" in o), options[0])
+        if "$ref" in option:
+            option = schemas[option["$ref"].rsplit("/", 1)[1]]
+        spec = option.get("properties", {}).get(part)
+        if spec is None:
+            return None
+    return spec
+
+
+def test_the_planners_fields_are_the_apis(client: TestClient) -> None:  # type: ignore[type-arg]
+    """Each field of the form names the request path it is sent at (and a 422 naming that
+    path is shown under it): every path exists in the OpenAPI document, and the form has
+    the global batch, the latency targets, the GPUs to include and exclude, the most GPUs
+    per plan and the price basis."""
+    text = client.get("/ui").text
+    fields = dict(
+        re.findall(r'<(?:input|select)[^>]*\bid="([^"]+)"[^>]*\bdata-path="([^"]+)"', text)
+    )
+    assert set(fields.values()) == FORM_PATHS
+    schemas = client.get("/schema/openapi.json").json()["components"]["schemas"]
+    for control, path in fields.items():
+        assert _spec_at(schemas, path) is not None, path
+        assert f'for="{control}"' in text, control
+    # The GPUs to include or exclude and the price tables are chosen several at a time.
+    for control in ("include", "exclude", "provider"):
+        assert re.search(rf'<select id="{control}"[^>]*\bmultiple\b', text), control
 
 
 @pytest.mark.parametrize(

@@ -87,6 +87,16 @@ def _gib(n: int) -> str:
     return f"{n / GIB:.2f} GiB"
 
 
+def _get(base: str, path: str) -> Any:
+    with urllib.request.urlopen(base + path, timeout=30) as answer:
+        return json.load(answer)
+
+
+def _names(base: str) -> dict[str, str]:
+    """The catalog's full GPU names by id."""
+    return {g["id"]: g["name"] for g in _get(base, "/v1/gpus")["gpus"]}
+
+
 class Watched:
     """A page with every request, console error, page error and CSP violation recorded."""
 
@@ -178,14 +188,41 @@ def _check_memory(page: Page, answer: dict[str, Any]) -> None:
     assert _gib(fit["required_bytes"]) in verdict
     assert _gib(fit["usable_memory_bytes"]) in verdict
     # The text alternative: a table with the same bytes.
-    rows = chart.locator("#memory-table tbody tr")
+    rows = chart.locator("#memory-table table.parts tbody tr")
     assert rows.count() == len(legend) + 2  # the parts, required, usable
     for field, value in legend.items():
-        cell = chart.locator(f'#memory-table tr[data-field="{field}"] td').first
+        cell = chart.locator(f'#memory-table table.parts tr[data-field="{field}"] td').first
         assert cell.text_content() == str(value)
+    # How sure: the headroom's size is the answer's, the bar above the parts is the 90%
+    # range of the device bytes (its high end what "fits" is judged on), and the table
+    # lists every range.
+    headroom_text = chart.locator('.legend li[data-field="headroom"]').inner_text()
+    assert f"+{answer['headroom_fraction'] * 100:.1f}%" in headroom_text
+    ranges = answer["intervals"]
+    assert ranges, "the analytic estimate gives 90% ranges"
+    assert "95% confidence" in verdict
+    assert "95% confidence" in headroom_text
+    drawn = chart.locator('g.err.range[data-figure="device_bytes"]')
+    assert drawn.count() == 1
+    assert int(drawn.get_attribute("data-low") or -1) == ranges["device_bytes"]["low"]
+    assert int(drawn.get_attribute("data-high") or -1) == ranges["device_bytes"]["high"]
+    assert ranges["device_bytes"]["high"] == answer["required_bytes"]
+    listed = {
+        r.get_attribute("data-field"): {
+            "low": int(r.get_attribute("data-low") or -1),
+            "high": int(r.get_attribute("data-high") or -1),
+        }
+        for r in chart.locator("#memory-table table.ranges tbody tr").all()
+    }
+    assert listed == ranges
+    assert "90% range of what nvidia-smi will show" in (
+        page.locator("#memory-caption").text_content() or ""
+    )
 
 
-def _check_ranking(page: Page, answer: dict[str, Any]) -> None:
+def _check_ranking(
+    page: Page, answer: dict[str, Any], keys: tuple[str, ...] = ("time_hours", "cost_usd")
+) -> None:
     table = page.get_by_test_id("gpu-table")
     rows = table.locator("tbody tr")
     shown = [
@@ -193,16 +230,42 @@ def _check_ranking(page: Page, answer: dict[str, Any]) -> None:
     ]
     assert shown == [(c["gpu"], c["count"]) for c in answer["recommendations"]]
     for row, candidate in zip(rows.all(), answer["recommendations"], strict=True):
-        for key in ("required_bytes_per_gpu", "time_hours", "cost_usd", "score"):
+        # The GPU by its full name.
+        assert row.locator('[data-key="gpu"]').inner_text() == candidate["name"]
+        for key in ("required_bytes_per_gpu", *keys, "score"):
             value = row.locator(f'[data-key="{key}"]').get_attribute("data-value")
-            expected = candidate[key]
+            expected = candidate[key] if key in candidate else candidate["latency"][key]
             assert (value in (None, "") and expected is None) or float(value or 0) == expected, key
+            # Under a figure, its 80% range where the answer gives one.
+            bounds = row.locator(f'[data-key="{key}"] .range')
+            if key in candidate["intervals"]:
+                assert (
+                    float(bounds.get_attribute("data-low") or 0)
+                    == candidate["intervals"][key]["low"]
+                )
+                assert (
+                    float(bounds.get_attribute("data-high") or 0)
+                    == candidate["intervals"][key]["high"]
+                )
+            else:
+                assert bounds.count() == 0, key
+
+
+def _figure(candidate: dict[str, Any], key: str) -> float | None:
+    value = candidate[key] if key in candidate else (candidate["latency"] or {}).get(key)
+    return value if isinstance(value, int | float) else None
+
+
+def _check_chart(page: Page, answer: dict[str, Any], x: str, y: str) -> list[tuple[float, float]]:
+    """The chart has a dot for each fitting plan that has both figures, at its values,
+    and a bar for each figure's 80% range the answer gives; returns the dots."""
     plotted = [
         c
         for c in answer["recommendations"]
-        if c["fits"] and (c["time_hours"] or 0) > 0 and (c["cost_usd"] or 0) > 0
+        if c["fits"] and (_figure(c, x) or 0) > 0 and (_figure(c, y) or 0) > 0
     ]
-    dots = page.get_by_test_id("gpu-scatter").locator("circle.dot")
+    chart = page.get_by_test_id("gpu-scatter")
+    dots = chart.locator("circle.dot")
     assert dots.count() == len(plotted)
     drawn = {
         (d.get_attribute("data-gpu"), int(d.get_attribute("data-count") or 0)): (
@@ -211,7 +274,28 @@ def _check_ranking(page: Page, answer: dict[str, Any]) -> None:
         )
         for d in dots.all()
     }
-    assert drawn == {(c["gpu"], c["count"]): (c["time_hours"], c["cost_usd"]) for c in plotted}
+    assert drawn == {(c["gpu"], c["count"]): (_figure(c, x), _figure(c, y)) for c in plotted}
+    bars = {
+        (
+            b.get_attribute("data-gpu"),
+            int(b.get_attribute("data-count") or 0),
+            b.get_attribute("data-axis"),
+        ): (
+            float(b.get_attribute("data-low") or 0),
+            float(b.get_attribute("data-high") or 0),
+        )
+        for b in chart.locator("g.err").all()
+    }
+    expected = {
+        (c["gpu"], c["count"], axis): (c["intervals"][key]["low"], c["intervals"][key]["high"])
+        for c in plotted
+        for axis, key in (("x", x), ("y", y))
+        if key in c["intervals"]
+    }
+    assert expected, "the answer gives 80% ranges"
+    assert bars == expected
+    assert "80% likely range" in (page.locator("#scatter-caption").text_content() or "")
+    return list(drawn.values())
 
 
 def _check_mig(page: Page, answer: dict[str, Any]) -> None:
@@ -258,8 +342,8 @@ def test_a_shared_plan_draws_the_apis_figures(watched: Watched, server: str) -> 
         assert changes == [a["change"] for a in ranking["advice"]]
         assert {i.get_attribute("data-gpu") for i in items.all()} == {"l4-24gb"}
     else:
-        assert "fits one l4-24gb" in items.first.inner_text()
-    assert "l4-24gb" in page.locator("#advice-for").inner_text()
+        assert "fits one NVIDIA L4" in items.first.inner_text()
+    assert "NVIDIA L4" in page.locator("#advice-for").inner_text()
     watched.shot("memory")
 
     page.get_by_role("tab", name="GPUs").click()
@@ -270,6 +354,7 @@ def test_a_shared_plan_draws_the_apis_figures(watched: Watched, server: str) -> 
     assert [w.inner_text() for w in warnings.all()] == ranking["warnings"]
     assert any(w.startswith("no global batch stated") for w in ranking["warnings"])
     _check_ranking(page, ranking)
+    _check_chart(page, ranking, "time_hours", "cost_usd")
     watched.shot("gpus")
 
     # Sorting by the keyboard: the cost heading, then Enter.
@@ -335,6 +420,200 @@ def test_the_forms_make_a_new_plan_and_its_link(watched: Watched, server: str) -
     again.close()
 
 
+SERVING = (
+    "/ui?view=gpus&model=qwen2.5-72b&mode=inference&sequence_length=1300&objective=cheapest"
+    "&requests_per_second=2&prompt_tokens=1000&output_tokens=300"
+)
+INCLUDED = ["a100-sxm4-80gb", "h100-sxm5-80gb", "h200-sxm-141gb", "l40s-48gb", "b200-180gb",
+            "a10g-24gb", "l4-24gb"]  # fmt: skip
+
+
+def test_a_serving_plan_sends_every_field_and_plots_cost_against_latency(
+    watched: Watched, server: str
+) -> None:
+    """72B serving: latency targets, period, GPUs included and excluded, a GPU cap and a
+    price basis, each set in the form, sent, kept in the link; the chart plots each plan's
+    cost of the period against a latency it differs in, with the 80% ranges as bars."""
+    page = watched.page
+    names = _names(server)
+    watched.open(SERVING)
+    # Every GPU select shows the catalog's full names, the ids their values.
+    for select in ("gpu", "include", "exclude", "mig_gpu"):
+        options = page.locator(f"#{select} option").all()
+        shown = {
+            o.get_attribute("value") or "": o.text_content() or ""
+            for o in options
+            if o.get_attribute("value")
+        }
+        assert shown, select
+        assert all(text.startswith(names[gpu]) for gpu, text in shown.items()), select
+    assert (
+        page.locator('#include option[value="h100-sxm5-80gb"]').text_content()
+        == "NVIDIA H100 SXM5 80GB"
+    )
+
+    page.get_by_label("Longest time to first token (s)").fill("0.5")
+    page.get_by_label("Longest time per output token (s)").fill("0.2")
+    page.get_by_label("Period (hours)").fill("200")
+    page.get_by_text("Which GPUs, how many").click()
+    page.get_by_label("Only these GPUs").select_option(INCLUDED)
+    page.get_by_label("Never these GPUs").select_option(["l4-24gb"])
+    page.get_by_label("At most GPUs per plan").fill("8")
+    page.get_by_label("Cloud prices from").select_option(["aws", "lambda"])
+    page.get_by_label("Price kind").select_option("on_demand")
+    page.get_by_role("button", name="Plan", exact=True).click()
+    page.wait_for_url("**max_gpus_per_job=8**")
+    watched.ready()
+    included = sorted(INCLUDED, key=names.__getitem__)  # the select's order: by name
+    sent = watched.posted["/v1/recommendations"][-1]
+    # The form sends the workload fields it shows (at their defaults); those of the link:
+    assert sent["workload"]["mode"] == "inference"
+    assert sent["workload"]["sequence_length"] == 1300
+    asked = {
+        "model": {"name": "qwen2.5-72b"},
+        "workload": sent["workload"],
+        "objective": "cheapest",
+        "constraints": {"include": included, "exclude": ["l4-24gb"], "max_gpus_per_job": 8},
+        "pricing": {"providers": ["aws", "lambda"], "kind": "on_demand"},
+        "inference": {
+            "requests_per_second": 2,
+            "prompt_tokens": 1000,
+            "output_tokens": 300,
+            "duration_hours": 200,
+            "max_time_to_first_token_s": 0.5,
+            "max_time_per_output_token_s": 0.2,
+        },
+    }
+    assert sent == asked
+    query = parse_qs(urlsplit(page.url).query)
+    assert query["include"] == included
+    assert query["exclude"] == ["l4-24gb"]
+    assert query["provider"] == ["aws", "lambda"]
+    for key, value in (("max_gpus_per_job", "8"), ("price_kind", "on_demand"),
+                       ("duration_hours", "200"), ("max_time_to_first_token_s", "0.5"),
+                       ("max_time_per_output_token_s", "0.2")):  # fmt: skip
+        assert query[key] == [value], key
+    ranking = _post(server, "/v1/recommendations", asked)
+    _check_ranking(page, ranking, ("time_to_first_token_s", "time_per_output_token_s", "cost_usd"))
+
+    # A target is set on the time per output token: the chart plots against it, the
+    # target a dashed line; the plans differ along it (not all at the period's hours).
+    chart = page.get_by_test_id("gpu-scatter")
+    assert page.get_by_label("Plot the cost against").input_value() == "tpot"
+    dots = _check_chart(page, ranking, "time_per_output_token_s", "cost_usd")
+    assert len({x for x, _ in dots}) > 1
+    assert len({y for _, y in dots}) > 1
+    assert float(chart.locator("line.target").get_attribute("data-x") or 0) == 0.2
+    caption = page.locator("#scatter-caption").text_content() or ""
+    assert caption.startswith("cost of 200 h (USD) against time per output token (s)")
+    watched.shot("gpus-serving")
+    # The reader may plot it against the time to first token instead; the link keeps it.
+    page.get_by_label("Plot the cost against").select_option("ttft")
+    assert parse_qs(urlsplit(page.url).query)["chart_x"] == ["ttft"]
+    dots = _check_chart(page, ranking, "time_to_first_token_s", "cost_usd")
+    assert len({x for x, _ in dots}) > 1
+    assert float(chart.locator("line.target").get_attribute("data-x") or 0) == 0.5
+
+    # The link asks the same again, in a new page.
+    again = watched.context.new_page()
+    resent: list[Any] = []
+    again.on(
+        "request",
+        lambda r: (
+            resent.append(r.post_data_json) if r.url.endswith("/v1/recommendations") else None
+        ),
+    )
+    again.goto(page.url)
+    again.wait_for_selector("body[data-ready=true]", timeout=30_000)
+    # (the workload fields at their defaults are left out of the link, so not sent)
+    assert resent == [{**asked, "workload": {"mode": "inference", "sequence_length": 1300}}]
+    assert again.locator("#chart_x").input_value() == "ttft"
+    checked = again.locator("#include option:checked").evaluate_all("os => os.map(o => o.value)")
+    assert checked == included
+    again.close()
+
+
+BAD = [
+    # (the link's extra fields, the input, the path the 422 names)
+    (SERVING + "&max_gpus_per_job=0", "max_gpus_per_job", "$.constraints.max_gpus_per_job"),
+    (SERVING + "&include=no-such-gpu", "include", "$.constraints.include[0]"),
+    (SERVING + "&price_kind=bogus", "price_kind", "$.pricing.kind"),
+    (SERVING + "&provider=nowhere", "provider", "$.pricing.providers[0]"),
+    (SERVING + "&max_time_to_first_token_s=0", "max_time_to_first_token_s",
+     "$.inference.max_time_to_first_token_s"),
+    (SERVING + "&duration_hours=week", "duration_hours", "$.inference.duration_hours"),
+    (PLAN + "&global_batch_size=64&global_batch_tokens=100000", "global_batch_tokens",
+     "$.training.global_batch_tokens"),
+    (PLAN + "&global_batch_size=0", "global_batch_size", "$.training.global_batch_size"),
+]  # fmt: skip
+
+
+def _refused(w: Watched) -> None:
+    """The 422s the page asked for show in the console as failed loads: expected here."""
+    w.errors = [e for e in w.errors if "status of 422" not in e]
+
+
+def _field_error(page: Page, field: str, path: str) -> str:
+    note = page.locator(f"#{field}-error")
+    assert note.is_visible(), field
+    assert path in note.inner_text(), note.inner_text()
+    described = page.locator(f"#{field}").get_attribute("aria-describedby") or ""
+    assert f"{field}-error" in described.split()
+    assert page.locator(f"#{field}").get_attribute("aria-invalid") == "true"
+    return note.inner_text()
+
+
+@pytest.mark.parametrize(("link", "field", "path"), BAD)
+def test_a_bad_value_is_shown_under_its_field(
+    watched: Watched, link: str, field: str, path: str
+) -> None:
+    page = watched.page
+    watched.open(link)
+    _field_error(page, field, path)
+    # Only that field (and, for two that conflict, its partner) is marked.
+    marked = page.locator("[aria-invalid=true]").evaluate_all("ns => ns.map(n => n.id)")
+    assert field in marked, marked
+    assert len(marked) <= 2, marked
+    _refused(watched)
+
+
+def test_a_bad_workload_or_mig_value_is_shown_under_its_input(watched: Watched) -> None:
+    page = watched.page
+    watched.open(PLAN.replace("batch_size=2", "batch_size=0") + "&mw=bad:9g.99gb:1")
+    _field_error(page, "batch_size", "$.workload.batch_size")
+    # The third MIG row's profile: the plan names it by its index.
+    page.get_by_role("tab", name="MIG").click()
+    spec = page.locator("#mig-rows tr").nth(2).locator("input").nth(1)
+    assert spec.get_attribute("aria-invalid") == "true"
+    note = page.locator(f"#{spec.get_attribute('id')}-error")
+    assert "$.workloads[2].profile" in note.inner_text()
+    assert "9g.99gb" in note.inner_text()
+    _refused(watched)
+
+
+def test_a_bad_value_typed_in_the_form_is_shown_then_cleared(watched: Watched) -> None:
+    page = watched.page
+    watched.open(SERVING)
+    # The browser takes 0 (the schema's bound is exclusive); the API refuses it.
+    page.get_by_label("Longest time per output token (s)").fill("0")
+    page.get_by_role("button", name="Plan", exact=True).click()
+    page.wait_for_url("**max_time_per_output_token_s=0**")
+    watched.ready()
+    text = _field_error(
+        page, "max_time_per_output_token_s", "$.inference.max_time_per_output_token_s"
+    )
+    assert "> 0" in text
+    watched.shot("field-error")
+    page.get_by_label("Longest time per output token (s)").fill("0.2")
+    page.get_by_role("button", name="Plan", exact=True).click()
+    page.wait_for_url("**max_time_per_output_token_s=0.2**")
+    watched.ready()
+    assert page.locator(".field-error").count() == 0
+    assert page.locator("[aria-invalid]").count() == 0
+    assert page.locator("#problem").is_hidden()
+    _refused(watched)
+
+
 @pytest.mark.torch
 def test_a_pasted_config_draws_its_traced_step(watched: Watched, server: str) -> None:
     page = watched.page
@@ -389,7 +668,7 @@ def test_without_a_plan_the_page_shows_the_worked_example(watched: Watched) -> N
     assert page.get_by_test_id("memory-chart").locator("rect.part").count() > 3
     page.get_by_role("tab", name="MIG").click()
     assert page.get_by_test_id("mig-layout").locator("g.instance").count() >= 5
-    assert "a100" in (page.locator("#mig-summary").text_content() or "")
+    assert "NVIDIA A100 SXM4 80GB" in (page.locator("#mig-summary").text_content() or "")
 
 
 def test_the_api_reference_works_offline(watched: Watched) -> None:
