@@ -18,6 +18,7 @@ from gpuplan.core.memory.response import Measures, measures
 from gpuplan.core.memory.schema import (
     EstimateRequest,
     EstimateResponse,
+    Fsdp1,
     GradientReduceDtype,
     ModelSpec,
     Workload,
@@ -172,6 +173,8 @@ def with_layout(
             pipeline_schedule=schedule,
             framework=layout.framework,
             gradient_reduce_dtype=reduce,
+            # FSDP1's settings mean nothing to another framework's layout.
+            fsdp1=p.fsdp1 if layout.framework == "fsdp1" else Fsdp1(),
             zero_stage=layout.zero_stage,
             cpu_offload=msgspec.structs.replace(
                 p.cpu_offload, optimizer=layout.cpu_offload_optimizer

@@ -50,6 +50,9 @@ class Job(Record, kw_only=True):
 
     flops: TokenFlops
     parameters: int
+    root_parameters: int = 0
+    """Embeddings, final norm and head: what FSDP1's root unit holds."""
+
     tokens: float
     """Training: tokens to train on. Inference: unused (0)."""
 
@@ -136,7 +139,10 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         w,
         sequence_length=prompt if inference and arch is not None else w.sequence_length,
         max_new_tokens=output if inference else w.max_new_tokens,
-        parallelism=Parallelism(sequence_parallel=w.parallelism.sequence_parallel),
+        # FSDP1's settings follow the job to the search's FSDP1 layouts (with_layout).
+        parallelism=Parallelism(
+            sequence_parallel=w.parallelism.sequence_parallel, fsdp1=w.parallelism.fsdp1
+        ),
     )
     p = w.parallelism
     global_batch = (
@@ -157,6 +163,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         vision=model.vision is not None,
         flops=_flops(model, counts, total, w.image_size),
         parameters=total,
+        root_parameters=counts.embedding + counts.head + counts.final if counts else 0,
         tokens=tokens,
         prompt_tokens=prompt,
         output_tokens=output,
