@@ -513,7 +513,13 @@ def _flat_parameters(
         root_gradient=0.0 if lora else u.head * gathered,
         root_reduce=0.0 if lora else fsdp1.flat_gradient(u.root, w, reduce_dtype),
         step_gradients=step_gradients,
-        init_extra=max(max(u.layers, default=0.0), u.root - sum(u.layers) * (1 - 1 / ranks))
+        # Wrapping flattens a unit into a new tensor and clones this rank's chunk before
+        # freeing it: the first layer beside the whole model, or the root (wrapped last)
+        # beside the layers' shards.
+        init_extra=max(
+            max(u.layers, default=0.0) * (1 + 1 / ranks),
+            u.root * (1 + 1 / ranks) - sum(u.layers) * (1 - 1 / ranks),
+        )
         * stored,
     )
 

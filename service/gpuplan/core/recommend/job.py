@@ -139,10 +139,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         w,
         sequence_length=prompt if inference and arch is not None else w.sequence_length,
         max_new_tokens=output if inference else w.max_new_tokens,
-        # FSDP1's settings follow the job to the search's FSDP1 layouts (with_layout).
-        parallelism=Parallelism(
-            sequence_parallel=w.parallelism.sequence_parallel, fsdp1=w.parallelism.fsdp1
-        ),
+        parallelism=Parallelism(sequence_parallel=w.parallelism.sequence_parallel),
     )
     p = w.parallelism
     global_batch = (

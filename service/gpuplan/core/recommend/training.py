@@ -367,7 +367,7 @@ def time_training(
     """Job seconds, trained tokens/s, delivered model FLOP/s and the step of ``layout``."""
     assert ctx.rates is not None
     if oracle is None:
-        laid = with_layout(job.workload, layout, job.given.gradient_reduce_dtype)
+        laid = with_layout(job.workload, layout, job.given.gradient_reduce_dtype, job.given.fsdp1)
         shape = step_shape(job, laid, trainable)
     else:
         laid, key = oracle.laid_out(job.workload, layout, job.given.gradient_reduce_dtype)
