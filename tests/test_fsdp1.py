@@ -203,7 +203,11 @@ def given(framework: str, **extra: Any) -> Candidate:
     gathers and gradients), timed exactly as given."""
     mode = extra.pop("mode", "training")
     fsdp1 = extra.pop("fsdp1", None)
-    parallelism: dict[str, Any] = {"data": 16, "zero_stage": 3, "framework": framework}
+    parallelism: dict[str, Any] = {
+        "data": 16,
+        "zero_stage": extra.pop("zero_stage", 3),
+        "framework": framework,
+    }
     if fsdp1:
         parallelism["fsdp1"] = fsdp1
     body = {
@@ -242,6 +246,17 @@ def test_fsdp1_without_backward_prefetch_exposes_the_backward_traffic() -> None:
     assert pre.step.exposed_comm_s <= fsdp2.step.exposed_comm_s
     assert none.step.exposed_comm_s > 2 * pre.step.exposed_comm_s
     assert none.step.seconds > 1.3 * fsdp2.step.seconds
+
+
+def test_zero_stage_0_is_fsdp1s_full_shard() -> None:
+    """FSDP1's default sharding strategy is FULL_SHARD: a request naming fsdp1 without a
+    ZeRO stage is timed and sized as stage 3."""
+    plan = given("fsdp1")
+    default = given("fsdp1", zero_stage=0)
+    assert default.layout is not None
+    assert default.layout.zero_stage == 3
+    assert default.step == plan.step
+    assert default.required_bytes_per_gpu == plan.required_bytes_per_gpu
 
 
 def test_adapters_inside_layers_compute_and_reduce_every_weight_gradient() -> None:

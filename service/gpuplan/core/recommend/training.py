@@ -583,7 +583,8 @@ def given_layout(job: Job) -> ParallelLayout:
         tensor=p.tensor,
         pipeline=p.pipeline,
         data=p.data,
-        zero_stage=p.zero_stage,
+        # FSDP1's default sharding strategy is FULL_SHARD: zero_stage 0 means 3 there.
+        zero_stage=3 if p.framework == "fsdp1" and p.zero_stage == 0 else p.zero_stage,
         cpu_offload_optimizer=p.cpu_offload.optimizer,
         context=p.context,
         expert=p.expert,
