@@ -30,14 +30,15 @@ CATALOG = builtin_catalog()
 
 def layer_params(config: dict[str, Any]) -> int:
     """A Llama layer of ``config``: q, k, v, o, gate, up, down and two norms."""
-    h, f = config["hidden_size"], config["intermediate_size"]
-    kv = h // config["num_attention_heads"] * config["num_key_value_heads"]
+    h, f = int(config["hidden_size"]), int(config["intermediate_size"])
+    kv = h // int(config["num_attention_heads"]) * int(config["num_key_value_heads"])
     return 2 * h * h + 2 * h * kv + 3 * h * f + 2 * h
 
 
 def root_params(config: dict[str, Any]) -> int:
     """Embeddings, final norm and an untied head."""
-    return 2 * config["vocab_size"] * config["hidden_size"] + config["hidden_size"]
+    h = int(config["hidden_size"])
+    return 2 * int(config["vocab_size"]) * h + h
 
 
 def est(
