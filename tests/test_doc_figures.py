@@ -56,7 +56,8 @@ def test_an_unknown_figure_fails() -> None:
 
 def test_a_span_opening_a_line_fails() -> None:
     # Markdown reads a line that opens with an HTML comment as a raw HTML block
-    text = "Median\n  <!-- figure: accuracy.cases -->77<!-- /figure --> steps.\n"
+    current = quote.FIGURES["accuracy.cases"]()
+    text = f"Median\n  <!-- figure: accuracy.cases -->{current}<!-- /figure --> steps.\n"
     (problem,) = quote.problems(text, "docs/x.md")
     assert "opens a line" in problem
 

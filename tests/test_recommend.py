@@ -173,7 +173,7 @@ def test_efficiencies_are_physical_and_sourced() -> None:
     assert generation(CATALOG.get("a100-sxm4-80gb")).name == "ampere-volta-datacenter"
     assert generation(CATALOG.get("b200-180gb")).name == "blackwell"
     assert generation(CATALOG.get("rtx-5090-32gb")).name == "gddr-professional-and-inference"
-    assert {f.name for f in data.frameworks} == {"ddp", "fsdp2", "deepspeed", "megatron"}
+    assert {f.name for f in data.frameworks} == {"ddp", "fsdp1", "fsdp2", "deepspeed", "megatron"}
 
 
 def test_mfu_is_a_result_that_grows_with_width_and_is_smaller_on_h100() -> None:

@@ -37,6 +37,16 @@ class Case:
     keep_outputs: bool = False
     loss_chunks: int = 1
     in_backward: bool = False
+    framework: str = ""  # "" (one process) | fsdp1 (bench/accuracy/fsdp1.py)
+    data: int = 1
+    """Ranks of an FSDP1 case (gloo processes on this CPU)."""
+
+    use_orig_params: bool = True
+    param_dtype: str = ""  # MixedPrecision.param_dtype under amp_*: "" (the half) | fp32
+    backward_prefetch: str = "backward_pre"  # backward_pre | backward_post | none
+    adapters: str = "wrapped_separately"  # wrapped_separately | in_layer_units
+    no_sync: bool = True
+    """FSDP1 with accumulation: micro-batches before the last under ``no_sync()``."""
     tags: tuple[str, ...] = field(default=())
 
 

@@ -98,6 +98,7 @@ def measure_training(
     keep_outputs: bool = False,
     loss_chunks: int = 1,
     in_backward: bool = False,
+    no_sync: bool = False,
 ) -> Measured:
     """Peak of the second optimizer step of ``build()``'s model.
 
@@ -107,6 +108,8 @@ def measure_training(
     output through backward and the step (``out = model(...); out.loss.backward()``).
     ``loss_chunks`` > 1: the loop computes a chunked cross-entropy from the logits and
     drops them before backward. ``in_backward``: each parameter steps in its hook.
+    ``no_sync``: the micro-batches before the last run under the model's ``no_sync()``
+    (FSDP1 and DDP: gradients are reduced once, after the last).
     """
     gc.collect()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
@@ -121,7 +124,10 @@ def measure_training(
         for step in range(2):
             name = WINDOW if step == 1 else "gpuplan.warmup"
             with record_function(name):
-                for _ in range(accumulation):
+                for micro in range(accumulation):
+                    syncing = not no_sync or micro == accumulation - 1
+                    skip = contextlib.nullcontext() if syncing else model.no_sync()
+                    skip.__enter__()
                     with record_function("gpuplan.forward"):
                         context = (
                             torch.autocast("cpu", dtype=autocast)
@@ -139,6 +145,7 @@ def measure_training(
                     with record_function("gpuplan.backward"):
                         loss.backward()
                     del loss
+                    skip.__exit__(None, None, None)
                 with record_function("gpuplan.optimizer"):
                     if opt is not None:
                         opt.step()

@@ -34,6 +34,8 @@ PRECISION = {
 
 def trace_case(case: Case) -> tuple[int | None, str, float]:
     """Traced peak bytes of ``case`` (None when the trace cannot describe it)."""
+    if case.framework:
+        return None, "the tracer runs one process's step, not FSDP1's ranks", 0.0
     if case.optimizer == "adafactor":
         return None, "Adafactor reads tensor values (.item()), which fake tensors have not", 0.0
     if case.mode == "finetune_lora":

@@ -38,6 +38,7 @@ ALIASES: Mapping[str, tuple[str, ...]] = {
     "workload.parallelism.data": ("--data-parallel",),
     "workload.parallelism.expert": ("--expert-parallel",),
     "workload.parallelism.zero_stage": ("--zero-stage",),
+    "workload.parallelism.framework": ("--framework",),
     "training.training_tokens": ("--tokens",),
     "inference.requests_per_second": ("--rps",),
     "constraints.max_gpus_per_job": ("--max-gpus",),

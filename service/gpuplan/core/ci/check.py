@@ -79,7 +79,7 @@ def check(
         rec = recommend(rec_request, catalog)
     except InvalidRecommendation as exc:
         raise InvalidCiPlan(exc.errors) from None
-    oracle = MemoryOracle(request.model, catalog)
+    oracle = MemoryOracle(request.model, catalog, job.given.fsdp1)
     one_gpu = oracle.laid_out(
         job.workload, ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)
     )

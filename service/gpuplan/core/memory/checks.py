@@ -8,7 +8,7 @@ from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.modules import lora_targets
 from gpuplan.core.memory.numerics import half_dtype
-from gpuplan.core.memory.schema import Parallelism, Workload
+from gpuplan.core.memory.schema import Fsdp1, Parallelism, Workload
 from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS, quantization_of, shard_stage
 
 
@@ -81,14 +81,15 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
                 "applies to full or selective_op checkpointing",
             )
         )
-    if p.framework == "fsdp2" and p.zero_stage == 1:
+    if p.framework in ("fsdp1", "fsdp2") and p.zero_stage == 1:
         errors.append(
             (
                 "$.workload.parallelism.zero_stage",
-                "FSDP2 shards parameters (3, or 0 for its default) or keeps them gathered "
+                "FSDP shards parameters (3, or 0 for its default) or keeps them gathered "
                 "through backward (2); it has no optimizer-only sharding",
             )
         )
+    errors.extend(_check_fsdp1(w))
     if p.framework == "ddp" and p.zero_stage > 0:
         errors.append(
             ("$.workload.parallelism.zero_stage", "DDP does not shard; use fsdp2 or deepspeed")
@@ -110,7 +111,9 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
         )
     errors.extend(_check_gradient_reduce(w))
     if p.init == "materialized" and shard_stage(w) < 2:
-        errors.append(("$.workload.parallelism.init", "applies to sharded models (FSDP2, ZeRO-3)"))
+        errors.append(
+            ("$.workload.parallelism.init", "applies to sharded models (FSDP1, FSDP2, ZeRO-3)")
+        )
     if p.context > 1 and w.sequence_length is not None and w.sequence_length % p.context:
         errors.append(
             (
@@ -129,7 +132,7 @@ def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:
         return []
     path = "$.workload.parallelism.gradient_reduce_dtype"
     if w.parallelism.framework not in REDUCE_DTYPE_FRAMEWORKS:
-        return [(path, "applies to framework megatron or fsdp2 (their gradient buffers)")]
+        return [(path, "applies to framework megatron, fsdp1 or fsdp2 (their gradient buffers)")]
     if w.mode == "inference":
         return [(path, "applies to training")]
     if w.mode != "training":
@@ -139,6 +142,61 @@ def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:
         allowed = "fp32" if w.precision == "fp32" else f"fp32 or {half}"
         return [(path, f"{given} gradients under precision {w.precision}: use {allowed}")]
     return []
+
+
+def _check_fsdp1(w: Workload) -> list[tuple[str, str]]:
+    """FSDP1's settings: only under ``framework: fsdp1``, and only what it can run."""
+    p = w.parallelism
+    f = p.fsdp1
+    path = "$.workload.parallelism.fsdp1"
+    if p.framework != "fsdp1":
+        return [(path, "applies to framework fsdp1")] if f != Fsdp1() else []
+    errors = []
+    if w.precision == "fp8":
+        errors.append(
+            ("$.workload.precision", "fp8 all-gathers are FSDP2's (torchao); use fsdp2 for fp8")
+        )
+    if p.pipeline > 1 or p.expert > 1:
+        errors.append(
+            (
+                "$.workload.parallelism",
+                "fsdp1 is modelled for data (and tensor) parallelism: no pipeline or expert "
+                "parallelism",
+            )
+        )
+    if f.param_dtype is not None:
+        half = half_dtype(w.precision)
+        allowed = (
+            ("fp32", half)
+            if w.precision.startswith("amp_")
+            else ("fp32" if w.precision == "fp32" else half,)
+        )
+        if f.param_dtype not in allowed:
+            errors.append(
+                (
+                    f"{path}.param_dtype",
+                    f"{f.param_dtype} parameters under precision {w.precision}: use "
+                    + " or ".join(allowed),
+                )
+            )
+    if f.adapters == "in_layer_units":
+        if w.mode != "finetune_lora":
+            errors.append(
+                (
+                    f"{path}.adapters",
+                    "in_layer_units applies to finetune_lora (4-bit weights and adapters "
+                    "cannot share a flat parameter's dtype)",
+                )
+            )
+        elif not f.use_orig_params:
+            errors.append(
+                (
+                    f"{path}.adapters",
+                    "adapters inside a layer's unit need use_orig_params: with it false a "
+                    "flat parameter must be uniformly requires_grad",
+                )
+            )
+    return errors
 
 
 def _check_vision(w: Workload) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ import math
 import msgspec
 
 from gpuplan.core.catalog import Catalog
+from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
@@ -263,7 +264,9 @@ def _materialized(peak: Peak, states: ModelStates, w: Workload, assumptions: lis
     if w.parallelism.init != "materialized" or shard_stage(w) < 2:
         return peak
     stored = 4.0 if w.precision in ("fp32", "amp_bf16", "amp_fp16") else 2.0
-    full = states.parameters_local * stored
+    # FSDP1 flattens each unit into a new tensor before sharding it (bottom-up: the
+    # first layer beside the whole model, the root last beside the sharded layers).
+    full = states.parameters_local * stored + states.init_extra
     running = (
         states.weights
         + states.optimizer
@@ -291,7 +294,14 @@ def _materialized(peak: Peak, states: ModelStates, w: Workload, assumptions: lis
 def _compute_precision(w: Workload) -> Precision:
     """The dtype activations take: FSDP2's mixed-precision policy casts parameters to
     bf16 at module boundaries instead of autocasting each op, so activations are bf16
-    with no fp32 copies of inputs or weights (the ``amp_*`` precisions there)."""
+    with no fp32 copies of inputs or weights (the ``amp_*`` precisions there). FSDP1's
+    ``MixedPrecision`` gathers bf16 parameters the same way (autocast, which accelerate
+    adds, finds them already bf16), unless its ``param_dtype`` is fp32 (Lightning's
+    ``bf16-mixed``), where autocast casts each fp32 weight as without FSDP."""
+    if framework_of(w) == "fsdp1" and w.precision.startswith("amp_"):
+        if fsdp1.param_dtype(w) != "fp32":
+            return "fp16" if w.precision == "amp_fp16" else "bf16"
+        return w.precision
     if framework_of(w) == "fsdp2" and w.precision in ("amp_bf16", "amp_fp16", "fp8"):
         # torchao's float8 linears keep their bf16 inputs for backward (and recast them).
         return "fp16" if w.precision == "amp_fp16" else "bf16"
@@ -357,17 +367,29 @@ def _training(
             final_saved=head.final_saved
             + 2 * (counts.head if arch.classifier else counts.head or counts.embedding) / p.tensor,
         )
+    flat = framework_of(w) == "fsdp1"
     per_param = 0.0 if lora else states.gradients / max(states.parameters_local, 1)
     if lora:
         share = states.gradients / max(len(costs), 1) / 2
-        grads = [LayerGrads(mlp=share, attention=share) for _ in costs]
+        grads = [
+            LayerGrads(mlp=0.0, attention=2 * share)
+            if flat
+            else LayerGrads(mlp=share, attention=share)
+            for _ in costs
+        ]
     else:
         # One record per kind of layer: the layers of a kind share one LayerParameters.
         distinct = {id(layer): layer for layer in counts.layers}
+        # FSDP1 reduce-scatters a layer's flat gradient into its shard once its backward
+        # is done: the shard is born at the end (its unsharded gradients are states.reduce*).
         kinds = {
             key: LayerGrads(
-                mlp=layer.mlp / _split(layer, p) * per_param,
-                attention=(layer.attention / p.tensor + layer.norms) * per_param,
+                mlp=0.0 if flat else layer.mlp / _split(layer, p) * per_param,
+                attention=(
+                    (layer.attention / p.tensor + layer.norms)
+                    + (layer.mlp / _split(layer, p) if flat else 0.0)
+                )
+                * per_param,
             )
             for key, layer in distinct.items()
         }
@@ -401,20 +423,24 @@ def _training(
         accumulation_steps=w.gradient_accumulation_steps,
         in_flight=in_flight(p, w.gradient_accumulation_steps),
         residual_grad=num.residual * d.hidden,
+        # FSDP1's root unit reduces its gradient once, at the end of the backward: until
+        # then the head's is unsharded (states.root_gradient), and no shard exists.
         head_grads=0.0
-        if lora
+        if lora or flat
         else (counts.head if arch.classifier else counts.head or counts.embedding)
         / p.tensor
         * per_param,
         tied_embedding_grad=counts.embedding / p.tensor * per_param
-        if arch.tie_word_embeddings and not arch.classifier
+        if arch.tie_word_embeddings and not arch.classifier and not flat
         else 0.0,
         held=held,
         offload=w.activation_offload,
         in_backward=in_backward,
         # Megatron-core allocates its gradient buffer once, when the model is wrapped
         # (megatron/core/distributed/param_and_grad_buffer.py), and zeroes it each step.
-        persistent_gradients=framework_of(w) == "megatron",
+        # FSDP1's no_sync() keeps every trainable unit's unsharded flat gradient, into
+        # which each micro-batch's concatenated gradient is added (states.reduce).
+        persistent_gradients=framework_of(w) == "megatron" or (flat and fsdp1.without_sync(w)),
     )
     gap = allocator_gap(
         training_pattern(
@@ -546,12 +572,16 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
     if w.mode not in ("finetune_lora", "finetune_qlora"):
         return Trainable()
     lora = w.lora
+    # FSDP1 adapters inside their layer's flat parameter: every view of it requires grad
+    # (so each base linear keeps its input), and they share the base's dtype (no upcast).
+    shared = framework_of(w) == "fsdp1" and fsdp1.adapters_in_layers(w)
     return Trainable(
         full=False,
         lora_rank=lora.rank if lora else 16,
         adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
-        upcast=w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16"),
+        upcast=not shared and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16")),
         dropout=bool(lora and lora.dropout > 0),
+        base_grads=shared,
     )
 
 

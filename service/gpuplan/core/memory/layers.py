@@ -39,9 +39,19 @@ class Trainable(Record, kw_only=True):
     dropout: bool = False
     """``lora_dropout`` > 0: each adapter drops its input before ``lora_A``."""
 
+    base_grads: bool = False
+    """The frozen base's weights get gradients all the same (FSDP1 adapters sharing
+    their layer's flat parameter, whose every view requires grad): each linear keeps its
+    input and each norm its normalized tensor, as in full training."""
+
+    @property
+    def weights_grad(self) -> bool:
+        """Do the layer's own weights (linears, norms) get gradients?"""
+        return self.full or self.base_grads
+
     def saves(self, *modules: str) -> bool:
         """Does autograd keep the input of these linears (trainable, or adapted)?"""
-        return self.full or any(m in self.adapted for m in modules)
+        return self.weights_grad or any(m in self.adapted for m in modules)
 
     def adapters(self, *modules: str) -> int:
         return 0 if self.full else sum(1 for m in modules if m in self.adapted)
@@ -257,12 +267,12 @@ def llama_layer(
     eager = step.eager
     m, e, ef = num.matmul, d.hidden, _saved_input(d, step)
     fused = arch.model_type == "phi3"  # qkv_proj and gate_up_proj
-    norm = _fused_norm(d, num) if step.fused_norms else _rms_norm(arch, e, num, t.full)
+    norm = _fused_norm(d, num) if step.fused_norms else _rms_norm(arch, e, num, t.weights_grad)
     qkv_adapters = t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj")
     attn_in = (
         FP32 * ef * qkv_adapters
         if t.upcast
-        else _inputs(ef, num, (1 if fused else 3) if t.full else qkv_adapters)
+        else _inputs(ef, num, (1 if fused else 3) if t.weights_grad else qkv_adapters)
     )
     rank_bytes = FP32 if t.upcast else m  # lora_B keeps lora_A's output
     lora = (
@@ -278,14 +288,16 @@ def llama_layer(
         # RMSNorm (see _rms_norm) whose output the up-projection keeps.
         q_rank = float(d.tokens * arch.mla.q_lora_rank)
         kv_rank = float(d.tokens * arch.mla.kv_lora_rank)
-        qk_norm += _rms_norm(arch, q_rank, num, t.full) + m * q_rank
-        qk_norm += _rms_norm(arch, kv_rank, num, t.full) + m * kv_rank
+        qk_norm += _rms_norm(arch, q_rank, num, t.weights_grad) + m * q_rank
+        qk_norm += _rms_norm(arch, kv_rank, num, t.weights_grad) + m * kv_rank
     v_storage = m * (d.query + 2 * d.key) if fused else m * d.key  # phi3's v is a view of qkv
     core, core_bw, core_fw = _core(arch, d, num, step, dropout=False, v_storage=v_storage)
     out_in = m * d.query if (not eager or (t.saves("o_proj") and not t.upcast)) else 0.0
     if t.upcast and t.adapters("o_proj"):
         out_in += FP32 * d.query
-    post_norms = 2 * (FP32 + (FP32 if t.full else 0.0)) * e if arch.norms_per_layer == 4 else 0.0
+    post_norms = (
+        2 * (FP32 + (FP32 if t.weights_grad else 0.0)) * e if arch.norms_per_layer == 4 else 0.0
+    )
     if moe_layer:
         mlp, mlp_bw, mlp_fw = _moe(arch, d, num)  # forward: gathered tokens and expert temporaries
         mlp_in = _inputs(ef, num, 1)  # the router, and the gathered copies, read it
@@ -308,7 +320,7 @@ def llama_layer(
             mlp += FP32 * d.ffn * t.adapters("down_proj")
             mlp_in = FP32 * ef * gate_up
         else:
-            mlp_in = _inputs(ef, num, (1 if fused else 2) if t.full else gate_up)
+            mlp_in = _inputs(ef, num, (1 if fused else 2) if t.weights_grad else gate_up)
         # act(gate), up and their product; Phi-3's fused gate_up output holds gate and up
         # as views, alive until the product is formed.
         mlp_bw, mlp_fw = 2 * m * d.ffn, (4 if fused else 3) * m * d.ffn

@@ -8,6 +8,7 @@ from functools import cache
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.intervals import Figure, factors, figure_intervals
 from gpuplan.core.memory.overhead import framework_overhead, module_loading, round_segment
@@ -108,7 +109,31 @@ def describe(w: Workload, runtime: str) -> list[str]:
         notes.append(
             "fp8: Transformer Engine convention (bf16 weights, fp32 master, fp8 copies of linear inputs); not validated against a real run"
         )
+    if w.parallelism.framework == "fsdp1" and w.mode != "inference":
+        notes.append(_flat_parameters(w))
     return notes
+
+
+def _flat_parameters(w: Workload) -> str:
+    """The FSDP1 conventions an estimate used, in one sentence."""
+    f = w.parallelism.fsdp1
+    strategy = "SHARD_GRAD_OP" if w.parallelism.zero_stage == 2 else "FULL_SHARD"
+    text = (
+        f"fsdp1: {strategy}, one flat parameter per decoder layer and a root unit "
+        "(embeddings, final norm, head) kept gathered through the step; units gathered in "
+        f"{fsdp1.param_dtype(w)}, gradients reduced in {gradient_reduce_dtype(w)}, "
+        f"backward_prefetch {f.backward_prefetch}, use_orig_params {str(f.use_orig_params).lower()}"
+    )
+    if w.mode in ("finetune_lora", "finetune_qlora"):
+        text += (
+            "; adapters share their layer's flat parameter, so every layer's gradient is built, "
+            "reduced and kept"
+            if f.adapters == "in_layer_units"
+            else "; adapters wrapped as units of their own"
+        )
+    if fsdp1.without_sync(w):
+        text += "; micro-batches before the last keep unsharded gradients (no_sync)"
+    return text
 
 
 def _b(value: float) -> int:

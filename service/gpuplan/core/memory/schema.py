@@ -17,7 +17,7 @@ Optimizer = Literal[
     "adamw", "adam", "sgd", "sgd_momentum", "adafactor", "adamw_8bit", "lion", "none"
 ]
 Checkpointing = Literal["none", "full", "selective", "selective_op"]
-Framework = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
+Framework = Literal["ddp", "fsdp1", "fsdp2", "deepspeed", "megatron"]
 GradientReduceDtype = Literal["fp32", "bf16", "fp16"]
 ParameterInit = Literal["meta", "materialized"]
 Attention = Literal["eager", "sdpa", "flash"]
@@ -96,6 +96,73 @@ class CpuOffload(Record):
 
 
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
+BackwardPrefetch = Literal["backward_pre", "backward_post", "none"]
+AdapterWrapping = Literal["wrapped_separately", "in_layer_units"]
+
+
+class Fsdp1(Record):
+    """PyTorch FSDP1 (``FullyShardedDataParallel``, flat parameters) under
+    ``framework: fsdp1``: the settings that change a step's bytes or time. Read from
+    torch/distributed/fsdp at torch 2.13.0 (commit cf30153c4c13); the defaults are what
+    the popular front ends pass (docs/memory.md, "FSDP1").
+
+    Fixed, not fields: ``limit_all_gathers=True`` (FSDP1's default, kept by accelerate
+    and Lightning: at most two all-gathers in flight), ``forward_prefetch=False`` (the
+    default everywhere; FSDP1's docstring: "only useful for CPU-bound workloads"),
+    ``keep_low_precision_grads=False`` and ``sync_module_states`` (a per-unit broadcast
+    at wrapping, through buckets of at most 250 MiB; no bytes in the step). One FSDP unit
+    per decoder layer and the rest (embeddings, final norm, head) in the root unit, as
+    accelerate's ``transformer_based_wrap`` and Lightning's ``auto_wrap_policy={Block}``
+    wrap."""
+
+    use_orig_params: bool = True
+    """FSDP1's ``use_orig_params`` (its own default False; transformers' Trainer passes
+    True, Lightning's ``FSDPStrategy`` sets it, ``accelerate config`` proposes it). True:
+    the optimizer steps the original parameters (views into each flat shard), and a
+    unit may mix frozen and trainable parameters (``adapters: in_layer_units``). False:
+    the optimizer steps whole flat parameters, so one tensor a unit."""
+
+    param_dtype: GradientReduceDtype | None = None
+    """``MixedPrecision.param_dtype`` under ``amp_*`` precisions: the dtype a unit is
+    all-gathered and computed in while the sharded flat parameter stays fp32. Unset: the
+    precision's half (accelerate's ``MixedPrecision(param_dtype=bf16, reduce_dtype=bf16,
+    buffer_dtype=bf16)``, activations in bf16). ``fp32``: Lightning's ``bf16-mixed``
+    (``param_dtype=torch.float32``, a bf16 reduce, autocast on fp32 weights). Under
+    ``fp32``/``bf16``/``fp16`` it is that dtype (Lightning's ``bf16-true`` converts the
+    model to bf16 first)."""
+
+    backward_prefetch: BackwardPrefetch = "backward_pre"
+    """FSDP1's ``backward_prefetch``. ``backward_pre`` (its default, Lightning's, and the
+    first answer of ``accelerate config``): a unit's pre-backward hook all-gathers the
+    next unit, so two units are gathered through the backward and the gathers hide
+    behind its compute. ``backward_post``: the next unit is gathered after this one is
+    freed (one unit at a time). ``none`` (transformers' Trainer when ``fsdp_config``
+    names no ``backward_prefetch``: "NO_PREFETCH"): the next all-gather waits behind this
+    unit's reduce-scatter, so the backward's communication is not overlapped (FSDP1's
+    docstring: "there is no communication and computation overlap in the backward
+    pass")."""
+
+    adapters: AdapterWrapping = "wrapped_separately"
+    """LoRA under FSDP1. ``wrapped_separately``: each adapter is an FSDP unit of its own
+    (PEFT's ``fsdp_auto_wrap_policy``, which transformers' Trainer applies through
+    ``update_fsdp_plugin_peft``; needed with ``use_orig_params: false``, whose flat
+    parameters must be uniformly ``requires_grad``): the frozen base has no gradient.
+    ``in_layer_units``: the adapters share their layer's flat parameter (Lightning or
+    litgpt with ``auto_wrap_policy={Block}``; needs ``use_orig_params``). The flat
+    parameter then requires grad, so autograd computes every base weight's gradient
+    (each linear keeps its input), the layer's whole flat gradient is built,
+    reduce-scattered and kept as a shard until the next forward (FSDP1's docstring:
+    mixing frozen and trainable parameters causes "higher than expected gradient memory
+    usage"), and the adapters take the base's dtype (a flat parameter has one)."""
+
+    accumulate_without_sync: bool = True
+    """With ``gradient_accumulation_steps`` > 1, the micro-batches before the last run
+    under FSDP1's ``no_sync()`` (transformers' Trainer and accelerate's
+    ``accumulate()``, Lightning's ``no_backward_sync``): each trainable unit keeps its
+    whole unsharded gradient (in ``param_dtype``) across them, and only the last
+    micro-batch reduce-scatters ("FSDP will accumulate the full model gradients (instead
+    of gradient shards) until the eventual sync"). False: every micro-batch
+    reduce-scatters and the shards accumulate."""
 
 
 class Parallelism(Record):
@@ -130,7 +197,12 @@ class Parallelism(Record):
     cpu_offload: CpuOffload = msgspec.field(default_factory=CpuOffload)
     framework: Framework | None = None
     """Whose conventions decide the dtypes of sharded states, gathered parameters and
-    reduced gradients. ``ddp``: PyTorch replicas (AMP keeps fp32 weights). ``fsdp2``:
+    reduced gradients. ``ddp``: PyTorch replicas (AMP keeps fp32 weights). ``fsdp1``:
+    ``FullyShardedDataParallel`` with flat parameters, the default of transformers'
+    Trainer, accelerate and Lightning (one flat parameter per unit, padded to a multiple
+    of the ranks; fp32 shards under ``amp_*`` with ``MixedPrecision``; a unit's flat
+    gradient built whole, reduced in ``gradient_reduce_dtype``, kept as an fp32 shard;
+    see ``fsdp1``); ``zero_stage`` 3 (or 0) is ``FULL_SHARD``, 2 ``SHARD_GRAD_OP``. ``fsdp2``:
     ``fully_shard`` with a bf16 ``MixedPrecisionPolicy`` under ``amp_*`` (the sharded
     fp32 parameters are the master copy, activations are bf16, gradients reduce in
     fp32); ``zero_stage`` 3 (or 0) reshards after forward, 2 keeps layers gathered.
@@ -147,7 +219,7 @@ class Parallelism(Record):
 
     gradient_reduce_dtype: GradientReduceDtype | None = None
     """The dtype gradients are accumulated and reduced in, where the framework lets a job
-    choose (``megatron``, ``fsdp2``). ``megatron``: the dtype of its persistent gradient
+    choose (``megatron``, ``fsdp1``, ``fsdp2``). ``megatron``: the dtype of its persistent gradient
     buffer. Megatron-LM reduces in fp32 under bf16 (megatron/training/arguments.py:
     "accumulate and all-reduce gradients in fp32 for bfloat16 data type", unless
     ``--grad-reduce-in-bf16``) and in the parameters' dtype under fp16; NeMo's and
@@ -156,20 +228,31 @@ class Parallelism(Record):
     rank's gradients (``shard_model_grad.float()``, megatron/core/optimizer/
     distrib_optimizer.py; all of them without the distributed optimizer). ``fsdp2``:
     ``MixedPrecisionPolicy.reduce_dtype`` (torchtitan's default fp32 under a bf16
-    policy): the layer's gradients are cast to it for the reduce-scatter. Unset: those
-    defaults. Also the gradient traffic the speed model times."""
+    policy): the layer's gradients are cast to it for the reduce-scatter. ``fsdp1``:
+    ``MixedPrecision.reduce_dtype`` (accelerate and Lightning set the precision's half;
+    torch infers ``param_dtype`` when only that is given, _flat_param.py
+    ``_init_param_reduce_dtypes``): the flat gradient is cast to it before the
+    reduce-scatter. Unset: those defaults. Also the gradient traffic the speed model
+    times."""
 
     init: ParameterInit = "meta"
     """How a sharded model is built: ``meta`` (on the meta device, each rank materializing
-    only its shards, as torchtitan and DeepSpeed's ``zero.Init`` do) or ``materialized``
-    (the whole model is built on every GPU and sharded afterwards: a peak of the full
-    model's bytes before training starts)."""
+    only its shards, as torchtitan and DeepSpeed's ``zero.Init`` do; under ``fsdp1`` also
+    a model on the CPU wrapped with ``device_id``, which FSDP1 moves to the GPU one unit
+    at a time, as accelerate and Lightning pass it) or ``materialized`` (the whole model
+    is built on every GPU and sharded afterwards, e.g. ``model.cuda()`` before wrapping:
+    a peak of the full model's bytes before training starts, and under ``fsdp1`` one
+    unit's flattened copy beside it)."""
 
     context: Degree = 1
     """Context parallelism: each GPU holds ``sequence_length / context`` tokens of every
     sequence (ring attention passes the keys and values around); ZeRO, FSDP and
     Megatron's distributed optimizer shard over the data and context groups together.
     A GPU count is tensor x pipeline x data x context."""
+
+    fsdp1: Fsdp1 = msgspec.field(default_factory=Fsdp1)
+    """Under ``framework: fsdp1``: its flat-parameter settings (any other framework
+    refuses a value that is not the default)."""
 
 
 class Lora(Record):

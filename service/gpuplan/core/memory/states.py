@@ -7,6 +7,9 @@ precision keep half-precision weights and gradients beside an fp32 master, 2 + 2
 + 8 = 16 B/param, which ZeRO stages then shard over the data-parallel group.
 """
 
+import msgspec
+
+from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, half_dtype
@@ -104,6 +107,46 @@ class ModelStates(Record, kw_only=True):
     largest_layer: float
     """Bytes of the largest layer's weights in compute precision."""
 
+    reduce_mlp: float | None = None
+    """What the MLP half of a layer's backward adds to reduce gradients, where it
+    differs from ``reduce`` (FSDP1: the MLP weights' unsharded gradients, before the
+    layer's flat gradient is assembled at its end)."""
+
+    reduce_end: float = 0.0
+    """Bytes a layer's gradients take once its backward is done and its activations are
+    freed (FSDP1: the views' gradients beside the flat gradient they are concatenated
+    into, then its reduce-dtype copy and the reduce-scatter's shards)."""
+
+    gather_forward: float | None = None
+    """Gathered parameters at the loss's forward, where they differ from ``gather``
+    (FSDP1: the root unit; no layer is gathered ahead in the forward)."""
+
+    gather_loss_backward: float | None = None
+    """Gathered parameters at the loss's backward, where they differ from ``gather``
+    (FSDP1: the root unit and the last layer, prefetched by ``BACKWARD_PRE``)."""
+
+    gather_embedding: float = 0.0
+    """Gathered parameters at the embedding's backward (FSDP1: the root unit)."""
+
+    gather_bottom: float | None = None
+    """Gathered parameters during the first layer's backward, where they differ from
+    ``gather`` (FSDP1: no layer below it to prefetch)."""
+
+    root_gradient: float = 0.0
+    """Unsharded gradient bytes the root unit holds from the loss's backward until its
+    flat gradient is built at the end of the backward (FSDP1: the head's)."""
+
+    root_reduce: float = 0.0
+    """Bytes the root unit's post-backward holds to reduce its flat gradient (FSDP1)."""
+
+    step_gradients: float | None = None
+    """Gradient bytes at the optimizer step, where they differ from ``gradients`` (FSDP1
+    under ``no_sync()``: unsharded through the backward, shards at the step)."""
+
+    init_extra: float = 0.0
+    """Bytes beside the unsharded model while a materialized model is wrapped (FSDP1:
+    the flat copy of the unit being flattened)."""
+
 
 def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -> tuple[int, int]:
     """(parameters on the most loaded GPU, of which in its layers)."""
@@ -148,7 +191,7 @@ def framework_of(w: Workload) -> str:
     return "deepspeed" if training and (p.zero_stage > 0 or w.precision == "fp8") else "ddp"
 
 
-REDUCE_DTYPE_FRAMEWORKS = ("megatron", "fsdp2")
+REDUCE_DTYPE_FRAMEWORKS = ("megatron", "fsdp1", "fsdp2")
 """The frameworks that let a job choose the dtype its gradients reduce in."""
 
 
@@ -162,6 +205,8 @@ def gradient_reduce_dtype(w: Workload) -> str:
     if framework_of(w) == "megatron":
         # arguments.py forces fp32 accumulation for bf16 only; fp16 keeps its own dtype.
         return "fp16" if half == "fp16" else "fp32"
+    if framework_of(w) == "fsdp1":
+        return fsdp1.default_reduce_dtype(w)
     # The stored weights' dtype: fp32 shards under FSDP2's mixed-precision policy reduce
     # in fp32 (torchtitan's mixed_precision_reduce default), half-precision ones in theirs.
     return "fp32" if _stored_bytes(w) == 4.0 else half
@@ -180,7 +225,7 @@ def shard_stage(w: Workload) -> int:
     """The ZeRO stage in effect: FSDP2 always shards parameters (3) unless asked to keep
     them gathered from forward to backward (2)."""
     p = w.parallelism
-    if framework_of(w) == "fsdp2":
+    if framework_of(w) in ("fsdp1", "fsdp2"):
         return 3 if p.zero_stage in (0, 3) else p.zero_stage
     return p.zero_stage
 
@@ -207,17 +252,14 @@ def _bytes_per_parameter(w: Workload) -> _Bytes:
     training = w.mode != "inference"
     half = 4.0 if w.precision == "fp32" else 2.0
     if w.mode in ("finetune_lora", "finetune_qlora"):
-        # PEFT keeps adapters in fp32 (autocast_adapter_dtype); the base is frozen, in
-        # fp32 under autocast (amp_*) and in the training dtype otherwise.
-        base = 4.0 if w.precision.startswith("amp_") else half
-        return _Bytes(weights=base, grads=4.0, states=4.0, master=0.0)
+        return _adapter_bytes(w)
     if not training:
         return _Bytes(weights=half, grads=0.0, states=0.0, master=0.0)
     framework = framework_of(w)
     stored = _stored_bytes(w)
-    if framework == "fsdp2":
-        # fully_shard keeps parameters in their own dtype (fp32 under a bf16 mixed-precision
-        # policy): the shards are the optimizer's parameters, no separate master copy.
+    if framework in ("fsdp1", "fsdp2"):
+        # fully_shard and FSDP1 keep parameters in their own dtype (fp32 under a bf16
+        # mixed-precision policy): the shards are the optimizer's parameters, no master.
         return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
     if framework == "deepspeed":
         # DeepSpeed docs (memory.rst): 2 B fp16/bf16 parameters and gradients, and per
@@ -244,6 +286,15 @@ def _bytes_per_parameter(w: Workload) -> _Bytes:
     # PyTorch: AMP trains fp32 weights; pure precisions keep Adam's moments in the
     # parameter dtype.
     return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
+
+
+def _adapter_bytes(w: Workload) -> _Bytes:
+    """PEFT keeps adapters in fp32 (autocast_adapter_dtype); the base is frozen, in fp32
+    under autocast (amp_*) and in the training dtype otherwise. Adapters inside an FSDP1
+    layer's unit take the base's dtype (a flat parameter has one)."""
+    base = 4.0 if w.precision.startswith("amp_") else (4.0 if w.precision == "fp32" else 2.0)
+    adapter = base if framework_of(w) == "fsdp1" and fsdp1.adapters_in_layers(w) else 4.0
+    return _Bytes(weights=base, grads=adapter, states=adapter, master=0.0)
 
 
 def _buffers(
@@ -357,7 +408,7 @@ def model_states(
         optimizer = master = temp = partition = 0.0
     if p.cpu_offload.parameters and stage >= 3:
         weights = 0.0
-    return ModelStates(
+    states = ModelStates(
         parameters_local=local,
         trainable=trainable,
         weights=weights,
@@ -370,6 +421,130 @@ def model_states(
         reduce=reduce,
         largest_layer=largest * compute,
     )
+    if framework == "fsdp1" and training:
+        return _flat_parameters(arch, counts, w, states, runtime=runtime)
+    return states
+
+
+def _flat_parameters(
+    arch: Architecture, counts: ParameterCount, w: Workload, states: ModelStates, *, runtime: str
+) -> ModelStates:
+    """FSDP1's units on this GPU (see :mod:`gpuplan.core.memory.fsdp1`): padded shards
+    of every unit, the gathered root and layers at each moment, each trainable unit's
+    flat gradient built whole at the end of its backward, and (with adapters inside
+    their layers) every layer's gradient."""
+    p = w.parallelism
+    ranks = shard_degree(w)
+    lora = w.mode in ("finetune_lora", "finetune_qlora")
+    in_layers = fsdp1.adapters_in_layers(w)
+    local_layers = -(-arch.num_layers // p.pipeline)
+    adapters = states.trainable / p.tensor if lora else 0.0
+    per_layer_adapters = adapters / max(arch.num_layers, 1)
+    u = fsdp1.units(
+        counts,
+        tp=p.tensor,
+        local_layers=local_layers,
+        in_layer_adapters=per_layer_adapters if in_layers else 0.0,
+    )
+    stored = _stored_bytes(w)
+    gathered = fsdp1.gather_bytes(w)
+    quantized = quantization_of(w)
+    weights = states.weights
+    if quantized == "none" and not p.cpu_offload.parameters:
+        weights = fsdp1.shard_elements(u, ranks) * stored
+        if lora and not in_layers:
+            weights += fsdp1.padded_shard(adapters, ranks) * 4.0  # PEFT's fp32 adapters
+    # Which units train: all (full training), the layers (adapters inside them), or
+    # only the adapters' own units.
+    trained_layers = not lora or in_layers
+    per = _bytes_per_parameter(w)
+    if trained_layers:
+        trained = [*u.layers, *([] if lora else [u.root])]
+        layer_unit = max(u.layers, default=0.0)
+    else:
+        trained = [adapters]
+        layer_unit = per_layer_adapters
+    shards = sum(fsdp1.padded_shard(n, ranks) for n in trained)
+    gradients = shards * per.grads
+    step_gradients = None
+    if fsdp1.without_sync(w):
+        # no_sync(): each trainable unit's unsharded flat gradient accumulates across the
+        # micro-batches; the last one reduce-scatters it into the shards the step reads.
+        step_gradients = gradients
+        gradients = sum(trained) * gathered
+    elements = (adapters if lora else float(states.parameters_local)) / ranks
+    if not p.fsdp1.use_orig_params and not lora:
+        elements = shards  # the optimizer steps the padded flat shards
+    optimizer = elements * _optimizer_states(w.optimizer, per.states)
+    temp = _flat_optimizer_temporary(
+        arch, w, u, runtime=runtime, elements=elements, state_bytes=per.states, ranks=ranks
+    )
+    if p.cpu_offload.optimizer:
+        optimizer = temp = 0.0
+    reduce_dtype = gradient_reduce_dtype(w)
+    # The MLP half's peak comes with its first linear's weight gradient (the down
+    # projection's, computed first); the others come as the MLP's activations are freed.
+    down = max((lp.mlp / p.tensor for lp in counts.layers[:local_layers]), default=0.0) / (
+        3 if arch.mlp_gated else 2
+    )
+    g = fsdp1.gathers(
+        u,
+        w,
+        ranks=ranks,
+        stored=stored,
+        layer_bytes=gathered if quantized == "none" else sharded_quantized_bytes(quantized),
+        stage=shard_stage(w),
+    )
+    return msgspec.structs.replace(
+        states,
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        master=0.0,
+        optimizer_temporary=temp,
+        gather=g.layers,
+        gather_forward=g.forward,
+        gather_loss_backward=g.loss_backward,
+        gather_embedding=g.root,
+        gather_bottom=g.bottom,
+        reduce=layer_unit * gathered,
+        reduce_mlp=(down if trained_layers else 0.0) * gathered,
+        reduce_end=fsdp1.flat_gradient(layer_unit, w, reduce_dtype),
+        root_gradient=0.0 if lora else u.head * gathered,
+        root_reduce=0.0 if lora else fsdp1.flat_gradient(u.root, w, reduce_dtype),
+        step_gradients=step_gradients,
+        # Wrapping flattens a unit into a new tensor and clones this rank's chunk before
+        # freeing it: the first layer beside the whole model, or the root (wrapped last)
+        # beside the layers' shards.
+        init_extra=max(
+            max(u.layers, default=0.0) * (1 + 1 / ranks),
+            u.root * (1 + 1 / ranks) - sum(u.layers) * (1 - 1 / ranks),
+        )
+        * stored,
+    )
+
+
+def _flat_optimizer_temporary(
+    arch: Architecture,
+    w: Workload,
+    u: fsdp1.Units,
+    *,
+    runtime: str,
+    elements: float,
+    state_bytes: float,
+    ranks: int,
+) -> float:
+    """``optimizer.step()``'s temporaries over FSDP1's tensors: with ``use_orig_params``
+    the original parameters' views into the shards (none larger than a unit's shard),
+    else one flat shard a unit."""
+    largest_shard = fsdp1.padded_shard(max([*u.layers, u.root]), ranks)
+    if w.mode in ("finetune_lora", "finetune_qlora"):
+        rank = w.lora.rank if w.lora else 16
+        biggest = float(max(arch.hidden_size, arch.intermediate_size) * rank)
+    else:
+        biggest = float(largest_tensor(arch)) / w.parallelism.tensor
+    biggest = min(biggest, largest_shard) if w.parallelism.fsdp1.use_orig_params else largest_shard
+    return _optimizer_temporary(w.optimizer, runtime, elements, biggest, state_bytes)
 
 
 def _weights(

@@ -71,22 +71,11 @@ def training_peak(
     moments: list[Moment] = []
     activations = sum(kept) + head.embedding_saved + head.final_saved + head.logits_saved
     start = total_grads if accumulating else 0.0
-    moments.append(
-        Moment(
-            phase="forward (loss)",
-            gradients=start,
-            activations=activations,
-            temporary=head.loss_forward + states.gather,
-        )
-    )
-    moments.append(
-        Moment(
-            phase="backward (loss)",
-            gradients=start,
-            activations=activations,
-            temporary=head.loss_backward + states.gather + held,
-        )
-    )
+    moments.extend(_loss_moments(states, head, start=start, activations=activations, held=held))
+    # FSDP1: the root unit's unsharded gradients (the head's) wait from the loss's
+    # backward for the embedding's, and the root stays gathered throughout.
+    root = states.root_gradient
+    reduce_mlp = states.reduce if states.reduce_mlp is None else states.reduce_mlp
     so_far = total_grads if accumulating else (0.0 if stepping else head_grads)
     step_temp = max(in_backward, 0.0)
     below = sum(kept)
@@ -100,7 +89,10 @@ def training_peak(
         run = 1
         while index - run >= 0 and _same(layers, grads, kept, index - run, index):
             run += 1
-        for position in sorted({index, index - run + 1}, reverse=True):
+        ends = {index, index - run + 1}
+        if states.gather_bottom is not None and index - run + 1 <= 1 <= index:
+            ends.add(1)  # the first layer gathers less: the run's total bends before it
+        for position in sorted(ends, reverse=True):
             skipped = index - position  # identical layers already walked in this run
             lc, lg = layers[position], grads[position]
             below_here = below - kept[position] * (skipped + 1)
@@ -112,15 +104,27 @@ def training_peak(
             own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
             if offload and position > 0:
                 own += layers[position - 1].saved  # the next layer's, prefetched
+            gather = (
+                states.gather_bottom
+                if position == 0 and states.gather_bottom is not None
+                else states.gather
+            )
             fresh_mlp = lg.mlp if accumulating and not persistent_gradients else 0.0
             fresh_attn = lg.attention if accumulating and not persistent_gradients else 0.0
             mlp_grads = done + (0.0 if accumulating or stepping else lg.mlp)
-            # The MLP half of the layer's backward, then its attention half.
+            # The MLP half of the layer's backward, then its attention half, then (FSDP1)
+            # its flat gradient assembled once its activations are freed.
+            # (The layer's shard is born after this moment: states.reduce_end holds it.)
+            layer_done = (
+                mlp_grads,
+                below_here + head.embedding_saved,
+                residual_grad + gather + states.reduce_end + root,
+            )
             for moment in (
                 (
                     mlp_grads,
                     below_here + own + head.embedding_saved,
-                    residual_grad + lc.mlp_backward + fresh_mlp + states.gather + states.reduce,
+                    residual_grad + lc.mlp_backward + fresh_mlp + gather + reduce_mlp + root,
                 ),
                 (
                     mlp_grads + (0.0 if accumulating else lg.attention),
@@ -128,9 +132,11 @@ def training_peak(
                     residual_grad
                     + lc.attention_backward
                     + fresh_attn
-                    + states.gather
-                    + states.reduce,
+                    + gather
+                    + states.reduce
+                    + root,
                 ),
+                *((layer_done,) if states.reduce_end else ()),
             ):
                 total = moment[0] + moment[1] + moment[2]
                 if total > layer_peak[0]:
@@ -147,19 +153,65 @@ def training_peak(
             phase="backward (embedding)",
             gradients=total_grads,
             activations=head.embedding_saved,
-            temporary=tied_embedding_grad + held + step_temp,
+            temporary=tied_embedding_grad + held + step_temp + states.gather_embedding + root,
         )
     )
+    moments.extend(_step_end(states, total_grads, held=held, stepping=stepping))
+    return max(moments, key=lambda mo: mo.gradients + mo.activations + mo.temporary)
+
+
+def _loss_moments(
+    states: ModelStates, head: HeadCost, *, start: float, activations: float, held: float
+) -> list[Moment]:
+    """The loss's forward and backward, with what is gathered then (FSDP1: the root,
+    and in the backward the last layer its pre-backward hook prefetches)."""
+    gather_forward = states.gather if states.gather_forward is None else states.gather_forward
+    gather_loss = (
+        states.gather if states.gather_loss_backward is None else states.gather_loss_backward
+    )
+    return [
+        Moment(
+            phase="forward (loss)",
+            gradients=start,
+            activations=activations,
+            temporary=head.loss_forward + gather_forward,
+        ),
+        Moment(
+            phase="backward (loss)",
+            gradients=start,
+            activations=activations,
+            temporary=head.loss_backward + gather_loss + held,
+        ),
+    ]
+
+
+def _step_end(
+    states: ModelStates, total_grads: float, *, held: float, stepping: bool
+) -> list[Moment]:
+    """After the layers: FSDP1's root unit reducing its gradient (every gradient of it
+    concatenated into its flat one), then the optimizer step (unless it ran in the
+    backward), with the gradients it reads."""
+    moments = []
+    if states.root_reduce:
+        moments.append(
+            Moment(
+                phase="backward (root unit's gradient)",
+                gradients=total_grads,
+                activations=0.0,
+                temporary=held + states.gather_embedding + states.root_reduce,
+            )
+        )
     if not stepping:
+        step_grads = total_grads if states.step_gradients is None else states.step_gradients
         moments.append(
             Moment(
                 phase="optimizer step",
-                gradients=total_grads,
+                gradients=step_grads,
                 activations=0.0,
                 temporary=states.optimizer_temporary + held,
             )
         )
-    return max(moments, key=lambda mo: mo.gradients + mo.activations + mo.temporary)
+    return moments
 
 
 def _kept(

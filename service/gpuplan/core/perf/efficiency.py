@@ -28,7 +28,7 @@ from gpuplan.core.record import Record
 
 Fraction = Annotated[float, msgspec.Meta(gt=0, le=1)]
 Share = Annotated[float, msgspec.Meta(ge=0, le=1)]
-FrameworkName = Literal["ddp", "fsdp2", "deepspeed", "megatron"]
+FrameworkName = Literal["ddp", "fsdp1", "fsdp2", "deepspeed", "megatron"]
 
 
 class Generation(Record, kw_only=True):
@@ -200,7 +200,9 @@ def efficiency_data() -> EfficiencyData:
         raise ValueError("efficiency.toml: the last generation must be the catch-all (no match)")
     names = sorted(f.name for f in data.frameworks)
     if names != sorted(get_args(FrameworkName)):
-        raise ValueError(f"efficiency.toml: frameworks {names}, expected each of the four once")
+        raise ValueError(
+            f"efficiency.toml: frameworks {names}, expected each of {sorted(get_args(FrameworkName))} once"
+        )
     return data
 
 

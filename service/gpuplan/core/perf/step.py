@@ -77,6 +77,26 @@ class StepShape(Record, kw_only=True):
     vision: bool = False
     """A convolutional model: matmuls only, at the vision share of the GEMM efficiency."""
 
+    flat_units: bool = False
+    """FSDP1's flat parameters (``framework: fsdp1``): its root unit (embeddings, head)
+    stays gathered from the forward through the backward, so it is all-gathered once a
+    micro-batch; the others twice."""
+
+    root_parameters: int = 0
+    """FSDP1: the root unit's parameters."""
+
+    backward_overlap: bool = True
+    """False: FSDP1 without backward prefetch, whose backward all-gathers and
+    reduce-scatters are not overlapped with compute."""
+
+    reduce_once: bool = False
+    """FSDP1 under ``no_sync()``: the micro-batches before the last keep their unsharded
+    gradients, so gradients are reduce-scattered once a step, after the last."""
+
+    reduced_parameters: int | None = None
+    """Parameters whose gradients are reduced, where they differ from the trainable ones
+    (FSDP1 adapters inside their layers' units reduce whole layers)."""
+
 
 class StepLinks(Record, kw_only=True):
     tensor: Link
@@ -343,6 +363,15 @@ def _data_exposed(
     shard = lay.tensor * lay.pipeline
     trainable = shape.trainable_parameters / shard
     held = max(shape.parameters, shape.trainable_parameters) / shard
+    if lay.zero_stage == 3 and shape.flat_units:
+        return _flat_units_exposed(
+            shape,
+            lay,
+            links=links,
+            framework=framework,
+            busy_micro=busy_micro,
+            backward_micro=backward_micro,
+        )
     if lay.zero_stage == 3:
         # FSDP / ZeRO-3: gather parameters for forward and for backward and
         # reduce-scatter gradients, every micro-batch, one layer ahead of its compute:
@@ -365,6 +394,51 @@ def _data_exposed(
     # buckets behind the last micro-batch's backward.
     traffic = all_reduce_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
     return max(traffic - hidden, traffic / max(layers, 1))
+
+
+def _flat_units_exposed(
+    shape: StepShape,
+    lay: Parallelism,
+    *,
+    links: StepLinks,
+    framework: Framework,
+    busy_micro: float,
+    backward_micro: float,
+) -> float:
+    """FSDP1's ``FULL_SHARD`` traffic left on the critical path.
+
+    Every unit is all-gathered for its forward and again for its backward, except the
+    root (not resharded after its forward: ``_post_forward_reshard``), and each
+    trainable unit's flat gradient is reduce-scattered after its backward, or once a
+    step under ``no_sync()``. With backward prefetch the gathers and reduce-scatters hide
+    behind the neighbouring units' compute as ZeRO-3's do (the framework's
+    ``gather_hidden_share``; at least one unit's share stays exposed). Without it only
+    the forward's gathers can hide (behind the forward); in the backward the next unit's
+    all-gather is issued after this unit's reduce-scatter on the same communicator, and
+    the next unit's compute waits for both.
+    """
+    m = shape.accumulation
+    layers = max(-(-shape.num_layers // lay.pipeline), 1)
+    shard = lay.tensor * lay.pipeline
+    held = max(shape.parameters, shape.trainable_parameters) / shard
+    reduced = (
+        shape.reduced_parameters
+        if shape.reduced_parameters is not None
+        else shape.trainable_parameters
+    ) / shard
+    root = shape.root_parameters / shard
+    forward = all_gather_seconds(held * shape.gather_bytes, lay.data, links.data)
+    backward = all_gather_seconds((held - root) * shape.gather_bytes, lay.data, links.data)
+    scatter = all_gather_seconds(reduced * shape.gradient_bytes, lay.data, links.data)
+    scatters = 1 if shape.reduce_once else m
+    share = framework.gather_hidden_share
+    if shape.backward_overlap:
+        traffic = m * (forward + backward) + scatters * scatter
+        hidden = m * busy_micro * share
+        return max(traffic - hidden, traffic / layers)
+    forward_micro = busy_micro - backward_micro
+    exposed_forward = max(forward - forward_micro * share, forward / layers)
+    return m * (exposed_forward + backward) + scatters * scatter
 
 
 def _optimizer_seconds(shape: StepShape, lay: Parallelism, rates: Rates, links: StepLinks) -> float:

@@ -18,6 +18,7 @@ from gpuplan.core.memory.response import Measures, measures
 from gpuplan.core.memory.schema import (
     EstimateRequest,
     EstimateResponse,
+    Fsdp1,
     GradientReduceDtype,
     ModelSpec,
     Workload,
@@ -37,9 +38,11 @@ class MemoryOracle:
     Lives for one request only: the memo is a value of the call, not process state.
     """
 
-    def __init__(self, model: ModelSpec, catalog: Catalog) -> None:
+    def __init__(self, model: ModelSpec, catalog: Catalog, fsdp1: Fsdp1 | None = None) -> None:
         self._model = model
         self._catalog = catalog
+        self._fsdp1 = fsdp1
+        """The request's FSDP1 settings, for the search's FSDP1 layouts."""
         self._responses: dict[bytes, EstimateResponse | None] = {}
         self._measures: dict[tuple[bytes, str, str], Measures | None] = {}
         self._laid: dict[tuple[int, bytes, str | None], tuple[Workload, Workload, bytes]] = {}
@@ -63,7 +66,7 @@ class MemoryOracle:
         k = (id(workload), msgspec.json.encode(layout), reduce)
         hit = self._laid.get(k)
         if hit is None:
-            laid = with_layout(workload, layout, reduce)
+            laid = with_layout(workload, layout, reduce, self._fsdp1)
             # The entry keeps ``workload`` alive, so its id cannot be reused meanwhile.
             hit = (workload, laid, msgspec.json.encode(laid))
             self._laid[k] = hit
@@ -138,12 +141,16 @@ def runtime_of(gpu: GpuSpec) -> str:
 
 
 def with_layout(
-    workload: Workload, layout: ParallelLayout, reduce: GradientReduceDtype | None = None
+    workload: Workload,
+    layout: ParallelLayout,
+    reduce: GradientReduceDtype | None = None,
+    fsdp1: Fsdp1 | None = None,
 ) -> Workload:
     """The workload split as ``layout`` says: its parallelism, and for training the
     micro-batch and accumulation the layout re-split the global batch into. ``reduce``:
     the request's ``gradient_reduce_dtype``, for a search's layouts (the workload the
-    search starts from carries no framework)."""
+    search starts from carries no framework). ``fsdp1``: the request's FSDP1 settings,
+    for an FSDP1 layout (else the workload's own)."""
     p = workload.parallelism
     batch = workload.batch_size
     accumulation = workload.gradient_accumulation_steps
@@ -173,6 +180,8 @@ def with_layout(
             pipeline_schedule=schedule,
             framework=layout.framework,
             gradient_reduce_dtype=reduce,
+            # FSDP1's settings mean nothing to another framework's layout.
+            fsdp1=(fsdp1 or p.fsdp1) if layout.framework == "fsdp1" else Fsdp1(),
             zero_stage=layout.zero_stage,
             cpu_offload=msgspec.structs.replace(
                 p.cpu_offload, optimizer=layout.cpu_offload_optimizer

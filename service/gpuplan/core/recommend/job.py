@@ -54,6 +54,9 @@ class Job(Record, kw_only=True):
 
     flops: TokenFlops
     parameters: int
+    root_parameters: int = 0
+    """Embeddings, final norm and head: what FSDP1's root unit holds."""
+
     tokens: float
     """Training: tokens to train on. Inference: unused (0)."""
 
@@ -157,6 +160,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         vision=model.vision is not None,
         flops=_flops(model, counts, total, w.image_size),
         parameters=total,
+        root_parameters=counts.embedding + counts.head + counts.final if counts else 0,
         tokens=tokens,
         prompt_tokens=prompt,
         output_tokens=output,

@@ -45,7 +45,7 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     job = resolve_job(request, catalog)
     c = request.constraints
     candidates = candidate_gpus(catalog, c)
-    oracle = MemoryOracle(request.model, catalog)
+    oracle = MemoryOracle(request.model, catalog, job.given.fsdp1)
     # The job as given, on one GPU: refused with the estimator's own field errors.
     base = oracle.first(job.workload)
     trainable = base.trainable_parameters

@@ -29,6 +29,7 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.intervals import factors
 from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.numerics import DTYPE_BYTES
@@ -113,6 +114,18 @@ def default_framework(layout: ParallelLayout) -> FrameworkName:
     if layout.tensor > 1 or layout.pipeline > 1 or layout.context > 1 or layout.expert > 1:
         return "megatron"
     return "deepspeed" if layout.zero_stage in (1, 2) else "ddp"
+
+
+def _rung_framework(job: Job, layout: ParallelLayout) -> FrameworkName:
+    """The framework a search layout runs under: FSDP1, when the request names it, for
+    the data-parallel layouts it shards (``FULL_SHARD``, ``SHARD_GRAD_OP``); else what
+    the layout implies."""
+    flat = (
+        job.given.framework == "fsdp1"
+        and layout.zero_stage in (2, 3)
+        and layout.tensor == layout.pipeline == layout.context == 1
+    )
+    return "fsdp1" if flat else default_framework(layout)
 
 
 def split_batch(global_batch: int, data: int, micro: int) -> tuple[int, int] | None:
@@ -215,15 +228,43 @@ def training_ladder(job: Job, count: int, c: Constraints) -> list[ParallelLayout
         rungs.append(given_layout(job))
     out = []
     for rung in rungs:
-        split = _split(job, rung, default_framework(rung))
+        split = _split(job, rung, _rung_framework(job, rung))
         if split is not None:
             out.append(split)
     return out
 
 
 def step_shape(job: Job, w: Workload, trainable: int) -> StepShape:
-    arch = job.arch
     wide = w.precision == "fp32" or w.precision.startswith("amp_")
+    shape = _shape(job, w, trainable, wide)
+    return _flat_units(job, w, shape) if framework_of(w) == "fsdp1" else shape
+
+
+def _flat_units(job: Job, w: Workload, shape: StepShape) -> StepShape:
+    """FSDP1's timing (``framework: fsdp1``, gpuplan.core.perf.step's
+    ``_flat_units_exposed``): units gathered in ``MixedPrecision.param_dtype``, gradients
+    reduced in its ``reduce_dtype``, the root gathered once a micro-batch, the backward
+    overlapped only with prefetch, one reduce-scatter a step under ``no_sync()``; LoRA
+    adapters inside their layers' units make every base weight's gradient computed and
+    reduced (the flat parameter requires grad)."""
+    f = w.parallelism.fsdp1
+    shared = fsdp1.adapters_in_layers(w)
+    root = job.root_parameters
+    return msgspec.structs.replace(
+        shape,
+        frozen_base=shape.frozen_base and not shared,
+        gather_bytes=int(fsdp1.gather_bytes(w)),
+        gradient_bytes=DTYPE_BYTES[gradient_reduce_dtype(w)],
+        flat_units=True,
+        root_parameters=root,
+        backward_overlap=f.backward_prefetch != "none",
+        reduce_once=fsdp1.without_sync(w),
+        reduced_parameters=(job.parameters - root + shape.trainable_parameters) if shared else None,
+    )
+
+
+def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
+    arch = job.arch
     return StepShape(
         batch_size=w.batch_size,
         seq=w.sequence_length or 1,
@@ -326,7 +367,7 @@ def time_training(
     """Job seconds, trained tokens/s, delivered model FLOP/s and the step of ``layout``."""
     assert ctx.rates is not None
     if oracle is None:
-        laid = with_layout(job.workload, layout, job.given.gradient_reduce_dtype)
+        laid = with_layout(job.workload, layout, job.given.gradient_reduce_dtype, job.given.fsdp1)
         shape = step_shape(job, laid, trainable)
     else:
         laid, key = oracle.laid_out(job.workload, layout, job.given.gradient_reduce_dtype)
@@ -542,7 +583,8 @@ def given_layout(job: Job) -> ParallelLayout:
         tensor=p.tensor,
         pipeline=p.pipeline,
         data=p.data,
-        zero_stage=p.zero_stage,
+        # FSDP1's default sharding strategy is FULL_SHARD: zero_stage 0 means 3 there.
+        zero_stage=3 if p.framework == "fsdp1" and p.zero_stage == 0 else p.zero_stage,
         cpu_offload_optimizer=p.cpu_offload.optimizer,
         context=p.context,
         expert=p.expert,
