@@ -16,7 +16,8 @@ def memory_regime(w: Workload) -> dict[str, str]:
     p = w.parallelism
     if max(p.tensor, p.pipeline, p.context, p.expert) > 1:
         split = "model_parallel"
-    elif p.zero_stage > 0:
+    elif p.zero_stage > 0 or (p.framework == "fsdp1" and p.data > 1):
+        # FSDP1 shards fully at zero_stage 0 as well (its FULL_SHARD default).
         split = "sharded"
     elif p.data > 1:
         split = "data_parallel"
