@@ -8,6 +8,8 @@ the layouts after each option and the whole answer stay one ``--output json`` aw
 from gpuplan.cli.render.output import GiB
 from gpuplan.core.mig.schema import PlacementOption, PlacementResponse
 
+HEAD = ("#", "disruption", "node", "gpu", "profile", "start", "changes", "usable", "resource")
+
 
 def _changes(o: PlacementOption) -> str:
     if o.action == "enable-mig":
@@ -45,7 +47,7 @@ def table(r: PlacementResponse) -> str:
             )
             for n, o in enumerate(r.options, 1)
         ]
-        head = ("#", "disruption", "node", "gpu", "profile", "start", "changes", "usable", "resource")
+        head = HEAD
         widths = [max(len(row[i]) for row in [head, *rows]) for i in range(len(head))]
         for row in [head, *rows]:
             lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
