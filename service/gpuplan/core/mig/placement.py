@@ -98,7 +98,7 @@ def option(candidate: Candidate, demand: Demand) -> PlacementOption:
         written = _use_gpu(candidate, demand)
     else:
         written = _change_option(candidate, candidate.change, demand)
-    return explain(steps(written, gpu), gpu)
+    return explain(steps(written, gpu), by_memory=demand.ref is None)
 
 
 def _written(

@@ -27,6 +27,10 @@ def _at(item: PlacementInstance) -> str:
     return f"{item.profile}{where}"
 
 
+def _and(text: str) -> str:
+    return f", {text}" if text else ""
+
+
 def _listed(items: list[PlacementInstance]) -> str:
     return ", ".join(_at(i) for i in items)
 
@@ -101,29 +105,31 @@ def steps(option: PlacementOption, gpu: FleetGpu) -> PlacementOption:
     return msgspec.structs.replace(option, steps=out)
 
 
-def explain(option: PlacementOption, gpu: FleetGpu) -> PlacementOption:
-    """``option`` with the reason it is what it is."""
+def explain(option: PlacementOption, by_memory: bool) -> PlacementOption:
+    """``option`` with the reason it is what it is (``by_memory``: the workload gave
+    ``memory_gib``, so the memory to spare means something)."""
     kept_in_use = sum(1 for i in option.layout_after if i.in_use)
-    spare = f"{_gib(option.surplus_memory_bytes)} to spare"
+    spare = f"{_gib(option.surplus_memory_bytes)} to spare" if by_memory else ""
     if option.action == "use-instance":
         reason = (
             f"a free {option.profile} instance ({_gib(option.memory_bytes)} usable, "
-            f"{option.compute_slices} compute slice(s)) takes it as it is, {spare}: "
+            f"{option.compute_slices} compute slice(s)) takes it as it is{_and(spare)}: "
             "nothing changes"
         )
     elif option.action == "use-gpu":
         reason = (
             f"GPU {option.gpu_index} of {option.node} is free and not in MIG mode; its "
-            f"{_gib(option.memory_bytes)} free take the workload whole, {spare}: nothing changes"
+            f"{_gib(option.memory_bytes)} free take the workload whole{_and(spare)}: nothing "
+            "changes"
         )
     elif option.action == "enable-mig":
         reason = (
             f"GPU {option.gpu_index} of {option.node} is free and not in MIG mode: enabling "
-            f"MIG and creating a {option.profile} ({_gib(option.memory_bytes)} usable, "
-            f"{spare}) touches nothing in use"
+            f"MIG and creating a {option.profile} ({_gib(option.memory_bytes)} usable"
+            f"{_and(spare)}) touches nothing in use"
         )
     else:
-        new = f"a new {option.profile} ({_gib(option.memory_bytes)} usable, {spare})"
+        new = f"a new {option.profile} ({_gib(option.memory_bytes)} usable{_and(spare)})"
         others = (
             f"the {kept_in_use} instance(s) in use there keep running"
             if kept_in_use
