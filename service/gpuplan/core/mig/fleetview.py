@@ -114,7 +114,16 @@ def _gis(instances: Sequence[MigInstance], table: MigGpu | None) -> list[FleetGi
     return sorted(by_id.values(), key=lambda g: (g.start is None, g.start or 0, g.gpu_instance_id))
 
 
-def _read_layout(gpu: FleetGpu) -> None:
+@dataclass
+class _Seen:
+    """What one reading of the fleet already worked out: a fleet repeats its models and
+    layouts, so each model is looked up, and each layout's counts checked, once."""
+
+    models: dict[str, tuple[str | None, MigGpu | None]] = field(default_factory=dict)
+    problems: dict[tuple[str, tuple[int, ...]], list[str]] = field(default_factory=dict)
+
+
+def _read_layout(gpu: FleetGpu, seen: _Seen) -> None:
     """Set each GI's slot and the GPU's scale, or say why the layout cannot be read."""
     table = gpu.table
     assert table is not None
@@ -157,7 +166,10 @@ def _read_layout(gpu: FleetGpu) -> None:
             return
         occupied |= mask
         counts[gi.index] += 1
-    problems = count_violations(table, counts)
+    key = (table.id, tuple(counts))
+    problems = seen.problems.get(key)
+    if problems is None:
+        problems = seen.problems[key] = count_violations(table, counts)
     if problems:
         gpu.layout_problem = f"its layout breaks table `{table.id}`'s rules: {problems[0]}"
 
@@ -168,9 +180,15 @@ def _gpu(
     instances: Sequence[MigInstance],
     catalog: Catalog,
     tables: Sequence[MigGpu],
+    *,
+    seen: _Seen,
 ) -> FleetGpu:
-    spec = find_spec(catalog, telemetry.model_name)
-    table = None if spec is None else next((t for t in tables if spec.id in t.gpus), None)
+    known = seen.models.get(telemetry.model_name)
+    if known is None:
+        spec = find_spec(catalog, telemetry.model_name)
+        table = None if spec is None else next((t for t in tables if spec.id in t.gpus), None)
+        known = seen.models[telemetry.model_name] = (None if spec is None else spec.id, table)
+    catalog_id, table = known
     mig = True if instances else telemetry.mig_enabled
     if mig is None and table is None:
         mig = False  # a model without MIG (an AMD GPU reports no mode at all)
@@ -182,7 +200,7 @@ def _gpu(
         index=telemetry.index,
         uuid=telemetry.uuid,
         model_name=telemetry.model_name,
-        catalog_id=None if spec is None else spec.id,
+        catalog_id=catalog_id,
         table=table,
         up=telemetry.up,
         mig=mig,
@@ -191,7 +209,7 @@ def _gpu(
         gis=_gis(instances, table),
     )
     if table is not None and mig is True:
-        _read_layout(gpu)
+        _read_layout(gpu, seen)
     return gpu
 
 
@@ -204,6 +222,7 @@ def fleet_gpus(
     two reads) still counts, on a GPU known only from its instances.
     """
     out: list[FleetGpu] = []
+    seen = _Seen()
     for node in nodes:
         by_gpu: dict[str, list[MigInstance]] = {}
         for m in node.mig_instances:
@@ -222,5 +241,6 @@ def fleet_gpus(
                     )
                 )
         for telemetry in sorted(gpus, key=lambda g: (g.index, g.uuid)):
-            out.append(_gpu(node, telemetry, by_gpu.get(telemetry.uuid, []), catalog, tables))
+            members = by_gpu.get(telemetry.uuid, [])
+            out.append(_gpu(node, telemetry, members, catalog, tables, seen=seen))
     return out
