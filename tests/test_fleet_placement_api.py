@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 import pytest
+import redis
 from click.testing import CliRunner
 from litestar import Litestar
 from litestar.testing import TestClient
@@ -291,3 +292,18 @@ def test_cli_refusals() -> None:
     )
     assert result.exit_code == 2
     assert "$.compute_slices: only with `memory_gib`" in result.output
+
+
+def test_cli_reads_a_redis_with_a_password(own_redis: RedisServer, tmp_path: Path) -> None:
+    publish_snapshots(own_redis.url, "gpuplan:v1:", fleet_node("n0", [FREE]), new_benchmark=False)
+    redis.Redis.from_url(own_redis.url).config_set("requirepass", "fleet-pass-0123456789")
+    args = ["fleet", "place", "--memory-gib", "19", "--redis-url", own_redis.url]
+    runner = CliRunner()
+    assert runner.invoke(main, args).exit_code == 3
+    secret = tmp_path / "redis-password"
+    secret.write_text("fleet-pass-0123456789\n")
+    result = runner.invoke(
+        main, [*args, "--output", "json"], env={"GPUPLAN_REDIS_PASSWORD_FILE": str(secret)}
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["options"][0]["action"] == "use-instance"

@@ -5,7 +5,8 @@ workload goes, fewest disruptions first. Its workload flags are the fields of th
 query (:class:`~gpuplan.core.mig.PlacementQuery`), generated, so a bad value is refused
 naming the same JSONPath. The fleet is read from the Redis the agents publish to
 (``--redis-url``, else ``GPUPLAN_REDIS_URL``, under ``--key-prefix``, else
-``GPUPLAN_FLEET_KEY_PREFIX``), or from a file holding ``GET /v1/fleet/nodes``'s answer
+``GPUPLAN_FLEET_KEY_PREFIX``; the password from ``--redis-password-file``, else
+``GPUPLAN_REDIS_PASSWORD_FILE``, as the server reads them), or from a file holding ``GET /v1/fleet/nodes``'s answer
 (``--nodes``: a saved fleet, or one to try a placement on). Exit status: 0 an option
 exists, 1 none does, 2 unusable input, 3 the fleet's Redis does not answer.
 """
@@ -58,6 +59,13 @@ def fleet_command() -> None:
     help="The Redis the agents publish to (redis://, rediss:// or unix://).",
 )
 @click.option(
+    "--redis-password-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    envvar="GPUPLAN_REDIS_PASSWORD_FILE",
+    show_envvar=True,
+    help="A file holding the Redis password (a mounted secret); wins over one in the URL.",
+)
+@click.option(
     "--key-prefix",
     envvar="GPUPLAN_FLEET_KEY_PREFIX",
     show_envvar=True,
@@ -79,6 +87,7 @@ def place_command(
     request_file: Path | None,
     nodes_file: Path | None,
     redis_url: str | None,
+    redis_password_file: Path | None,
     key_prefix: str,
     fmt: str,
     catalog_file: Path | None,
@@ -112,7 +121,8 @@ def place_command(
             nodes = _from_file(nodes_file)
         else:
             assert redis_url is not None
-            nodes = asyncio.run(_from_redis(redis_url, key_prefix, query.node))
+            password = _password(redis_password_file)
+            nodes = asyncio.run(_from_redis(redis_url, password, key_prefix, query.node))
         result = place(query, nodes, known)
     write(render.table(result) if fmt == "table" else machine(result, fmt))
     if not result.options:
@@ -126,14 +136,27 @@ def _from_file(path: Path) -> list[NodeSnapshot]:
     return convert(read_document(path), NodeList).nodes
 
 
-async def _from_redis(url: str, prefix: str, node: str | None) -> list[NodeSnapshot]:
+def _password(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(
+            f"cannot read {path}: {exc.__class__.__name__}", param_hint="--redis-password-file"
+        ) from None
+
+
+async def _from_redis(
+    url: str, password: str | None, prefix: str, node: str | None
+) -> list[NodeSnapshot]:
     from redis.exceptions import RedisError
 
     from gpuplan.fleet.connection import connect
     from gpuplan.fleet.schema import Keys
     from gpuplan.fleet.store import FleetStore
 
-    client = connect(url, timeout_seconds=2.0)
+    client = connect(url, timeout_seconds=2.0, password=password)
     try:
         store = FleetStore(client, Keys(prefix))
         if node is None:
