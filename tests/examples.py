@@ -158,6 +158,18 @@ REQUESTS: dict[str, tuple[str, ExampleRequest]] = {
         "Measured matmul FLOP/s per GPU model across the fleet",
         ExampleRequest(method="GET", path="/v1/fleet/flops"),
     ),
+    "fleet_placements": (
+        "Where a 40 GiB, 3-slice workload goes with the fewest disruptions",
+        ExampleRequest(
+            method="GET",
+            path="/v1/fleet/placements",
+            query={"memory_gib": "40", "compute_slices": "3"},
+        ),
+    ),
+    "place_workload": (
+        "Where a workload on a 1g.18gb instance goes, asked with a JSON body",
+        post("/v1/fleet/placements", profile="1g.18gb"),
+    ),
 }
 """Each operation's example request, by operationId."""
 

@@ -69,6 +69,14 @@ VALID_BODIES: dict[str, dict[str, Any]] = {
         ],
         "max_gpus": 4,
     },
+    "place_workload": {
+        "memory_gib": 20.0,
+        "compute_slices": 2,
+        "whole_gpu": True,
+        "node": "node-a",
+        "gpu": "h100-sxm5-80gb",
+        "limit": 5,
+    },
     "plan_job": {
         "model": {"name": "llama-2-7b"},
         "workload": {"mode": "training", "sequence_length": 4096, "gradient_checkpointing": "full"},

@@ -58,3 +58,22 @@ def test_every_object_schema_is_described() -> None:
         if schema.get("type") == "object" and not schema.get("description", "").strip()
     )
     assert not blank, f"give these Structs a class docstring (OpenAPI description): {blank}"
+
+
+def test_every_reference_resolves() -> None:
+    """A Struct that is a query and a body both (GET and POST /v1/fleet/placements) stays
+    a component: the body's ``$ref`` must find it."""
+    document = build_openapi(create_app(Settings()))
+    schemas = document["components"]["schemas"]
+
+    def refs(node: object) -> list[str]:
+        if isinstance(node, dict):
+            found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+            return found + [r for value in node.values() for r in refs(value)]
+        if isinstance(node, list):
+            return [r for value in node for r in refs(value)]
+        return []
+
+    dangling = sorted({r for r in refs(document) if r.rsplit("/", 1)[1] not in schemas})
+    assert not dangling, dangling
+    assert "PlacementQuery" in schemas

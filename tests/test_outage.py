@@ -85,6 +85,8 @@ def test_redis_outage_under_load(own_redis: RedisServer) -> None:
                 slices = client.get("/v1/mig/slices?memory_gib=5")
                 assert slices.status_code == 503, slices.text
                 assert slices.headers["content-type"].startswith("application/problem+json")
+                placed = client.post("/v1/fleet/placements", json={"memory_gib": 5})
+                assert placed.status_code == 503, placed.text
                 assert client.get("/readyz").json() == {"status": "degraded", "redis": "down"}
                 assert client.get("/healthz").json() == {"status": "ok"}
             planned = client.post("/v1/plan", json=PLANNING[2][2])

@@ -34,6 +34,8 @@ ROUTES: tuple[HTTPRouteHandler, ...] = (
     fleet.list_nodes,
     fleet.get_node,
     fleet.fleet_flops,
+    fleet.fleet_placements,
+    fleet.place_workload,
     memory.list_models,
     trace_route.trace_memory,
     jobs.get_job,

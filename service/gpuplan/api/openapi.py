@@ -60,9 +60,12 @@ def build_openapi(app: Litestar) -> dict[str, Any]:
         paths.setdefault(route.path_format, {})[method.lower()] = _operation(
             route, handler, components
         )
-    for _, handler, _ in operations:  # query Structs are parameters, not components
+    # Query Structs are parameters, not components, unless a body is one too
+    # (GET and POST /v1/fleet/placements take one Struct either way).
+    bodies = {handler.opt["body"] for _, handler, _ in operations}
+    for _, handler, _ in operations:
         query = handler.opt["query"]
-        if query is not None:
+        if query is not None and query not in bodies:
             components.pop(query.__name__, None)
     return {
         "openapi": "3.1.0",

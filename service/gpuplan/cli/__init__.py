@@ -11,6 +11,7 @@ import click
 from gpuplan import __version__
 from gpuplan.cli.commands.agent import agent_command
 from gpuplan.cli.commands.estimate import estimate_command
+from gpuplan.cli.commands.fleet import fleet_command
 from gpuplan.cli.commands.mig import mig_command
 from gpuplan.cli.commands.openapi import openapi_command
 from gpuplan.cli.commands.plan import plan_command, plan_schema_command
@@ -29,6 +30,7 @@ COMMANDS = (
     plan_command,
     plan_schema_command,
     mig_command,
+    fleet_command,
     trace_command,
     agent_command,
     worker_command,

@@ -13,9 +13,13 @@ from typing import Any
 from litestar import Request
 from redis.exceptions import RedisError
 
+from gpuplan.api.answers import Encoded
+from gpuplan.api.compute import bounded
 from gpuplan.api.problems import FleetNotConfigured, FleetUnavailable, UnknownNode
 from gpuplan.api.routing import operation
 from gpuplan.api.runtime import Runtime, runtime
+from gpuplan.core import mig
+from gpuplan.core.errors import Location
 from gpuplan.core.fleet import MeasuredFlops, NodeList, NodeSnapshot, measured_flops
 from gpuplan.core.record import Record
 from gpuplan.fleet.schema import Keys
@@ -86,3 +90,47 @@ async def fleet_flops(request: Request[Any, Any, Any]) -> MeasuredFlopsList:
     state = runtime(request)
     models = measured_flops(await read_nodes(state), state.catalog)
     return MeasuredFlopsList(count=len(models), models=models)
+
+
+async def _placements(
+    request: Request[Any, Any, Any], query: mig.PlacementQuery, location: Location
+) -> Encoded[mig.PlacementResponse]:
+    state = runtime(request)
+    # A bad query is refused before the fleet is read: 422, even without Redis.
+    mig.check_placement(query, state.catalog, location=location)
+    nodes = await read_nodes(state, query.node)
+    return await bounded(request, mig.place, query, nodes, state.catalog, None, location)
+
+
+@operation(
+    "GET", "/v1/fleet/placements", query=mig.PlacementQuery, problems=(404, 503), tags=["fleet"]
+)
+async def fleet_placements(
+    request: Request[Any, Any, Any], query: mig.PlacementQuery
+) -> Encoded[mig.PlacementResponse]:
+    """Where a new workload goes on the live fleet, fewest disruptions first.
+
+    The workload names a MIG `profile`, or gives `memory_gib` (matched against usable
+    memory) and `compute_slices`; `whole_gpu` also lets a free GPU without MIG take it.
+    Options, least disruptive first: a free instance or free GPU (`none`), a new GPU
+    instance in free slices (`create`), idle instances destroyed or MIG enabled on an
+    idle GPU (`repartition-idle`), and only when nothing else exists the fewest
+    instances in use to drain (`drain`). Each says where (node, GPU, profile, start),
+    what it destroys, the layout after, the nvidia-smi commands, the Kubernetes
+    resource and why. Without Redis 404 (`fleet-not-configured`), while it is down 503.
+    """
+    return await _placements(request, query, "query")
+
+
+@operation(
+    "POST", "/v1/fleet/placements", body=mig.PlacementQuery, problems=(404, 503), tags=["fleet"]
+)
+async def place_workload(
+    request: Request[Any, Any, Any], body: mig.PlacementQuery
+) -> Encoded[mig.PlacementResponse]:
+    """Where a new workload goes on the live fleet (the query as a JSON body).
+
+    The same question and answer as `GET /v1/fleet/placements`, for clients that send
+    the workload as a document (`gpuplan fleet place` takes the same fields).
+    """
+    return await _placements(request, body, "body")

@@ -535,3 +535,145 @@ class SlicesResponse(Record, kw_only=True):
     index and placement start."""
     notes: list[str] = []
     """Why the list is empty or short, and instances left out."""
+
+
+# -- placement (the fleet view: where a new workload goes, with the fewest disruptions) ---
+
+Disruption = Literal["none", "create", "repartition-idle", "drain"]
+"""What a placement disturbs, least first: ``none`` (a free instance or a free whole GPU
+takes it as it is), ``create`` (a new GPU instance in free slices; nothing is destroyed),
+``repartition-idle`` (idle instances are destroyed, or MIG is enabled on an idle GPU;
+nothing in use is touched), ``drain`` (instances in use must be drained and destroyed)."""
+
+PlacementAction = Literal["use-instance", "use-gpu", "create", "repartition", "enable-mig", "drain"]
+"""How an option places the workload: run on a free MIG instance (``use-instance``) or a
+free GPU without MIG (``use-gpu``); create a GPU instance in free slices (``create``);
+destroy idle instances first (``repartition``); enable MIG on an idle GPU and create one
+(``enable-mig``); drain instances in use, destroy them and create one (``drain``)."""
+
+
+class PlacementQuery(Record, kw_only=True):
+    """A new workload to place on the live fleet, as a MIG plan states one (a ``profile``,
+    or ``memory_gib`` and ``compute_slices``), and where it may go."""
+
+    memory_gib: Annotated[float, msgspec.Meta(gt=0, le=4096)] | None = None
+    """Memory the workload needs, in GiB (2^30 bytes): matched against the usable memory
+    of a free instance as its agent read it from the driver, of a profile to create as
+    the MIG table gives it, or of a whole GPU as the driver reports it free. Give it or
+    ``profile``."""
+    compute_slices: Annotated[int, msgspec.Meta(ge=1, le=8)] | None = None
+    """Compute slices it needs (default 1); only with ``memory_gib``."""
+    profile: ProfileRef | None = None
+    """Run on exactly this MIG profile (``3g.40gb``, ``nvidia.com/mig-1g.10gb.me``); or
+    give ``memory_gib``."""
+    whole_gpu: bool = False
+    """Also take a whole GPU that is free and not in MIG mode (any model, its free memory
+    covering ``memory_gib``); only with ``memory_gib``."""
+    node: NodeName | None = None
+    """Only this node."""
+    gpu: GpuName | None = None
+    """Only GPUs of this catalog model (any catalog lookup form; it must support MIG
+    unless ``whole_gpu`` is set)."""
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_SLICES_LIMIT)] = 10
+    """Most options returned, fewest disruptions first."""
+
+
+class PlacementInstance(Record, kw_only=True):
+    """A GPU instance of the chosen GPU: one destroyed by the option, or one of the
+    GPU's layout after it. Starts and sizes are in NVML's units, as the agent publishes
+    them."""
+
+    profile: str
+    placement_start: int | None
+    """First memory slice (null where the agent could not read it)."""
+    placement_size: int | None
+    gpu_instance_id: int | None
+    """NVML's id of the GPU instance on its GPU; null for the one the option creates."""
+    in_use: bool
+    """A process holds a compute context on one of its MIG devices."""
+    mig_uuids: list[str]
+    """Its MIG devices (one per compute instance); empty for the one to create."""
+    memory_bytes: int
+    """Usable memory: as the agent read it, or the MIG table's for the one to create."""
+    new: bool = False
+    """Created by this option (the workload's instance)."""
+
+
+class PlacementOption(Record, kw_only=True):
+    """One way to place the workload: where, what it disturbs, what to run, and why."""
+
+    disruption: Disruption
+    action: PlacementAction
+    drained: int
+    """Instances in use that must be drained and destroyed (only ``drain`` has any)."""
+    destroyed: int
+    """Idle instances destroyed to make room."""
+    node: str
+    gpu_index: int
+    gpu_uuid: str
+    gpu_model_name: str
+    """The model name the driver reports."""
+    catalog_id: str | None
+    """The catalog SKU the model name resolves to, when it does."""
+    profile: str | None
+    """The MIG profile the workload runs on; null on a whole GPU (``use-gpu``)."""
+    placement_start: int | None
+    """First memory slice of its instance, in NVML's units (null: a whole GPU, or an
+    instance whose placement the agent could not read)."""
+    placement_size: int | None
+    mig_uuid: str | None
+    """``use-instance``: the free instance's ``MIG-…`` uuid (``CUDA_VISIBLE_DEVICES``)."""
+    gpu_instance_id: int | None
+    """``use-instance``: its GPU instance id."""
+    memory_bytes: int
+    """Usable memory the workload gets: the instance's as read from the driver, the
+    profile's from the MIG table for a new one, the GPU's free memory for a whole GPU."""
+    compute_slices: int | None
+    """Compute slices it gets (null on a whole GPU)."""
+    resource: str
+    """The Kubernetes extended resource to request: ``nvidia.com/mig-<profile>`` under the
+    device plugin's ``mixed`` strategy, ``nvidia.com/gpu`` for a whole GPU."""
+    surplus_memory_bytes: int
+    """Usable memory beyond the request (the fit, after the disruption)."""
+    surplus_compute_slices: int | None
+    destroy: list[PlacementInstance]
+    """Instances destroyed, in use or idle (empty unless ``repartition`` or ``drain``)."""
+    layout_after: list[PlacementInstance]
+    """The GPU's instances after the option, by start (empty for a whole GPU)."""
+    steps: list[str]
+    """What to run, in order: the nvidia-smi (or nvidia-mig-parted) commands in words."""
+    reason: str
+    unverified: list[str] | None
+    """Fields of the profile's MIG table row not confirmed on hardware (``[]``: all
+    confirmed); null without a table row (a whole GPU, a model gpuplan has no table for)."""
+
+
+class PlacementResponse(Record, kw_only=True):
+    """Where a new workload can go on the live fleet, fewest disruptions first: a free
+    instance, a free placement, an idle GPU to repartition and, only when nothing else
+    works, the fewest instances to drain."""
+
+    memory_bytes: int
+    """The request's memory in bytes (``ceil(memory_gib · 2^30)``; 0 with ``profile``)."""
+    compute_slices: int
+    """Compute slices asked for (a ``profile``'s own with ``profile``)."""
+    profile: str | None
+    """The profile asked for, as its MIG tables name it."""
+    disruption: Disruption | None
+    """The first option's disruption; null when nothing can take the workload."""
+    reason: str
+    """Why the first option is the least disruptive one, or why there is none."""
+    nodes: int
+    """Live nodes read (after the ``node`` filter)."""
+    gpus: int
+    """GPUs on them (after the ``gpu`` filter)."""
+    matched: int
+    """Options found, before ``limit`` (one per GPU, except each fitting free instance)."""
+    count: int
+    """Options returned."""
+    options: list[PlacementOption]
+    """Fewest disruptions first: by disruption, instances drained, a MIG mode change,
+    idle instances destroyed, then best fit (surplus memory, surplus compute), node,
+    GPU index and start. ``drain`` options appear only when no other option exists."""
+    notes: list[str] = []
+    """GPUs left out and why (lost, busy, an unreadable layout), and what is short."""
