@@ -18,6 +18,8 @@ exits 1 on a mismatch. CI checks the flag names without the engines
 import argparse
 import json
 import sys
+from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -99,12 +101,22 @@ def sglang_values(command: list[str]) -> dict[str, Any]:
 
 
 PARSERS = {"vllm": vllm_values, "sglang": sglang_values}
+PARSER_NAMES = {
+    "vllm": "vllm.entrypoints.cli.serve.ServeSubcommand().subparser_init (make_arg_parser)",
+    "sglang": "sglang.srt.server_args.ServerArgs.add_cli_args",
+}
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "engine_flags.json"
 
 
 def main() -> int:
+    """``python -m bench.engines.flags ENGINE [--write]``: ``--write`` records the run in
+    bench/results/engine_flags.json under the engine's name."""
     engine = sys.argv[1] if len(sys.argv) > 1 else "vllm"
     parse = PARSERS[engine]
     failed = 0
+    cases = []
     for launch in launches(engine):
         got = parse(launch.command)
         want = {
@@ -115,7 +127,19 @@ def main() -> int:
         }
         wrong = {k: (got[k], v) for k, v in want.items() if got[k] != v}
         failed += bool(wrong)
-        print(json.dumps({"engine": engine, "shell": launch.shell, "parsed": got, "wrong": wrong}))
+        case = {"engine": engine, "shell": launch.shell, "parsed": got, "wrong": wrong}
+        cases.append(case)
+        print(json.dumps(case))
+    if "--write" in sys.argv:
+        record = json.loads(RESULTS.read_text("utf-8")) if RESULTS.is_file() else {}
+        record[engine] = {
+            "package": f"{engine} {metadata.version(engine)}",
+            "parser": PARSER_NAMES[engine],
+            "command": f"python -m bench.engines.flags {engine} --write",
+            "cases": cases,
+            "passed": not failed,
+        }
+        RESULTS.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n", "utf-8")
     return 1 if failed else 0
 
 
