@@ -245,6 +245,8 @@ def sequence_cap(
     if given is not None:
         return given
     if spec.cap_default == "sglang_pool":
+        if pool_tokens <= 0:  # a model whose cache is not known: SGLang's floor
+            return spec.pool_requests_min
         estimated = int(pool_tokens / max(length, 1) * spec.pool_requests_per_context)
         estimated = max(min(estimated, spec.pool_requests_max), spec.pool_requests_min)
         return max(min(estimated, pool_tokens // 2), 1)

@@ -272,7 +272,11 @@ class ReplicaMemory(NamedTuple):
             # No shape to profile: what the estimate of one request holds beside its cache.
             graph = 0.0
             non_kv = float(measures.device - kv)
-            notes.append("no profile step estimated (the model has no shape)")
+            notes.append(
+                f"{iv.engine}'s profile step was not estimated (the model has no "
+                "shape, or the estimator refused the step): the KV cache is what one "
+                "request's estimate leaves"
+            )
         fraction = iv.memory_fraction or default_fraction(spec, gpu, tp, budget, graphs)
         em = engine_memory(
             spec,
