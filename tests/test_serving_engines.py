@@ -130,7 +130,11 @@ def test_each_serving_plan_carries_its_engines_command(engine: str, head: list[s
     assert run.max_concurrency == c.latency.concurrency
     assert run.max_model_len == 2048 + 512
     assert str(run.max_concurrency) in run.command
-    assert run.kv_cache_tokens > 0
+    # The cache holds the sequences in flight at their mean length (2,048 + 512 / 2), each
+    # GPU its share of every token: its tokens are the replica's, not four times them.
+    held = c.latency.kv_cache_sequences
+    assert held is not None
+    assert held * 2304 <= run.kv_cache_tokens < (held + 1) * 2304
 
 
 def test_the_default_engine_is_vllm_and_changes_nothing_else() -> None:
@@ -173,6 +177,7 @@ def test_auto_answers_the_longest_length_whose_sequence_fits() -> None:
     # One sequence of it fits the cache vLLM's rule leaves; one block more does not.
     assert kv_of_one_sequence(length) <= run.kv_cache_bytes_per_gpu
     assert kv_of_one_sequence(length + block) > run.kv_cache_bytes_per_gpu
+    assert run.kv_cache_tokens == length
     assert run.command[run.command.index("--max-model-len") + 1] == str(length)
 
 

@@ -78,6 +78,8 @@ class EngineSpec(Record, kw_only=True):
     max_tensor_parallel: Annotated[int, msgspec.Meta(ge=1)] | None = None
     flags: dict[str, str]
     tiers: list[SglangTier] = []
+    graph_tp4_from: int = 4
+    """The tensor-parallel degree from which a tier's ``graph_max_bs_tp4`` applies."""
     reserve_base_mib: float = 0.0
     reserve_mib_per_activation_token: float = 0.0
     reserve_min_activation_tokens: int = 0
@@ -139,11 +141,14 @@ def token_budget(spec: EngineSpec, gpu: GpuSpec, given: int | None, batch_tokens
     return efficiency_data().serving.token_budget(gpu)
 
 
-def graph_batch(spec: EngineSpec, gpu: GpuSpec, tp: int, cap: int) -> int:
-    """Sequences the largest decode CUDA graph holds (0: none captured)."""
+def graph_batch(spec: EngineSpec, gpu: GpuSpec, tp: int, cap: int, given: int | None) -> int:
+    """Sequences the largest decode CUDA graph holds (0: none captured). vLLM: up to
+    ``min(2 x max_num_seqs, 512)`` tokens; SGLang: its tier's ``max_bs``, lowered only to
+    a ``max_running_requests`` the request gives (``given``)."""
     if spec.tiers:
         tier = _tier(spec, gpu)
-        return min(tier.graph_max_bs_tp4 if tp >= 4 else tier.graph_max_bs, cap)
+        graphs = tier.graph_max_bs_tp4 if tp >= spec.graph_tp4_from else tier.graph_max_bs
+        return min(graphs, given) if given is not None else graphs
     if spec.graph_max_tokens:
         return min(spec.graph_tokens_per_sequence * cap, spec.graph_max_tokens)
     return 0

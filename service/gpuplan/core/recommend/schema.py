@@ -412,7 +412,8 @@ class Launch(Record, kw_only=True):
     """KV cache the engine's rule leaves on each GPU of a replica (0 when not known)."""
 
     kv_cache_tokens: int
-    """Tokens that KV cache holds across the replica's sequences."""
+    """Tokens that KV cache holds, all the replica's sequences together (each GPU holds
+    its share of every token's keys and values), in whole blocks."""
 
     resources: KubernetesResources
     notes: list[str] = []

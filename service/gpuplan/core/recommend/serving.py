@@ -257,7 +257,7 @@ class ReplicaMemory(NamedTuple):
                 runtime_bytes=runtime,
             )
         cap = iv.max_concurrency or efficiency_data().serving.max_concurrency(gpu)
-        graphs = graph_batch(spec, gpu, tp, cap)
+        graphs = graph_batch(spec, gpu, tp, cap, iv.max_concurrency)
         if profile is not None:
             logits = 0.0
             if spec.profile_logits and job.arch is not None:
@@ -573,7 +573,7 @@ def serve_option(
                 token_budget=memory.token_budget,
                 fraction=memory.fraction,
                 kv_cache_bytes=memory.kv_budget_bytes,
-                kv_cache_tokens=memory.fits_length().tokens() * tp,
+                kv_cache_tokens=memory.fits_length().tokens(),
                 output_tokens=job.output_tokens,
             ),
             engine=iv.engine,
