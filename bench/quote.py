@@ -1141,6 +1141,40 @@ def _answer_serving_example() -> str:
     return f"{parts[0]}, then {', '.join(parts[1:-1])} and {parts[-1]}"
 
 
+SERVING_ENGINES: dict[str, Any] = {
+    "model": {"name": "llama-3.1-70b"},
+    "workload": {"mode": "inference", "sequence_length": 2048, "parallelism": {"tensor": 4}},
+    "inference": {"prompt_tokens": 2048, "output_tokens": 512},
+    "layout": "given",
+    "constraints": {"include": ["h100-sxm5-80gb"]},
+}
+"""docs/serving.md's comparison: one TP4 replica of Llama 3.1 70B on H100s, per engine."""
+
+
+@figure("answer.serving_engines")
+def _answer_serving_engines() -> str:
+    import msgspec
+
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    rows = [
+        "| engine | share | KV cache per GPU | in flight | command |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    for engine in ("vllm", "sglang", "trtllm"):
+        body = {**SERVING_ENGINES, "inference": {**SERVING_ENGINES["inference"], "engine": engine}}
+        c = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog()).recommendations[0]
+        run = c.launch
+        assert run is not None
+        assert c.latency is not None
+        rows.append(
+            f"| {engine} | {run.memory_fraction} | {run.kv_cache_bytes_per_gpu / 2**30:.1f} GiB "
+            f"| {c.latency.concurrency} | `{run.shell}` |"
+        )
+    return "\n".join(rows)
+
+
 EXAMPLES = ROOT / "examples"
 
 

@@ -14,8 +14,8 @@ from litestar.testing import TestClient
 
 from gpuplan.cli import main
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.recommend import RecommendRequest, recommend
+from gpuplan.core.recommend.engine import engine_spec
 from gpuplan.core.recommend.schema import Candidate, Latency, RecommendResponse
 from tests.helpers import problem_at, request_body
 
@@ -73,7 +73,8 @@ def test_the_kv_cache_left_after_the_weights_sets_the_concurrency() -> None:
     assert lat.limited_by == "kv_cache"
     assert lat.concurrency == lat.kv_cache_sequences
     # The server fills its share of the GPU with cache, no more.
-    share = efficiency_data().serving.memory_fraction
+    share = engine_spec("vllm").memory_fraction
+    assert share is not None
     assert c.required_bytes_per_gpu <= share * c.usable_memory_bytes
     assert c.required_bytes_per_gpu > 0.8 * share * c.usable_memory_bytes
 

@@ -72,6 +72,19 @@ class Number(click.ParamType[Any]):
         return int(number) if number.is_integer() and abs(number) <= 2**53 else number
 
 
+class NumberOrWord(Number):
+    """An integer, or one of a few words (``max_model_len``: a length or ``auto``)."""
+
+    def __init__(self, words: Sequence[str]) -> None:
+        self.words = tuple(words)
+        self.name = f"integer|{'|'.join(self.words)}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value in self.words:
+            return value
+        return super().convert(value, param, ctx)
+
+
 class FieldOption(NamedTuple):
     """A generated option: where its value goes in the request document."""
 
@@ -94,12 +107,7 @@ _SCALARS: Mapping[type, Callable[[], "click.ParamType[Any]"]] = {
 def _scalar(info: mi.Type) -> "tuple[click.ParamType[Any] | None, bool]":
     """The option type of a field, and whether it repeats; ``None`` for no option."""
     if isinstance(info, mi.UnionType):
-        rest = [t for t in info.types if not isinstance(t, mi.NoneType)]
-        if len(rest) > 1 and all(isinstance(t, mi.LiteralType) for t in rest):
-            # A Literal and its deprecated spellings: one choice of all their values.
-            values = [v for t in rest for v in t.values]  # type: ignore[attr-defined]
-            return _scalar(mi.LiteralType(tuple(values)))
-        return _scalar(rest[0]) if len(rest) == 1 else (None, False)
+        return _union(info)
     if type(info) in _SCALARS:
         return _SCALARS[type(info)](), False
     if isinstance(info, mi.LiteralType) and all(isinstance(v, str) for v in info.values):
@@ -107,6 +115,25 @@ def _scalar(info: mi.Type) -> "tuple[click.ParamType[Any] | None, bool]":
     if isinstance(info, mi.ListType | mi.SetType):
         item, repeats = _scalar(info.item_type)
         return (item, True) if item is not None and not repeats else (None, False)
+    return None, False
+
+
+def _union(info: mi.UnionType) -> "tuple[click.ParamType[Any] | None, bool]":
+    """An optional field's type; a Literal with its deprecated spellings (one choice of
+    all their values); an integer or a few words (``max_model_len``: ``auto``)."""
+    rest = [t for t in info.types if not isinstance(t, mi.NoneType)]
+    if len(rest) == 1:
+        return _scalar(rest[0])
+    words = [v for t in rest if isinstance(t, mi.LiteralType) for v in t.values]
+    if all(isinstance(t, mi.LiteralType) for t in rest):
+        return _scalar(mi.LiteralType(tuple(words)))
+    numbers = [t for t in rest if isinstance(t, mi.IntType)]
+    if (
+        len(numbers) == 1
+        and len(rest) == len(numbers) + 1
+        and all(isinstance(v, str) for v in words)
+    ):
+        return NumberOrWord([str(v) for v in words]), False
     return None, False
 
 

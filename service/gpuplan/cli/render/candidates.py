@@ -66,6 +66,24 @@ def advice_text(a: Advice) -> str:
     )
 
 
+def launch_lines(candidates: Sequence[Candidate]) -> list[str]:
+    """The command that runs the best serving plan that fits: its replicas, what each
+    replica's pod asks of Kubernetes, and the engine's command line."""
+    for i, r in enumerate(candidates, 1):
+        run = r.launch
+        if run is None or not r.fits:
+            continue
+        limits = ", ".join(f"{k}: {v}" for k, v in run.resources.limits.items())
+        version = f" {run.engine_version}" if run.engine_version else ""
+        return [
+            f"launch #{i} {r.gpu} with {run.engine}{version}: {run.replicas} replica(s) of "
+            f"{run.tensor_parallel} GPU(s), each pod's limits {limits}",
+            f"  {run.shell}",
+            *(f"  note: {n}" for n in run.notes),
+        ]
+    return []
+
+
 TOP = 10
 """Candidates a terminal table shows unless asked for all: past the tenth, a ranking is
 mostly GPUs that are slower and dearer, or do not fit."""
@@ -124,6 +142,7 @@ def table(response: RecommendResponse, top: int | None = TOP) -> str:
             f"{score_cell(r.score):>6}{mark(r)}"
         )
     lines += more_line(len(shown), len(response.recommendations))
+    lines += launch_lines(response.recommendations)
     lines += advice_lines(response.advice)
     if response.hybrid is not None:
         lines.append(f"hybrid: {response.hybrid.detail}")

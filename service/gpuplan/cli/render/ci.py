@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from gpuplan.cli.render.candidates import (
     advice_lines,
     basis_line,
+    launch_lines,
     layout,
     mark,
     price_cell,
@@ -156,6 +157,10 @@ def markdown(report: CiReport) -> str:
     ]
     for i, r in enumerate(report.recommendations, 1):
         lines.append(f"| {i} | `{r.gpu}`{mark(r)} | {r.count} | " + " | ".join(_cells(r)) + " |")
+    launch = launch_lines(report.recommendations)
+    if launch:
+        lines += ["", f"**{_cell(launch[0])}**", "", "```sh", launch[1].strip(), "```"]
+        lines += [f"- {_cell(n.strip())}" for n in launch[2:]]
     if report.advice:
         lines += ["", "**Advice**", ""]
         for a in report.advice:
@@ -234,6 +239,7 @@ def table(report: CiReport) -> str:
         )
     if none:
         out.append(f"mig  {_mig_none(holding, none)}")
+    out += launch_lines(report.recommendations)
     out += advice_lines(report.advice)
     if report.hybrid is not None:
         out.append(f"hybrid: {report.hybrid.detail}")

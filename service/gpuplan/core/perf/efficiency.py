@@ -143,7 +143,8 @@ class Vision(Record, kw_only=True):
 
 
 class Serving(Record, kw_only=True):
-    """A continuous-batching server's limits (vLLM's defaults)."""
+    """A continuous-batching server's step and sequence limits (vLLM's defaults; each
+    engine's memory share and KV block are in core/recommend/data/engines.toml)."""
 
     max_sequences: Annotated[int, msgspec.Meta(ge=1)]
     """Sequences one replica keeps in flight at most (``max_num_seqs``)."""
@@ -159,12 +160,6 @@ class Serving(Record, kw_only=True):
     """Tokens one engine step takes at most (``max_num_batched_tokens``)."""
 
     large_gpu_max_batched_tokens: Annotated[int, msgspec.Meta(ge=1)]
-    kv_block_tokens: Annotated[int, msgspec.Meta(ge=1)]
-    """Tokens per KV-cache block: a sequence holds whole blocks."""
-
-    memory_fraction: Fraction
-    """Share of the GPU's memory the server takes (weights, activations, and a KV cache
-    that fills the rest): it replaces the estimator's planning headroom for serving."""
 
     verified: bool
     source: str

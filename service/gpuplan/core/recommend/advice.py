@@ -30,7 +30,7 @@ from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import objective_key
 from gpuplan.core.recommend.schema import Advice, ParallelLayout, RecommendRequest
-from gpuplan.core.recommend.serving import ReplicaMemory, serve_option, serving_options
+from gpuplan.core.recommend.serving import replica_memory, serve_option, serving_options
 from gpuplan.core.recommend.training import time_training, training_options
 
 ONE = ParallelLayout(tensor=1, pipeline=1, data=1, zero_stage=0)
@@ -158,24 +158,15 @@ class _Advisor:
             return None
         if job.kind == "inference":
             laid = with_layout(w, layout)
-            base = self.oracle.response(laid)
-            m = self.oracle.measures(laid, self.gpu)
-            if base is None or m is None:
+            memory = replica_memory(job, self.oracle, laid, self.gpu, layout.tensor)
+            if memory is None:
                 return None
             plan = serve_option(
                 job,
                 ctx,
                 w,
                 tp=layout.tensor,
-                memory=ReplicaMemory.of(
-                    job,
-                    laid,
-                    self.gpu,
-                    total=m.device,
-                    required=m.required,
-                    weights=base.breakdown.weights_bytes,
-                    kv=base.breakdown.kv_cache_bytes,
-                ),
+                memory=memory,
                 c=self.request.constraints,
             )
             return plan.speed_s

@@ -16,6 +16,12 @@ from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.perf.cost import EnergyInputs, OnPremInputs
 from gpuplan.core.perf.flops import TokenFlops, token_flops
 from gpuplan.core.recommend.batch import GlobalBatch, global_batch
+from gpuplan.core.recommend.engine import (
+    PLACEHOLDER_MODEL,
+    engine_errors,
+    model_context,
+    model_source,
+)
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.schema import InferenceVolume, PriceOverride, RecommendRequest
 from gpuplan.core.record import Record
@@ -65,6 +71,12 @@ class Job(Record, kw_only=True):
     requests_per_second: float | None
     inference: InferenceVolume
     """The serving work as requested (defaults when absent)."""
+
+    model_context: int | None = None
+    """The model's own longest sequence (its config.json), when known."""
+
+    model_path: str = "MODEL"
+    """What a serving plan's launch command loads."""
 
     duration_hours: float
     energy: EnergyInputs
@@ -123,6 +135,16 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
     prompt = iv.prompt_tokens or w.sequence_length or 1
     output = iv.output_tokens or w.max_new_tokens or DEFAULT_OUTPUT_TOKENS
     errors += _layout_errors(request)
+    config, repo = model_source(request.model)
+    context = model_context(config)
+    if inference:
+        errors += engine_errors(
+            iv,
+            full_tokens=prompt + output,
+            context=context,
+            given_tp=w.parallelism.tensor if request.layout == "given" else None,
+            batch_size=w.batch_size,
+        )
     batch = global_batch(request, vision=model.vision is not None, errors=errors)
     try:
         # The request's own layout is checked whatever the mode: the search times it too.
@@ -166,6 +188,8 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         output_tokens=output,
         requests_per_second=iv.requests_per_second,
         inference=iv,
+        model_context=context,
+        model_path=iv.model_path or repo or PLACEHOLDER_MODEL,
         duration_hours=iv.duration_hours,
         energy=EnergyInputs(
             electricity_usd_per_kwh=c.electricity_usd_per_kwh,

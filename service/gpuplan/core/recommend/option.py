@@ -16,6 +16,7 @@ from gpuplan.core.recommend.schema import (
     Breach,
     Constraints,
     Latency,
+    Launch,
     Objective,
     ParallelLayout,
     PriceUsed,
@@ -46,6 +47,7 @@ class Option(Record, kw_only=True):
     energy_kwh: float | None = None
     flops_per_watt: float | None = None
     latency: Latency | None = None
+    launch: Launch | None = None
     mfu: float | None = None
     step: StepTime | None = None
     source: str = "catalog"

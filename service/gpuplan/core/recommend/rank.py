@@ -262,6 +262,7 @@ def _recommendation(p: Option, job: Job, score: float | None, note: str | None =
         mfu=p.mfu,
         step=p.step,
         latency=p.latency,
+        launch=p.launch,
         source=p.source,  # type: ignore[arg-type]
         score=None if score is None else score if p.fits and p.admissible else 0.0,
         reasons=reasons,

@@ -31,6 +31,17 @@ MAX_GLOBAL_BATCH = 1 << 24
 
 Layout = Literal["search", "given"]
 
+Engine = Literal["vllm", "sglang", "trtllm", "transformers", "compiled"]
+"""A serving engine (docs/serving.md): three paged, continuous-batching servers, and two
+that keep a static cache per sequence."""
+
+EngineVersion = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[0-9A-Za-z][0-9A-Za-z.+_-]*$")
+]
+ModelPath = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=256, pattern=r"^[0-9A-Za-z._/][0-9A-Za-z._/:+-]*$")
+]
+
 
 class PriceOverride(Record, kw_only=True):
     """Your prices for a GPU, replacing the price tables' and the catalog's (which carry
@@ -141,9 +152,46 @@ class InferenceVolume(Record, kw_only=True):
     step plus the share of other requests' prefills interleaved with it)."""
 
     max_concurrency: Annotated[int, msgspec.Meta(ge=1, le=65_536)] | None = None
-    """Most sequences one replica keeps in flight (your server's ``--max-num-seqs``).
-    Default: vLLM's default for the GPU (1024 on GPUs of 70 GiB and more except A100,
-    else 256). A ``workload.batch_size`` above 1 fixes the concurrency instead."""
+    """Most sequences one replica keeps in flight (vLLM's ``--max-num-seqs``, SGLang's
+    ``--max-running-requests``, TensorRT-LLM's ``--max_batch_size``). Default: the
+    engine's default for the GPU (vLLM: 1024 on GPUs of 70 GiB and more except A100,
+    else 256; docs/serving.md). A ``workload.batch_size`` above 1 fixes the concurrency
+    instead."""
+
+    engine: Engine = "vllm"
+    """The serving engine, whose memory rule sizes the KV cache and whose launch command
+    each candidate carries: ``vllm``, ``sglang``, ``trtllm`` (paged KV cache, continuous
+    batching), ``transformers`` (``transformers serve``: a cache per sequence at its full
+    length, one GPU) or ``compiled`` (torch.compile with CUDA graphs and a static cache,
+    gpt-fast style). Default ``vllm``, the model the plans have always used."""
+
+    engine_version: EngineVersion | None = None
+    """Your engine's version (``0.34.0``), recorded in each candidate's ``launch``. The
+    memory rules and flags are those of the source versions docs/serving.md cites."""
+
+    max_model_len: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] | Literal["auto"] | None = None
+    """Longest sequence (prompt + output) the engine accepts (vLLM ``--max-model-len``,
+    SGLang ``--context-length``, TensorRT-LLM ``--max_seq_len``): the KV cache must hold
+    one sequence of it. ``auto``: the longest that fits the replica (at most the model's
+    own context). Default: ``prompt_tokens + output_tokens``."""
+
+    memory_fraction: Fraction | None = None
+    """The engine's share of GPU memory, in its own terms: vLLM's
+    ``--gpu-memory-utilization`` (of the GPU, for everything; default 0.90), SGLang's
+    ``--mem-fraction-static`` (of the memory free before the model loads, for weights and
+    the KV pool; default SGLang's rule for the GPU), TensorRT-LLM's
+    ``--free_gpu_memory_fraction`` (of what the weights and a profile step leave free,
+    for the KV cache; default 0.9). Not for ``transformers`` or ``compiled``."""
+
+    max_batched_tokens: Annotated[int, msgspec.Meta(ge=16, le=1 << 20)] | None = None
+    """Tokens one engine step takes at most, decodes and prompt chunks together (vLLM
+    ``--max-num-batched-tokens``, SGLang ``--chunked-prefill-size``, TensorRT-LLM
+    ``--max_num_tokens``). Default: the engine's for the GPU (docs/serving.md). Not for
+    ``transformers`` or ``compiled``."""
+
+    model_path: ModelPath | None = None
+    """What the launch command loads (a Hugging Face repo id or a local path). Default:
+    the preset's Hugging Face repo, else ``MODEL`` to fill in."""
 
 
 class Efficiency(Record, kw_only=True):
@@ -319,6 +367,59 @@ class Latency(Record, kw_only=True):
     decode_bound: str
 
 
+class KubernetesResources(Record, kw_only=True):
+    """The container resources of one replica's pod: its GPUs (a GPU is an extended
+    resource, asked for in ``limits``; Kubernetes sets the request equal). Memory and CPU
+    are left to you: no engine states what its host process needs."""
+
+    limits: dict[str, str]
+
+
+class Launch(Record, kw_only=True):
+    """How to run a serving plan: the engine's command for one replica, how many
+    replicas, and what each asks of Kubernetes. Every value the plan relied on is a flag,
+    so the server sizes its cache as the plan did."""
+
+    engine: Engine
+    engine_version: str | None
+    """``inference.engine_version`` as given (None: the version the source is of)."""
+
+    source: str
+    """The engine source the flags and the memory rule were read from (file, version or
+    commit)."""
+
+    command: list[str]
+    """The command line, one argument per item."""
+
+    shell: str
+    """``command`` quoted for a POSIX shell."""
+
+    replicas: int
+    tensor_parallel: int
+    """GPUs of one replica."""
+
+    max_model_len: int
+    """The longest sequence the command lets the engine accept (``--max-model-len`` …)."""
+
+    max_concurrency: int
+    """Sequences in flight the command allows one replica (``--max-num-seqs`` …)."""
+
+    memory_fraction: float | None
+    """The engine's memory share the command sets (``--gpu-memory-utilization`` …);
+    None for an engine without one."""
+
+    kv_cache_bytes_per_gpu: int
+    """KV cache the engine's rule leaves on each GPU of a replica (0 when not known)."""
+
+    kv_cache_tokens: int
+    """Tokens that KV cache holds, all the replica's sequences together (each GPU holds
+    its share of every token's keys and values), in whole blocks."""
+
+    resources: KubernetesResources
+    notes: list[str] = []
+    """What the command does not pin, and why."""
+
+
 class Breach(Record, kw_only=True):
     """A constraint a plan misses, and by how much."""
 
@@ -435,6 +536,10 @@ class Candidate(Record, kw_only=True):
     communication, pipeline bubble and optimizer."""
 
     latency: Latency | None = None
+    launch: Launch | None = None
+    """Serving: the engine's command for one replica, the replicas, and each one's
+    Kubernetes resources."""
+
     source: Literal["catalog", "measured"] = "catalog"
     """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""
 

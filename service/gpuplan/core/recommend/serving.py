@@ -11,14 +11,31 @@ import math
 from collections.abc import Callable
 from typing import NamedTuple
 
+import msgspec
+
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.kernels import materializes_scores
-from gpuplan.core.memory.schema import Workload
+from gpuplan.core.memory.response import Measures
+from gpuplan.core.memory.schema import EstimateResponse, Workload
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.serve import Replica, Served, ServeShape, budget_concurrency, serve
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.engine import (
+    EngineSpec,
+    Fits,
+    default_fraction,
+    engine_memory,
+    engine_spec,
+    graph_batch,
+    longest_fitting,
+    needed_total,
+    sequence_cap,
+    token_budget,
+    whole_blocks,
+)
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
+from gpuplan.core.recommend.launch import Plan, launch
 from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
 from gpuplan.core.recommend.schema import (
     ConcurrencyLimit,
@@ -39,6 +56,8 @@ def serving_options(
     options: list[Option] = []
     miss = Option(gpu=gpu, count=1, layout=None, required=0, fits=False, admissible=False)
     arch = job.arch
+    spec = engine_spec(job.inference.engine)
+    most = spec.max_tensor_parallel or TP_DEGREES[-1]
     degrees = (
         [job.given.tensor]
         if given
@@ -50,6 +69,7 @@ def serving_options(
             and arch.num_heads % t == 0
             and t <= c.gpus_per_node
             and t <= c.max_gpus_per_job
+            and t <= most
         ]
     )
     for tp in degrees:
@@ -59,24 +79,15 @@ def serving_options(
             continue
         layout = ParallelLayout(tensor=tp, pipeline=1, data=1, zero_stage=0)
         workload, key = oracle.laid_out(job.workload, layout)
-        m = oracle.measures(workload, gpu, key)
-        base = oracle.response(workload, key)
-        if m is None or base is None:
+        memory = replica_memory(job, oracle, workload, gpu, tp, key=key)
+        if memory is None:
             continue
         option = serve_option(
             job,
             ctx,
             workload,
             tp=tp,
-            memory=ReplicaMemory.of(
-                job,
-                workload,
-                gpu,
-                total=m.device,
-                required=m.required,
-                weights=base.breakdown.weights_bytes,
-                kv=base.breakdown.kv_cache_bytes,
-            ),
+            memory=memory,
             c=c,
             replicas=job.given.data if given else None,
         )
@@ -87,25 +98,100 @@ def serving_options(
     return options, miss
 
 
+def replica_memory(
+    job: Job,
+    oracle: MemoryOracle,
+    workload: Workload,
+    gpu: GpuSpec,
+    tp: int,
+    *,
+    key: bytes | None = None,
+) -> "ReplicaMemory | None":
+    """One GPU of a replica of the laid-out ``workload`` as the request's engine fills
+    it; None when the estimator refuses the layout."""
+    key = key if key is not None else msgspec.json.encode(workload)
+    m = oracle.measures(workload, gpu, key)
+    base = oracle.response(workload, key)
+    if m is None or base is None:
+        return None
+    spec = engine_spec(job.inference.engine)
+    return ReplicaMemory.of(
+        job,
+        workload,
+        gpu,
+        spec=spec,
+        tp=tp,
+        measures=m,
+        base=base,
+        profile=_profile(job, spec, oracle, workload, gpu),
+    )
+
+
+class Profile(NamedTuple):
+    """The estimate of the engine's profile step on one GPU: one forward of the step's
+    token budget (what vLLM's ``profile_run`` and TensorRT-LLM's dummy requests do)."""
+
+    non_kv_bytes: float
+    """Everything but the KV cache at its peak: weights, activations, workspaces, the
+    allocator's cache, the CUDA context and NCCL."""
+
+    activation_bytes: float
+    """Its activations and temporaries (what a CUDA graph of fewer tokens scales from)."""
+
+    tokens: int
+
+
+def _profile(
+    job: Job, spec: EngineSpec, oracle: MemoryOracle, workload: Workload, gpu: GpuSpec
+) -> Profile | None:
+    """The profile step of ``spec`` estimated on ``gpu``; None for an engine without one,
+    a model without a shape, or a step the estimator refuses."""
+    if spec.profile_tokens == "none" or job.arch is None or not spec.paged:
+        return None
+    tokens = token_budget(
+        spec, gpu, job.inference.max_batched_tokens, job.prompt_tokens * workload.batch_size
+    )
+    # The profile skips attention (vLLM) or runs it fused: no materialized scores.
+    step = msgspec.structs.replace(
+        workload,
+        batch_size=1,
+        sequence_length=tokens,
+        max_new_tokens=0,
+        attention="sdpa" if workload.attention == "eager" else workload.attention,
+    )
+    key = msgspec.json.encode(step)
+    m = oracle.measures(step, gpu, key)
+    r = oracle.response(step, key)
+    if m is None or r is None:
+        return None
+    b = r.breakdown
+    return Profile(
+        non_kv_bytes=float(m.device - b.kv_cache_bytes),
+        activation_bytes=float(b.activations_bytes + b.temporary_bytes),
+        tokens=tokens,
+    )
+
+
 class ReplicaMemory(NamedTuple):
-    """One GPU of a replica as a server fills it: the weights, what is not KV cache, and
-    how many sequences the cache left over holds."""
+    """One GPU of a replica as its engine fills it: the weights, what is not KV cache,
+    and the KV cache the engine's rule leaves (``engine.py``)."""
 
     weights_bytes: float
     """What a decode step reads besides the KV cache."""
 
     static_bytes: float
-    """Weights, runtime, activations: everything but the KV cache."""
+    """Weights, runtime, activations at the engine's profile peak, CUDA graphs:
+    everything but the KV cache."""
 
     per_token_bytes: float
     """KV cache of one token of one sequence on this GPU."""
 
-    budget_bytes: float
-    """What the server takes of the GPU (vLLM's ``gpu_memory_utilization``)."""
+    kv_budget_bytes: float
+    """The KV cache the engine's rule leaves on this GPU."""
 
     mean_tokens: int
     """Tokens a sequence in flight holds on average: its prompt and half its output,
-    in whole blocks."""
+    in whole blocks (a static cache: its full length)."""
 
     full_tokens: int
     """Tokens of a finished sequence (prompt + output)."""
@@ -114,6 +200,23 @@ class ReplicaMemory(NamedTuple):
     """The estimator's ``required_bytes`` (``device_bytes`` with the planning headroom) of
     the workload as written: what decides the fit, as it does for a CI plan's ``fits``."""
 
+    block_tokens: int = 1
+    """Tokens per KV-cache block of the engine."""
+
+    fraction: float | None = None
+    """The engine's memory share the plan sets (None: a static engine)."""
+
+    token_budget: int = 0
+    """Tokens one engine step takes at most (the profile's)."""
+
+    graph_tokens: int = 0
+    """Tokens of the largest decode CUDA graph the memory counts."""
+
+    runtime_bytes: float = 0.0
+    """Memory outside torch: the CUDA context and NCCL."""
+
+    notes: tuple[str, ...] = ()
+
     @classmethod
     def of(
         cls,
@@ -121,23 +224,85 @@ class ReplicaMemory(NamedTuple):
         w: Workload,
         gpu: GpuSpec,
         *,
-        total: int,
-        required: int,
-        weights: int,
-        kv: int,
+        spec: EngineSpec,
+        tp: int,
+        measures: Measures,
+        base: EstimateResponse,
+        profile: Profile | None,
     ) -> "ReplicaMemory":
-        """From the estimate of ``w.batch_size`` sequences of ``prompt + output`` tokens."""
-        serving = efficiency_data().serving
+        """From the estimate of ``w.batch_size`` sequences of ``prompt + output`` tokens
+        and, for a paged engine, of its profile step."""
         full = job.prompt_tokens + job.output_tokens
-        block = serving.kv_block_tokens
+        block = spec.kv_block_tokens
+        kv = base.breakdown.kv_cache_bytes
+        weights = float(base.breakdown.weights_bytes)
+        runtime = float(measures.context + measures.nccl)
+        per_token = kv / (w.batch_size * full) if full else 0.0
+        iv = job.inference
+        budget = token_budget(spec, gpu, iv.max_batched_tokens, job.prompt_tokens * w.batch_size)
+        notes: list[str] = []
+        if not spec.paged:
+            # No engine share: the estimate (with its planning headroom) is the rule.
+            static = float(measures.required - kv)
+            return cls(
+                weights_bytes=weights,
+                static_bytes=static,
+                per_token_bytes=per_token,
+                kv_budget_bytes=gpu.usable_memory_bytes - static,
+                mean_tokens=full,
+                full_tokens=full,
+                estimate_bytes=measures.required,
+                block_tokens=block,
+                token_budget=budget,
+                runtime_bytes=runtime,
+            )
+        cap = iv.max_concurrency or efficiency_data().serving.max_concurrency(gpu)
+        graphs = graph_batch(spec, gpu, tp, cap, iv.max_concurrency)
+        if profile is not None:
+            logits = 0.0
+            if spec.profile_logits and job.arch is not None:
+                # The sampler's rows beyond the one the estimate's prefill keeps: fp32
+                # logits over the whole vocabulary (gathered on every rank).
+                rows = min(profile.tokens, max(cap, 1)) - 1
+                act = 4 if w.precision == "fp32" else 2
+                logits = rows * job.arch.vocab_size * (act + 4)
+            graph = profile.activation_bytes * graphs / max(profile.tokens, 1)
+            non_kv = profile.non_kv_bytes + logits
+        else:
+            # No shape to profile: what the estimate of one request holds beside its cache.
+            graph = 0.0
+            non_kv = float(measures.device - kv)
+            notes.append(
+                f"{iv.engine}'s profile step was not estimated (the model has no "
+                "shape, or the estimator refused the step): the KV cache is what one "
+                "request's estimate leaves"
+            )
+        fraction = iv.memory_fraction or default_fraction(spec, gpu, tp, budget, graphs)
+        em = engine_memory(
+            spec,
+            gpu,
+            fraction=fraction,
+            weights=weights,
+            runtime=runtime,
+            non_kv=non_kv,
+            graph=graph,
+        )
+        if em.reserve_note:
+            notes.append(em.reserve_note)
         return cls(
-            weights_bytes=float(weights),
-            static_bytes=float(total - kv),
-            per_token_bytes=kv / (w.batch_size * full) if full else 0.0,
-            budget_bytes=gpu.usable_memory_bytes * serving.memory_fraction,
-            mean_tokens=math.ceil((job.prompt_tokens + job.output_tokens / 2) / block) * block,
+            weights_bytes=weights,
+            static_bytes=em.static_bytes,
+            per_token_bytes=per_token,
+            kv_budget_bytes=em.kv_budget_bytes,
+            mean_tokens=whole_blocks(job.prompt_tokens + job.output_tokens / 2, block),
             full_tokens=full,
-            estimate_bytes=required,
+            estimate_bytes=measures.required,
+            block_tokens=block,
+            fraction=em.fraction,
+            token_budget=budget,
+            graph_tokens=graphs,
+            runtime_bytes=runtime,
+            notes=tuple(notes),
         )
 
     @property
@@ -146,14 +311,17 @@ class ReplicaMemory(NamedTuple):
         whose cache is not known (a bare parameter count)."""
         if self.per_token_bytes <= 0:
             return None
-        room = self.budget_bytes - self.static_bytes
-        return max(int(room // (self.per_token_bytes * self.mean_tokens)), 0)
+        return max(int(self.kv_budget_bytes // (self.per_token_bytes * self.mean_tokens)), 0)
 
     def resident(self, sequences: int, *, static_batch: bool) -> int:
         """Bytes per GPU with ``sequences`` in flight (a static batch holds every
         sequence at its full length)."""
         tokens = self.full_tokens if static_batch else self.mean_tokens
         return math.ceil(self.static_bytes + sequences * tokens * self.per_token_bytes)
+
+    def fits_length(self, sequences: int = 1) -> Fits:
+        """Whether ``sequences`` sequences of a length fit the KV budget."""
+        return Fits(self.kv_budget_bytes, self.per_token_bytes, self.block_tokens, sequences)
 
 
 Run = Callable[[int], Served]
@@ -209,6 +377,30 @@ def _allowed_replicas(needed: int, tp: int, c: Constraints) -> int:
     return next((r for r in options if r >= needed), options[-1])
 
 
+MAX_MODEL_LEN = 10_000_000
+"""The longest ``max_model_len`` searched when the model states no context."""
+
+
+def _model_len(job: Job, memory: ReplicaMemory, spec: EngineSpec, batch: int) -> tuple[int, bool]:
+    """The ``max_model_len`` the plan sets, and whether the engine's cache holds it: one
+    sequence of it (vLLM refuses to start otherwise; a static cache: its whole batch).
+    ``auto``: the longest that fits, at most the model's context (vLLM's
+    ``--max-model-len auto``), searched over the KV budget in whole blocks."""
+    iv = job.inference
+    full = memory.full_tokens
+    if memory.per_token_bytes <= 0:
+        return (iv.max_model_len if isinstance(iv.max_model_len, int) else full), True
+    fits = memory.fits_length(1 if spec.paged else batch)
+    if iv.max_model_len == "auto":
+        high = max(job.model_context or MAX_MODEL_LEN, full)
+        length = longest_fitting(
+            fits, block=memory.block_tokens, low=memory.block_tokens, high=high
+        )
+        return length, length >= full
+    length = iv.max_model_len if iv.max_model_len is not None else full
+    return length, fits(length)
+
+
 def serve_option(
     job: Job,
     ctx: GpuContext,
@@ -236,36 +428,56 @@ def serve_option(
         causal_skip=not materializes_scores(arch, w),
         weights_bytes=memory.weights_bytes,
         kv_bytes_per_token=memory.per_token_bytes,
-        token_budget=efficiency_data().serving.token_budget(gpu),
+        token_budget=memory.token_budget,
     )
     replica = Replica(tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link)
-
-    static_batch = w.batch_size > 1
+    spec = engine_spec(iv.engine)
+    static_batch = w.batch_size > 1 or not spec.paged
 
     def run(batch: int) -> Served:
         return serve(job.flops, shape, replica, batch, static=static_batch)
 
     held = memory.sequences
     limit: ConcurrencyLimit
-    fits = memory.estimate_bytes <= gpu.usable_memory_bytes
+    length, holds = _model_len(job, memory, spec, w.batch_size)
+    fits = memory.estimate_bytes <= gpu.usable_memory_bytes and holds
     if static_batch:
         s, limit = run(w.batch_size), "batch_size"
         required = memory.resident(w.batch_size, static_batch=True)
     else:
         kv: list[tuple[int, ConcurrencyLimit]] = [] if held is None else [(held, "kv_cache")]
+        server_cap = sequence_cap(
+            spec,
+            gpu,
+            given=iv.max_concurrency,
+            batch=w.batch_size,
+            pool_tokens=memory.fits_length().tokens(),
+            length=length or memory.full_tokens,
+        )
         limits: list[tuple[int, ConcurrencyLimit]] = [
             *kv,
-            (
-                iv.max_concurrency or efficiency_data().serving.max_concurrency(gpu),
-                "max_concurrency",
-            ),
+            (server_cap, "max_concurrency"),
             (budget_concurrency(shape), "token_budget"),
         ]
         cap, limit = min(limits, key=lambda pair: pair[0])
         s, limit = choose_concurrency(run, max(cap, 1), limit, iv)
         required = memory.resident(s.batch, static_batch=False)
     if not fits:
-        required = memory.estimate_bytes
+        required = max(
+            memory.estimate_bytes,
+            math.ceil(
+                needed_total(
+                    spec,
+                    fraction=memory.fraction,
+                    static=memory.static_bytes,
+                    weights=memory.weights_bytes,
+                    runtime=memory.runtime_bytes,
+                    kv=memory.per_token_bytes
+                    * whole_blocks(max(length, memory.full_tokens), memory.block_tokens)
+                    * (1 if spec.paged else w.batch_size),
+                )
+            ),
+        )
     needed = (
         max(math.ceil(job.requests_per_second / s.requests_per_s - 1e-12), 1)
         if job.requests_per_second
@@ -277,17 +489,19 @@ def serve_option(
     layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
     if not fits:
+        tokens = max(length, memory.full_tokens)
         what = (
-            f"{w.batch_size} sequences of {memory.full_tokens} tokens"
+            f"{w.batch_size} sequences of {tokens} tokens"
             if static_batch
-            else f"one sequence of {memory.full_tokens} tokens"
+            else f"one sequence of {tokens} tokens"
         )
         reasons.insert(
             0,
             f"does not fit: needs {required / 2**30:.1f} GiB per GPU at tensor parallel {tp} for the "
-            f"weights, runtime and the KV cache of {what} (at 95% confidence), "
-            f"{gpu.usable_memory_bytes / 2**30:.1f} GiB usable",
+            f"weights, runtime and the KV cache of {what} (at 95% confidence, and as "
+            f"{iv.engine} shares the GPU), {gpu.usable_memory_bytes / 2**30:.1f} GiB usable",
         )
+    reasons += list(memory.notes)
     reasons.append(
         f"{replicas} replica(s) of {tp} GPU(s), each {s.batch} sequences in flight "
         f"(limited by {limit}; the KV cache holds {held if held is not None else 'an unknown number'}): "
@@ -349,6 +563,24 @@ def serve_option(
             output_tokens_per_s=s.output_tokens_per_s,
             requests_per_s=s.requests_per_s,
             decode_bound=s.bound,
+        ),
+        launch=launch(
+            Plan(
+                tp=tp,
+                replicas=replicas,
+                max_model_len=length or memory.full_tokens,
+                concurrency=s.batch,
+                token_budget=memory.token_budget,
+                fraction=memory.fraction,
+                kv_cache_bytes=memory.kv_budget_bytes,
+                kv_cache_tokens=memory.fits_length().tokens(),
+                output_tokens=job.output_tokens,
+            ),
+            engine=iv.engine,
+            version=iv.engine_version,
+            gpu=gpu,
+            w=w,
+            model=job.model_path,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
         reasons=reasons,

@@ -1,0 +1,139 @@
+"""A serving plan as a command to run: the engine's launch arguments for one replica,
+the replicas, and each replica's Kubernetes resources.
+
+Every value the plan relied on is passed as a flag, whatever the engine's default: the
+tensor-parallel degree, the memory share, the longest sequence, the sequences in flight
+and the tokens of a step. The server then sizes its cache as the plan did, and a new
+engine version with other defaults serves the same plan. Flag names are the engine's own
+(``data/engines.toml``; tests/test_engine_flags.py checks them against the names read
+from each engine's source).
+"""
+
+import shlex
+from typing import NamedTuple
+
+from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.memory.schema import Workload
+from gpuplan.core.recommend.engine import EngineSpec, engine_spec, kubernetes_resource
+from gpuplan.core.recommend.schema import Engine, KubernetesResources, Launch
+
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+"""A workload's precision as transformers' ``--dtype`` names it (others: ``auto``)."""
+
+FP8_KV = {"vllm": "fp8", "sglang": "fp8_e4m3"}
+"""``workload.kv_cache_dtype: fp8`` as each engine's ``--kv-cache-dtype`` names it."""
+
+
+class Plan(NamedTuple):
+    """The values of one replica a command carries."""
+
+    tp: int
+    replicas: int
+    max_model_len: int
+    concurrency: int
+    token_budget: int
+    fraction: float | None
+    kv_cache_bytes: float
+    kv_cache_tokens: int
+    output_tokens: int
+
+
+def fraction_text(value: float) -> str:
+    """A share as the command writes it: at most 3 decimals, no trailing zeros
+    (SGLang rounds its own to 3)."""
+    return f"{round(value, 3):.3f}".rstrip("0").rstrip(".")
+
+
+def launch(
+    plan: Plan, *, engine: Engine, version: str | None, gpu: GpuSpec, w: Workload, model: str
+) -> Launch:
+    """The launch of one plan on ``gpu``."""
+    spec = engine_spec(engine)
+    command, notes = _command(engine, spec, w, model, plan)
+    return Launch(
+        engine=engine,
+        engine_version=version,
+        source=spec.source,
+        command=command,
+        shell=shlex.join(command),
+        replicas=plan.replicas,
+        tensor_parallel=plan.tp,
+        max_model_len=plan.max_model_len,
+        max_concurrency=plan.concurrency,
+        memory_fraction=None if plan.fraction is None else round(plan.fraction, 3),
+        kv_cache_bytes_per_gpu=max(int(plan.kv_cache_bytes), 0),
+        kv_cache_tokens=plan.kv_cache_tokens,
+        resources=KubernetesResources(limits={kubernetes_resource(gpu): str(plan.tp)}),
+        notes=notes,
+    )
+
+
+def _command(
+    engine: Engine, spec: EngineSpec, w: Workload, model: str, plan: Plan
+) -> tuple[list[str], list[str]]:
+    notes: list[str] = []
+    f = spec.flag
+    if engine == "transformers":
+        command = [*spec.program, model, f("dtype"), DTYPES.get(w.precision, "auto")]
+        command += [f("device"), "cuda"]
+        notes.append(
+            "transformers serve runs each request's generate with its own cache (no paged "
+            "KV cache, no flag for the sequences in flight or the longest sequence)"
+        )
+        return command, notes
+    if engine == "compiled":
+        script = [
+            "generate.py",
+            f("model"),
+            f"checkpoints/{model}/model.pth",
+            f("compile"),
+            f("max_new_tokens"),
+            str(plan.output_tokens),
+        ]
+        if plan.tp > 1:
+            command = [*spec.program_tp, f"{f('nproc')}={plan.tp}", *script]
+        else:
+            command = [*spec.program[:-1], *script]
+        notes.append(
+            "gpt-fast loads checkpoints/<repo>/model.pth, converted by its "
+            "scripts/prepare.sh; its generate.py decodes one sequence at a time with a "
+            "static cache of prompt + max_new_tokens and CUDA graphs"
+        )
+        return command, notes
+    command = [*spec.program]
+    if f("model"):
+        command += [f("model"), model]
+    else:
+        command.append(model)
+    if engine == "trtllm":
+        command += [spec.flag("backend"), "pytorch"]
+    assert plan.fraction is not None
+    command += [
+        f("tensor_parallel"),
+        str(plan.tp),
+        f("memory_fraction"),
+        fraction_text(plan.fraction),
+        f("max_model_len"),
+        str(plan.max_model_len),
+        f("max_concurrency"),
+        str(plan.concurrency),
+        f("token_budget"),
+        str(plan.token_budget),
+    ]
+    if engine == "sglang":
+        # The speed model puts decodes and prompt chunks in one step; SGLang alternates
+        # prefill and decode batches unless told to mix them.
+        command.append(f("mixed_chunk"))
+    if engine == "trtllm":
+        # trtllm-serve leaves chunked prefill off: a prompt longer than the step would
+        # not go through in the budget the plan timed.
+        command.append(f("chunked_prefill"))
+    if w.kv_cache_dtype == "fp8":
+        if engine in FP8_KV:
+            command += [f("kv_cache_dtype"), FP8_KV[engine]]
+        else:
+            notes.append(
+                "an fp8 KV cache is set in the YAML of --config (kv_cache_config.dtype), "
+                "not by a flag"
+            )
+    return command, notes
