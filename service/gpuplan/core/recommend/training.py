@@ -113,7 +113,7 @@ class Rung(NamedTuple):
     framework: Framework
     spans: tuple[int, int, int, int, int]
     """GPUs each group's ring spans: tensor, context, expert, pipeline, data
-    (:func:`_links`)."""
+    (:func:`_step_links`)."""
 
     micro: tuple[bytes, int, int, int, float]
     """What of the rung :func:`~gpuplan.core.perf.step.micro_batch` reads: the step shape
