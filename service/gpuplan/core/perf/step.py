@@ -254,6 +254,8 @@ def _micro_comm(
     shape: StepShape, lay: Parallelism, links: StepLinks, attention_s: float
 ) -> tuple[float, float, float, float]:
     """(tensor, context exposed, expert, pipeline) seconds of one micro-batch's traffic."""
+    if lay.tensor == lay.context == lay.expert == lay.pipeline == 1:
+        return 0.0, 0.0, 0.0, 0.0  # no model parallelism: each term below is zero
     local_tokens = shape.batch_size * shape.seq / lay.context
     layers = -(-shape.num_layers // lay.pipeline)
     # Tensor parallelism: two collectives of the layer's activations forward and two
@@ -294,15 +296,18 @@ def training_step(
     links: StepLinks,
     framework: Framework,
     comm_overlap: float | None = None,
+    micro: MicroBatch | None = None,
 ) -> Step:
     """The time of one optimizer step of ``accumulation`` micro-batches on every rank.
 
     ``comm_overlap`` (the request's ``efficiency.comm_overlap``) replaces the framework's
-    share of backward that data-parallel gradient traffic hides behind.
+    share of backward that data-parallel gradient traffic hides behind. ``micro``: the
+    caller's :func:`micro_batch` of these arguments, when it has it already.
     """
     lay = layout
     m = shape.accumulation
-    micro = micro_batch(t, shape, lay, rates, framework)
+    if micro is None:
+        micro = micro_batch(t, shape, lay, rates, framework)
     recompute = micro.recompute_s(shape.checkpointing, shape.checkpoint_every)
     tensor, context, expert, pipeline = _micro_comm(shape, lay, links, micro.attention_s)
     micro_exposed = (
@@ -327,7 +332,7 @@ def training_step(
     optimizer = _optimizer_seconds(shape, lay, rates, links)
     seconds = m * busy_micro + bubble + data_exposed + optimizer
     gpus = lay.tensor * lay.pipeline * lay.data * lay.context
-    tokens = shape.batch_size * shape.seq * m * lay.data
+    tokens = step_tokens(shape, lay)
     model_flops = micro.model_flops * gpus * m
     return Step(
         seconds=seconds,
@@ -340,6 +345,22 @@ def training_step(
         model_flops_per_token=model_flops / tokens,
         mfu=model_flops / (seconds * gpus * rates.peak_flops),
     )
+
+
+def step_tokens(shape: StepShape, layout: Parallelism) -> int:
+    """Tokens one optimizer step trains on across the job."""
+    return shape.batch_size * shape.seq * shape.accumulation * layout.data
+
+
+def step_floor(shape: StepShape, layout: Parallelism, micro: MicroBatch) -> float:
+    """A lower bound of :func:`training_step`'s seconds for a step of ``micro`` on
+    ``layout``, whatever its links and framework: every micro-batch's compute and
+    recomputation, and the bubble's share of them. The step adds its communication and
+    optimizer (never negative) to these, and its bubble grows with what a micro-batch
+    waits for; the floor follows the step's own order of operations, so it is a bound
+    in floating point too (tests/test_search_shortcuts.py checks it)."""
+    work = micro.compute_s + micro.recompute_s(shape.checkpointing, shape.checkpoint_every)
+    return shape.accumulation * work + work * (layout.pipeline - 1) / layout.virtual_stages
 
 
 def _data_exposed(

@@ -9,11 +9,14 @@ layout, without a GPU, and re-prices those terms per GPU with the estimator's ow
 A bound on estimator calls keeps every request finite.
 """
 
+from collections.abc import Callable
+
 import msgspec
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.overhead import framework_overhead
 from gpuplan.core.memory.response import Measures, measures
 from gpuplan.core.memory.schema import (
     EstimateRequest,
@@ -24,8 +27,10 @@ from gpuplan.core.memory.schema import (
     Workload,
 )
 from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS
+from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.step import StepLinks, StepShape
-from gpuplan.core.recommend.schema import ParallelLayout
+from gpuplan.core.recommend.rung import Rung
+from gpuplan.core.recommend.schema import Constraints, ParallelLayout
 
 MAX_ESTIMATES = 400
 """Estimator calls one recommendation may make (each takes 0.1-1 ms); past it, layouts
@@ -45,13 +50,29 @@ class MemoryOracle:
         """The request's FSDP1 settings, for the search's FSDP1 layouts."""
         self._responses: dict[bytes, EstimateResponse | None] = {}
         self._measures: dict[tuple[bytes, str, str], Measures | None] = {}
+        self._overheads: dict[
+            tuple[str | None, str, tuple[int, ...], bool], tuple[object, ...]
+        ] = {}
+        self._alike: dict[tuple[bytes, str, tuple[object, ...]], Measures] = {}
         self._laid: dict[tuple[int, bytes, str | None], tuple[Workload, Workload, bytes]] = {}
         self.calls = 0
         self.exhausted = False
-        self.links: dict[tuple[str, bytes], StepLinks] = {}
-        """Links of a (GPU, layout), for the speed model; kept here as a per-request memo."""
         self.ladders: dict[int, list[ParallelLayout]] = {}
         """The search's layouts at a GPU count (they do not depend on the GPU)."""
+        self.links: dict[
+            tuple[bytes, int],
+            tuple[Constraints, dict[int, Link], dict[tuple[int, int, int, int, int], StepLinks]],
+        ] = {}
+        """The speed model's links by GPU interconnect and constraints (:class:`GpuSearch`)."""
+        self.descriptions: dict[tuple[int, str, str], tuple[ParallelLayout, str]] = {}
+        """A layout's words by ``id`` of the layout (kept alive in the entry) and the kinds
+        of its links (:class:`GpuSearch`)."""
+        self.sharded: dict[int, tuple[Workload, tuple[bytes, float, float] | None]] = {}
+        """The search's GPU-independent memory bounds of a workload, by ``id`` of the
+        workload (kept alive in the entry)."""
+        self.rungs: dict[tuple[int, int], tuple[Workload, list[Rung]]] = {}
+        """A count's ladder prepared for timing and sizing, by count and ``id`` of the
+        workload (kept alive in the entry)."""
         self.shapes: dict[bytes, StepShape] = {}
         """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
 
@@ -71,6 +92,11 @@ class MemoryOracle:
             hit = (workload, laid, msgspec.json.encode(laid))
             self._laid[k] = hit
         return hit[1], hit[2]
+
+    def estimated(self, key: bytes) -> bool:
+        """Whether the workload of ``key`` was estimated (or refused): sizing it on any
+        GPU makes no further estimate."""
+        return key in self._responses
 
     def first(self, workload: Workload) -> EstimateResponse:
         """The first estimate of a request; raises the estimator's ``InvalidModel``."""
@@ -113,17 +139,47 @@ class MemoryOracle:
         if base is None:
             return None
         p = workload.parallelism
-        value = measures(
-            base.peak_bytes - base.breakdown.workspace_bytes,  # the tensors alone
-            base.breakdown.allocator_cache_bytes,
-            workload=workload,
-            runtime=runtime,
-            architecture=gpu.architecture,
-            communicators=[p.data, p.tensor, p.pipeline, p.expert],
-            training=workload.mode != "inference",
-        )
+        communicators = (p.data, p.tensor, p.pipeline, p.expert)
+        training = workload.mode != "inference"
+        # ``measures`` reads the architecture only through the framework overhead, so
+        # architectures of the same overhead (most share the cuBLAS workspace) share it.
+        which = (gpu.architecture, runtime, communicators, training)
+        overhead = self._overheads.get(which)
+        if overhead is None:
+            o = framework_overhead(
+                runtime, gpu.architecture, list(communicators), handles=2 if training else 1
+            )
+            overhead = self._overheads[which] = (o.workspaces, o.context, o.nccl, *o.notes)
+        alike = (key, runtime, overhead)
+        value = self._alike.get(alike)
+        if value is None:
+            value = self._alike[alike] = measures(
+                base.peak_bytes - base.breakdown.workspace_bytes,  # the tensors alone
+                base.breakdown.allocator_cache_bytes,
+                workload=workload,
+                runtime=runtime,
+                architecture=gpu.architecture,
+                communicators=list(communicators),
+                training=training,
+            )
         self._measures[memo] = value
         return value
+
+    def sizer(self, gpu: GpuSpec) -> Callable[[Workload, bytes], int | None]:
+        """:meth:`required` on ``gpu`` of a workload and its key, for a search that sizes
+        many layouts on one GPU: the memo is looked up without rebuilding its key's GPU
+        part on every call."""
+        runtime = runtime_of(gpu)
+        arch = gpu.architecture
+        memo = self._measures
+
+        def required(workload: Workload, key: bytes) -> int | None:
+            m = memo.get((key, arch, runtime))
+            if m is None:
+                m = self.measures(workload, gpu, key)
+            return None if m is None else m.required
+
+        return required
 
     def total(self, workload: Workload, gpu: GpuSpec, key: bytes | None = None) -> int | None:
         """``device_bytes`` on ``gpu`` (what nvidia-smi shows), before the headroom."""

@@ -29,7 +29,15 @@ def _scale(count: int) -> str:
     return "over 128 GPUs"
 
 
-def _spread(table: ResidualTable, regime: dict[str, str], count: int) -> Spread:
+def _spread(
+    table: ResidualTable,
+    regime: dict[str, str],
+    count: int,
+    spreads: dict[tuple[object, ...], Spread] | None = None,
+) -> Spread:
+    """The spread of ``regime`` at ``count`` GPUs. ``spreads``: the ones already computed
+    for the request's candidates (a spread is a function of the table, the regime and
+    what lies outside the corpus; many candidates share all three)."""
     known = {(g.axis, g.name) for g in table.groups}
     outside = [
         f"no published run of {axis} {name}"
@@ -38,11 +46,20 @@ def _spread(table: ResidualTable, regime: dict[str, str], count: int) -> Spread:
     ]
     if count > table.max_gpus:
         outside.append(f"{count} GPUs, past the largest published run ({table.max_gpus})")
-    return spread(table, regime, outside)
+    if spreads is None:
+        return spread(table, regime, outside)
+    key = (id(table), *regime.items(), *outside)
+    hit = spreads.get(key)
+    if hit is None:
+        hit = spreads[key] = spread(table, regime, outside)
+    return hit
 
 
-def candidate_intervals(p: Option, job: Job) -> tuple[dict[IntervalFigure, Interval], list[str]]:
-    """The 80% intervals of ``p``'s predicted figures, and why they were widened."""
+def candidate_intervals(
+    p: Option, job: Job, spreads: dict[tuple[object, ...], Spread] | None = None
+) -> tuple[dict[IntervalFigure, Interval], list[str]]:
+    """The 80% intervals of ``p``'s predicted figures, and why they were widened.
+    ``spreads``: a memo of the spreads, for the candidates of one request."""
     if not p.fits or p.throughput is None:
         return {}, []
     tables = residual_tables()
@@ -55,18 +72,25 @@ def candidate_intervals(p: Option, job: Job) -> tuple[dict[IntervalFigure, Inter
     if job.kind == "training":
         framework = default_framework(p.layout) if p.layout is not None else "ddp"
         regime = {"measure": TRAINING, "framework": framework, **base, "bound": "compute"}
-        rate = _spread(tables[TRAINING], regime, p.count)
-        widened = rate.widened
+        rate = _spread(tables[TRAINING], regime, p.count, spreads)
+        widened = list(rate.widened)
     else:
         table = tables[SERVING]
         serving = {**base, "framework": "serving"}
         rate = _spread(
-            table, {**serving, "measure": "output_tokens_per_s", "bound": "memory"}, p.count
+            table,
+            {**serving, "measure": "output_tokens_per_s", "bound": "memory"},
+            p.count,
+            spreads,
         )
-        widened = rate.widened
+        widened = list(rate.widened)
         if p.latency is not None:
-            ttft = _spread(table, {**serving, "measure": "ttft_s", "bound": "compute"}, p.count)
-            tpot = _spread(table, {**serving, "measure": "tpot_s", "bound": "memory"}, p.count)
+            ttft = _spread(
+                table, {**serving, "measure": "ttft_s", "bound": "compute"}, p.count, spreads
+            )
+            tpot = _spread(
+                table, {**serving, "measure": "tpot_s", "bound": "memory"}, p.count, spreads
+            )
             # A latency's residual is log(predicted / measured) of the latency itself.
             out["time_to_first_token_s"] = interval(p.latency.time_to_first_token_s, ttft, COVERAGE)
             out["time_per_output_token_s"] = interval(

@@ -34,6 +34,7 @@ from gpuplan.core.recommend.schema import (
 )
 from gpuplan.core.recommend.serving import serving_options
 from gpuplan.core.recommend.training import given_option, training_options
+from gpuplan.core.uncertainty import Spread
 
 
 def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
@@ -82,16 +83,17 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     apart = [p for p in meets if objective in COST_OBJECTIVES and p.cost_usd is None]
     scored = _score([p for p in meets if p not in apart], objective)
     scored.sort(key=lambda r: (-r[1], objective_key(r[0], objective), r[0].gpu.id))
-    out = [_recommendation(p, job, s) for p, s in scored]
+    spreads: dict[tuple[object, ...], Spread] = {}  # the intervals' spreads, shared
+    out = [_recommendation(p, job, s, spreads=spreads) for p, s in scored]
     apart.sort(key=lambda p: (*unpriced_key(p, objective), p.gpu.id))
     by = "time" if objective == "balanced" else "GPU-hours"
     note = (
         f"unscored: no price on the basis ({basis_words(job)}); ranked after the priced "
         f"plans, by {by}"
     )
-    out.extend(_recommendation(p, job, None, note) for p in apart)
+    out.extend(_recommendation(p, job, None, note, spreads=spreads) for p in apart)
     misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
-    out.extend(_recommendation(p, job, 0.0) for p in misses)
+    out.extend(_recommendation(p, job, 0.0, spreads=spreads) for p in misses)
     target = advice_target(request, catalog, out[0].gpu if out else None)
     advice = advise(
         request, job, oracle=oracle, contexts=contexts, target=target.gpu, trainable=trainable
@@ -222,14 +224,21 @@ def _closest(p: Option) -> str:
     return f"no plan meets the constraints; the nearest, {where}, misses {misses}; see advice"
 
 
-def _recommendation(p: Option, job: Job, score: float | None, note: str | None = None) -> Candidate:
+def _recommendation(
+    p: Option,
+    job: Job,
+    score: float | None,
+    note: str | None = None,
+    *,
+    spreads: dict[tuple[object, ...], Spread] | None = None,
+) -> Candidate:
     """The candidate of a plan; ``score`` None: an unpriced plan under a cost objective,
-    with ``note`` saying so."""
+    with ``note`` saying so. ``spreads``: the request's memo of interval spreads."""
     usable = p.gpu.usable_memory_bytes
     reasons = list(p.reasons)
     if note is not None:
         reasons.append(note)
-    intervals, widened = candidate_intervals(p, job)
+    intervals, widened = candidate_intervals(p, job, spreads)
     said = interval_reason(p, intervals, widened)
     if said is not None:
         reasons.append(said)

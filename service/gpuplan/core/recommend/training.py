@@ -22,8 +22,9 @@ so any count can be the answer without timing thousands.
 ``layout: given`` times exactly the request's parallelism instead (:func:`given_option`).
 """
 
+import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import msgspec
@@ -38,11 +39,21 @@ from gpuplan.core.memory.schema import Workload
 from gpuplan.core.memory.states import framework_of, gradient_reduce_dtype
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
-from gpuplan.core.perf.step import Step, StepLinks, StepShape, training_step
+from gpuplan.core.perf.step import (
+    MicroBatch,
+    Step,
+    StepLinks,
+    StepShape,
+    micro_batch,
+    step_floor,
+    step_tokens,
+    training_step,
+)
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, priced
+from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import (
     Constraints,
     Objective,
@@ -309,40 +320,52 @@ def _gradient_bytes(w: Workload, wide: bool) -> int:
     return 4 if wide else 2
 
 
-def _links(
-    gpu: GpuSpec, layout: ParallelLayout, c: Constraints, oracle: MemoryOracle | None
-) -> StepLinks:
-    key = (gpu.id, msgspec.json.encode(layout))
-    if oracle is not None and key in oracle.links:
-        return oracle.links[key]
-
-    def link(size: int) -> Link:
-        return link_over(gpu, size, c)
-
+def _spans(layout: ParallelLayout) -> tuple[int, int, int, int, int]:
+    """GPUs each group of ``layout`` spans in Megatron's rank order (tensor innermost,
+    then context, expert within data, pipeline, data outermost): a group talks over the
+    link of the span it covers."""
     t, cp = layout.tensor, layout.context
-    n = t * layout.pipeline * layout.data * cp
+    return (
+        t,
+        t * cp,
+        t * cp * layout.expert,
+        t * cp * layout.pipeline,
+        t * layout.pipeline * layout.data * cp,
+    )
+
+
+def _step_links(spans: tuple[int, int, int, int, int], link: Callable[[int], Link]) -> StepLinks:
+    """The links of a layout's groups: each the link of the GPUs it spans
+    (:func:`_spans`); ``link``: the link of so many of the GPU."""
+    t, cp, e, pp, n = spans
+    return StepLinks(
+        tensor=link(t),
+        context=link(cp),
+        expert=link(e),
+        pipeline=link(pp),
+        data=link(n),
+        host=link(HOST),
+    )
+
+
+HOST = 0
+"""The size :func:`_link_of` answers the host link for: the GPU's PCIe to the CPU."""
+
+
+def _link_of(gpu: GpuSpec, size: int, c: Constraints) -> Link:
+    """The link of ``size`` of these GPUs (:func:`link_over`), or ``size`` :data:`HOST`:
+    the GPU's link to its host (an optimizer offloaded to the CPU). Of the GPU, both
+    read its interconnect alone (tests/test_search_shortcuts.py checks every GPU)."""
+    if size != HOST:
+        return link_over(gpu, size, c)
     pcie = gpu.interconnect.pcie
-    lat = efficiency_data().latency
-    host = Link(
+    return Link(
         kind="pcie",
         bytes_per_s=float(pcie.per_direction_bytes_per_s)
         if pcie
         else c.network_bytes_per_s_per_gpu,
-        latency_s=lat.pcie_seconds,
+        latency_s=efficiency_data().latency.pcie_seconds,
     )
-    # Megatron's rank order: tensor innermost, then context, expert (within data),
-    # pipeline, data outermost; a group's link is that of the span it covers.
-    links = StepLinks(
-        tensor=link(t),
-        context=link(t * cp),
-        expert=link(t * cp * layout.expert),
-        pipeline=link(t * cp * layout.pipeline),
-        data=link(n),
-        host=host,
-    )
-    if oracle is not None:
-        oracle.links[key] = links
-    return links
 
 
 def _framework(job: Job, layout: ParallelLayout) -> Framework:
@@ -365,23 +388,43 @@ def time_training(
     oracle: MemoryOracle | None = None,
 ) -> Timing:
     """Job seconds, trained tokens/s, delivered model FLOP/s and the step of ``layout``."""
-    assert ctx.rates is not None
+    rung = _rung(job, layout, trainable, oracle)
+    links = _step_links(rung.spans, lambda n: _link_of(ctx.gpu, n, c))
+    return _timing(job, ctx, rung, links, None)
+
+
+def _rung(job: Job, layout: ParallelLayout, trainable: int, oracle: MemoryOracle | None) -> Rung:
+    """``layout`` prepared for timing and sizing (memoized by the oracle when given)."""
     if oracle is None:
         laid = with_layout(job.workload, layout, job.given.gradient_reduce_dtype, job.given.fsdp1)
+        key = b""
         shape = step_shape(job, laid, trainable)
     else:
         laid, key = oracle.laid_out(job.workload, layout, job.given.gradient_reduce_dtype)
         shape = oracle.shapes.get(key) or oracle.shapes.setdefault(
             key, step_shape(job, laid, trainable)
         )
+    framework = _framework(job, layout)
+    p = laid.parallelism
+    alike = msgspec.json.encode(msgspec.structs.replace(shape, accumulation=1))
+    micro = (alike, p.tensor, p.pipeline, p.context, framework.elementwise_factor)
+    return Rung(layout, laid, key, shape, framework, _spans(layout), micro)
+
+
+def _timing(
+    job: Job, ctx: GpuContext, rung: Rung, links: StepLinks, micro: MicroBatch | None
+) -> Timing:
+    """The job on ``rung`` (``micro``: its micro-batch on this GPU, when known)."""
+    assert ctx.rates is not None
     step = training_step(
         job.flops,
-        shape,
-        laid.parallelism,
+        rung.shape,
+        rung.laid.parallelism,
         rates=ctx.rates,
-        links=_links(ctx.gpu, layout, c, oracle),
-        framework=_framework(job, layout),
+        links=links,
+        framework=rung.framework,
         comm_overlap=job.overlap,
+        micro=micro,
     )
     tokens_per_s = step.tokens / step.seconds
     return Timing(
@@ -431,15 +474,13 @@ def training_options(
     """(fitting options, the smallest-memory miss) of one GPU over the counts."""
     gpu = ctx.gpu
     miss = Option(gpu=gpu, count=1, layout=None, required=0, fits=False, admissible=False)
-    bounds = _replica_bounds(oracle, job, gpu)
+    search = GpuSearch(job, ctx, oracle, c, trainable)
     tried: dict[int, Option | None] = {}
 
     def at(count: int) -> Option | None:
         nonlocal miss
         if count not in tried:
-            option, smallest = _option_at(
-                job, ctx, oracle, c, count=count, bounds=bounds, trainable=trainable
-            )
+            option, smallest = search.option_at(count)
             tried[count] = option
             if (
                 option is None
@@ -484,6 +525,159 @@ def training_options(
     return options, miss
 
 
+class GpuSearch:
+    """One job's search over the counts of one GPU model. What its counts share is
+    computed once: the link of a group by the GPUs it spans (shared by the GPUs of the
+    same interconnect), the compute of a micro-batch by what ``micro_batch`` reads
+    (:attr:`Rung.micro`: every count's data-parallel layouts alike), the GPU's sizer,
+    and the replica bounds. Each is a pure function of its key, so the memos change no
+    figure."""
+
+    def __init__(
+        self, job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints, trainable: int
+    ) -> None:
+        self.job, self.ctx, self.oracle, self.c, self.trainable = job, ctx, oracle, c, trainable
+        self.usable = ctx.gpu.usable_memory_bytes
+        self.required = oracle.sizer(ctx.gpu)
+        self.bounds = _replica_bounds(oracle, job, self.required)
+        # Links depend on the GPU only through its interconnect: GPUs alike in it share
+        # them, for the request's constraints (kept alive in the entry).
+        shared = (msgspec.json.encode(ctx.gpu.interconnect), id(c))
+        hit = oracle.links.get(shared)
+        if hit is None:
+            hit = oracle.links[shared] = (c, {}, {})
+        self._links, self._step_links = hit[1], hit[2]
+        self._micros: dict[tuple[bytes, int, int, int, float], MicroBatch] = {}
+
+    def link(self, size: int) -> Link:
+        """The link of ``size`` of these GPUs (:func:`_link_of`)."""
+        link = self._links.get(size)
+        if link is None:
+            link = self._links[size] = _link_of(self.ctx.gpu, size, self.c)
+        return link
+
+    def micro(self, rung: Rung) -> MicroBatch:
+        """The compute of one of ``rung``'s micro-batches on this GPU."""
+        micro = self._micros.get(rung.micro)
+        if micro is None:
+            assert self.ctx.rates is not None
+            micro = self._micros[rung.micro] = micro_batch(
+                self.job.flops, rung.shape, rung.laid.parallelism, self.ctx.rates, rung.framework
+            )
+        return micro
+
+    def time(self, rung: Rung) -> Timing:
+        links = self._step_links.get(rung.spans)
+        if links is None:
+            links = self._step_links[rung.spans] = _step_links(rung.spans, self.link)
+        return _timing(self.job, self.ctx, rung, links, self.micro(rung))
+
+    def floor(self, rung: Rung) -> float:
+        """A lower bound of ``time(rung).seconds``: the job at the step's floor
+        (:func:`~gpuplan.core.perf.step.step_floor`), in :func:`_timing`'s operations
+        (the job's tokens over the step's tokens per second), which keep the order."""
+        p = rung.laid.parallelism
+        floor = step_floor(rung.shape, p, self.micro(rung))
+        if floor <= 0:
+            return 0.0
+        return self.job.tokens / (step_tokens(rung.shape, p) / floor)
+
+    def option_at(self, count: int) -> tuple[Option | None, Sized | None]:
+        """The fastest layout at ``count`` that fits, as an option; else the smallest
+        layout sized."""
+        rungs = _rungs(self.job, self.oracle, self.c, count=count, trainable=self.trainable)
+        if not rungs:
+            return None, None
+        if self.bounds.ddp > self.usable:
+            # DDP keeps a full replica per GPU: more ranks never shrink it.
+            rungs = [r for r in rungs if not _is_ddp(r.layout)] or rungs
+        chosen, smallest = self.fit(rungs)
+        if chosen is None:
+            return None, smallest
+        option = _option(
+            self.job,
+            self.ctx,
+            self.c,
+            count=count,
+            layout=chosen.layout,
+            required=chosen.required,
+            timing=chosen.timing,
+            describe=self.describe,
+        )
+        return option, None
+
+    def describe(self, layout: ParallelLayout) -> str:
+        """:func:`describe_layout` of a rung's layout on this GPU. The words depend on the
+        GPU only through the kinds of link of the tensor-parallel group and of all the
+        job's GPUs, so GPUs alike in those share them."""
+        n = layout.tensor * layout.pipeline * layout.data * layout.context
+        key = (id(layout), self.link(layout.tensor).kind, self.link(n).kind)
+        hit = self.oracle.descriptions.get(key)
+        if hit is None:
+            text = describe_layout(layout, self.ctx.gpu, self.c, link=self.link)
+            # The entry keeps the layout alive, so its id cannot be reused meanwhile.
+            hit = self.oracle.descriptions[key] = (layout, text)
+        return hit[1]
+
+    def fit(self, rungs: list[Rung]) -> tuple[Fitted | None, Sized | None]:
+        """(the fastest rung that fits, else None; the smallest one sized)."""
+        usable, required = self.usable, self.required
+        sized: dict[int, int | None] = {}
+        # The most sharded layouts need the least memory: when none of the last three
+        # fits, none does, and the rest of the ladder is not estimated for this GPU.
+        fits = False
+        for i in range(max(len(rungs) - 3, 0), len(rungs)):
+            sized[i] = required(rungs[i].laid, rungs[i].key)
+            fits = fits or _fits(sized[i], usable)
+        if not fits:
+            known = [Sized(rungs[i].layout, r) for i, r in sized.items() if r is not None]
+            return None, min(known, key=lambda x: x.required) if known else None
+        # The fastest layout that fits: time the layouts (no estimate needed), then size
+        # them fastest first (ties: in ladder order). Left out untimed: layouts that keep
+        # more per GPU than fits whatever the rank count, and those already sized or
+        # estimated (for another GPU or count) that do not fit: sizing one of those
+        # makes no estimate, so leaving it out changes neither the choice nor the
+        # estimates made, nor their order.
+        #
+        # Best first: a layout with model parallelism enters the queue with its floor
+        # (its compute alone) and is timed only when the floor comes first. Every
+        # layout timed leaves in the order of its time, as sorting them all did, and a
+        # floor behind the layout chosen means a time behind it: that layout would
+        # have been neither chosen nor sized.
+        queue: list[tuple[float, int, Timing | None]] = []
+        for i, rung in enumerate(rungs):
+            if i not in sized:
+                if self.bounds.of(rung.layout) > usable:
+                    continue
+                if self.oracle.estimated(rung.key):
+                    sized[i] = required(rung.laid, rung.key)
+            if i in sized and not _fits(sized[i], usable):
+                continue
+            p = rung.laid.parallelism
+            if p.tensor * p.pipeline * p.context > 1:
+                queue.append((self.floor(rung), i, None))
+            else:
+                timing = self.time(rung)
+                queue.append((timing.seconds, i, timing))
+        heapq.heapify(queue)
+        while queue:
+            _, i, timed = heapq.heappop(queue)
+            if timed is None:
+                timed = self.time(rungs[i])
+                heapq.heappush(queue, (timed.seconds, i, timed))
+                continue
+            need = sized[i] if i in sized else required(rungs[i].laid, rungs[i].key)
+            if _fits(need, usable):
+                assert need is not None
+                return Fitted(timed, rungs[i].layout, need), None
+        raise AssertionError("unreachable: a tail layout fits")
+
+
+def _fits(need: int | None, usable: int) -> bool:
+    """Whether ``need`` bytes (None: not sized) fit in ``usable``."""
+    return need is not None and need <= usable
+
+
 def _around(count: int, coarse: list[int], node: int) -> Iterator[int]:
     """Every count strictly between the coarse neighbours of ``count`` (at most
     :data:`REFINE_LIMIT`, spread evenly when there are more)."""
@@ -499,40 +693,21 @@ def _around(count: int, coarse: list[int], node: int) -> Iterator[int]:
         yield from (n for n in r[::stride] if n not in coarse)
 
 
-def _option_at(
-    job: Job,
-    ctx: GpuContext,
-    oracle: MemoryOracle,
-    c: Constraints,
-    *,
-    count: int,
-    bounds: ReplicaBounds,
-    trainable: int,
-) -> tuple[Option | None, Sized | None]:
-    usable = ctx.gpu.usable_memory_bytes
-    ladder = oracle.ladders.get(count)
-    if ladder is None:
-        ladder = oracle.ladders[count] = training_ladder(job, count, c)
-    if not ladder:
-        return None, None
-    if bounds.ddp > usable:
-        # DDP keeps a full replica per GPU: more ranks never shrink it.
-        ladder = [lay for lay in ladder if not _is_ddp(lay)] or ladder
-    chosen, smallest = _fit_at(
-        job, ctx, oracle, c, ladder=ladder, bounds=bounds, trainable=trainable
-    )
-    if chosen is None:
-        return None, smallest
-    option = _option(
-        job,
-        ctx,
-        c,
-        count=count,
-        layout=chosen.layout,
-        required=chosen.required,
-        timing=chosen.timing,
-    )
-    return option, None
+def _rungs(
+    job: Job, oracle: MemoryOracle, c: Constraints, *, count: int, trainable: int
+) -> list[Rung]:
+    """The ladder at ``count``, prepared for every GPU. The layouts are memoized by count
+    for the request (they do not depend on the GPU), the rungs by count and workload."""
+    memo = (count, id(job.workload))
+    hit = oracle.rungs.get(memo)
+    if hit is None:
+        ladder = oracle.ladders.get(count)
+        if ladder is None:
+            ladder = oracle.ladders[count] = training_ladder(job, count, c)
+        # The entry keeps the workload alive, so its id cannot be reused meanwhile.
+        hit = (job.workload, [_rung(job, lay, trainable, oracle) for lay in ladder])
+        oracle.rungs[memo] = hit
+    return hit[1]
 
 
 def _option(
@@ -545,6 +720,7 @@ def _option(
     required: int,
     timing: Timing,
     fits: bool = True,
+    describe: Callable[[ParallelLayout], str] | None = None,
 ) -> Option:
     step = timing.step
     option = Option(
@@ -570,7 +746,10 @@ def _option(
             optimizer_s=step.optimizer_s,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
-        reasons=[*ctx.reasons, describe_layout(layout, ctx.gpu, c)],
+        reasons=[
+            *ctx.reasons,
+            describe(layout) if describe else describe_layout(layout, ctx.gpu, c),
+        ],
         unverified=ctx.unverified,
     )
     return priced(option, ctx, job, c, timing.delivered_flops_per_s)
@@ -629,48 +808,9 @@ def given_option(
     )
 
 
-def _fit_at(
-    job: Job,
-    ctx: GpuContext,
-    oracle: MemoryOracle,
-    c: Constraints,
-    *,
-    ladder: list[ParallelLayout],
-    bounds: ReplicaBounds,
-    trainable: int,
-) -> tuple[Fitted | None, Sized | None]:
-    """(the fastest layout of ``ladder`` that fits, else None; the smallest one sized)."""
-    gpu = ctx.gpu
-    usable = gpu.usable_memory_bytes
-    sized: dict[int, int | None] = {}
-    # The most sharded layouts need the least memory: when none of the last three
-    # fits, none does, and the rest of the ladder is not estimated for this GPU.
-    tail = [
-        _size(oracle, job, gpu=gpu, ladder=ladder, index=i, sized=sized)
-        for i in range(max(len(ladder) - 3, 0), len(ladder))
-    ]
-    if not any(r is not None and r <= usable for r in tail):
-        known = [Sized(ladder[i], r) for i, r in sized.items() if r is not None]
-        return None, min(known, key=lambda x: x.required) if known else None
-    # Time every layout (no estimate needed), then size them fastest first: the
-    # first that fits is the fastest that fits. Layouts that keep more per GPU than
-    # fits, whatever the rank count, are left out.
-    timed = sorted(
-        (
-            (time_training(job, ctx, lay, trainable, c, oracle=oracle), i)
-            for i, lay in enumerate(ladder)
-            if i in sized or bounds.of(lay) <= usable
-        ),
-        key=lambda pair: (pair[0].seconds, pair[1]),
-    )
-    for timing, index in timed:
-        size = _size(oracle, job, gpu=gpu, ladder=ladder, index=index, sized=sized)
-        if size is not None and size <= usable:
-            return Fitted(timing, ladder[index], size), None
-    raise AssertionError("unreachable: a tail layout fits")
-
-
-def _replica_bounds(oracle: MemoryOracle, job: Job, gpu: GpuSpec) -> ReplicaBounds:
+def _replica_bounds(
+    oracle: MemoryOracle, job: Job, required: Callable[[Workload, bytes], int | None]
+) -> ReplicaBounds:
     """Lower bounds of ``required_bytes`` under DDP, ZeRO-1 and ZeRO-2 at any rank count.
 
     DDP shards nothing, so it needs at least what one unsharded GPU needs. ZeRO-1/2 keep
@@ -678,45 +818,46 @@ def _replica_bounds(oracle: MemoryOracle, job: Job, gpu: GpuSpec) -> ReplicaBoun
     least its bytes less the optimizer states, master weights and gradients they shard.
     A bound only ever skips estimating a layout that cannot fit; it never claims a fit.
     The bounds hold for the workload's own micro-batch; a re-split one has none.
+    ``required``: the GPU's sizer.
     """
-    base = oracle.response(job.workload)
-    if base is None:
+    sharded = _sharded_bounds(oracle, job.workload)
+    if sharded is None:
         return ReplicaBounds(0.0, 0.0, 0.0)
-    b = base.breakdown
-    required = oracle.required(job.workload, gpu) or 0
-    kept = (
-        base.peak_bytes
-        - b.optimizer_state_bytes
-        - b.master_weights_bytes
-        - b.gradients_bytes
-        - b.temporary_bytes
-    )
-    # required_bytes is at least the device's bytes times the high end of its interval,
-    # in the regime of a sharded job (ZeRO-1/2 shard over data-parallel ranks).
-    sharded = msgspec.structs.replace(
-        job.workload,
-        parallelism=msgspec.structs.replace(job.workload.parallelism, zero_stage=1, data=2),
-    )
-    headroom = max(1.0, factors(sharded)["device_bytes"][1])
-    zero_2 = kept * headroom
-    zero_1 = (kept + b.gradients_bytes) * headroom
-    return ReplicaBounds(float(required), zero_1, zero_2)
+    key, zero_1, zero_2 = sharded
+    return ReplicaBounds(float(required(job.workload, key) or 0), zero_1, zero_2)
 
 
-def _size(
-    oracle: MemoryOracle,
-    job: Job,
-    *,
-    gpu: GpuSpec,
-    ladder: list[ParallelLayout],
-    index: int,
-    sized: dict[int, int | None],
-) -> int | None:
-    """``required_bytes`` of ``ladder[index]`` on ``gpu``, remembered in ``sized``."""
-    if index not in sized:
-        laid, key = oracle.laid_out(job.workload, ladder[index], job.given.gradient_reduce_dtype)
-        sized[index] = oracle.required(laid, gpu, key)
-    return sized[index]
+def _sharded_bounds(oracle: MemoryOracle, w: Workload) -> tuple[bytes, float, float] | None:
+    """(``w``'s memo key, the ZeRO-1 bound, the ZeRO-2 bound): they do not depend on the
+    GPU, so they are computed once per workload. The first GPU asks for the estimate;
+    when it is refused or the estimates are spent, every later GPU's ask would have
+    answered None too (and made no estimate)."""
+    hit = oracle.sharded.get(id(w))
+    if hit is not None:
+        return hit[1]
+    key = msgspec.json.encode(w)
+    base = oracle.response(w, key)
+    out = None
+    if base is not None:
+        b = base.breakdown
+        kept = (
+            base.peak_bytes
+            - b.optimizer_state_bytes
+            - b.master_weights_bytes
+            - b.gradients_bytes
+            - b.temporary_bytes
+        )
+        # required_bytes is at least the device's bytes times the high end of its
+        # interval, in the regime of a sharded job (ZeRO-1/2 shard over data-parallel
+        # ranks).
+        sharded = msgspec.structs.replace(
+            w, parallelism=msgspec.structs.replace(w.parallelism, zero_stage=1, data=2)
+        )
+        headroom = max(1.0, factors(sharded)["device_bytes"][1])
+        out = (key, (kept + b.gradients_bytes) * headroom, kept * headroom)
+    # The entry keeps ``w`` alive, so its id cannot be reused meanwhile.
+    oracle.sharded[id(w)] = (w, out)
+    return out
 
 
 def _is_ddp(layout: ParallelLayout) -> bool:
@@ -727,7 +868,15 @@ def _is_ddp(layout: ParallelLayout) -> bool:
     )
 
 
-def describe_layout(layout: ParallelLayout, gpu: GpuSpec, c: Constraints) -> str:
+def describe_layout(
+    layout: ParallelLayout,
+    gpu: GpuSpec,
+    c: Constraints,
+    *,
+    link: Callable[[int], Link] | None = None,
+) -> str:
+    """The layout in words; ``link``: the link of so many of the GPU, when the caller
+    has them (else :func:`link_over`)."""
     n = layout.tensor * layout.pipeline * layout.data * layout.context
     batch = ""
     if layout.global_batch_size is not None:
@@ -739,7 +888,7 @@ def describe_layout(layout: ParallelLayout, gpu: GpuSpec, c: Constraints) -> str
         return "fits one GPU unsharded" + batch
 
     def over(size: int) -> str:
-        return link_over(gpu, size, c).kind
+        return (link or (lambda n: link_over(gpu, n, c)))(size).kind
 
     parts = []
     if layout.tensor > 1:

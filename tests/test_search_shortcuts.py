@@ -1,0 +1,234 @@
+"""The search's shortcuts rest on facts about the speed and memory models; each is checked
+here, so a change to a model that breaks one fails a test rather than an answer.
+
+tests/test_recommend_identical.py holds the answers themselves to the recorded bytes.
+"""
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.estimate import estimate
+from gpuplan.core.memory.schema import (
+    EstimateRequest,
+    ModelSpec,
+    Parallelism,
+    Runtime,
+    Workload,
+)
+from gpuplan.core.perf.efficiency import efficiency_data
+from gpuplan.core.perf.step import micro_batch, step_floor, training_step
+from gpuplan.core.recommend import RecommendRequest
+from gpuplan.core.recommend.context import gpu_context
+from gpuplan.core.recommend.fit import MemoryOracle, runtime_of
+from gpuplan.core.recommend.job import resolve_job
+from gpuplan.core.recommend.schema import Constraints, ParallelLayout
+from gpuplan.core.recommend.training import (
+    HOST,
+    GpuSearch,
+    _link_of,
+    _rungs,
+    _step_links,
+    describe_layout,
+)
+
+CATALOG = builtin_catalog()
+GPUS = list(CATALOG)
+COUNTS = (1, 2, 4, 6, 8, 16, 24, 64)
+
+REQUESTS: dict[str, dict[str, Any]] = {
+    "lora": {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "finetune_lora", "sequence_length": 4096},
+        "training": {"training_tokens": 10**9},
+    },
+    "70b full recompute": {
+        "model": {"name": "llama-2-70b"},
+        "workload": {"mode": "training", "sequence_length": 4096, "gradient_checkpointing": "full"},
+        "training": {"training_tokens": 10**9},
+    },
+    "mixtral": {
+        "model": {"name": "mixtral-8x7b"},
+        "workload": {"mode": "training", "sequence_length": 4096, "gradient_checkpointing": "full"},
+        "training": {"training_tokens": 10**9},
+    },
+    "8b fp8 32k context, selective": {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {
+            "mode": "training",
+            "sequence_length": 32768,
+            "precision": "fp8",
+            "gradient_checkpointing": "selective",
+        },
+        "training": {"training_tokens": 10**9, "global_batch_size": 64},
+    },
+    "7b eager attention, fp32, mfu given": {
+        "model": {"name": "llama-2-7b"},
+        "workload": {
+            "mode": "training",
+            "sequence_length": 2048,
+            "precision": "fp32",
+            "attention": "eager",
+        },
+        "training": {"training_tokens": 10**9, "global_batch_size": 96},
+        "efficiency": {"mfu": 0.35},
+    },
+    "fsdp1 lora, no prefetch": {
+        "model": {"name": "llama-2-7b"},
+        "workload": {
+            "mode": "finetune_lora",
+            "sequence_length": 4096,
+            "parallelism": {"framework": "fsdp1", "fsdp1": {"backward_prefetch": "none"}},
+        },
+        "training": {"training_tokens": 10**9},
+    },
+    "resnet-50": {
+        "model": {"name": "resnet-50"},
+        "workload": {"mode": "training", "batch_size": 32},
+        "training": {"samples": 10**7},
+    },
+}
+
+
+def searches(body: dict[str, Any]) -> list[tuple[GpuSearch, list[Any]]]:
+    """Every GPU's search of ``body`` with the rungs of each count in COUNTS."""
+    request = msgspec.convert(body, RecommendRequest)
+    job = resolve_job(request, CATALOG)
+    oracle = MemoryOracle(request.model, CATALOG)
+    trainable = oracle.first(job.workload).trainable_parameters
+    c = request.constraints
+    out = []
+    for gpu in GPUS:
+        ctx = gpu_context(gpu, job, request.efficiency.mfu, request.efficiency.mbu, c)
+        if ctx.rates is None:
+            continue
+        search = GpuSearch(job, ctx, oracle, c, trainable)
+        rungs = [r for n in COUNTS for r in _rungs(job, oracle, c, count=n, trainable=trainable)]
+        out.append((search, rungs))
+    return out
+
+
+@pytest.mark.parametrize("name", REQUESTS)
+def test_the_floor_never_exceeds_the_time(name: str) -> None:
+    """Best-first timing skips a layout whose floor comes after the time chosen: the floor
+    must be a lower bound of the step (and of the job) on every GPU, layout and
+    framework, in floating point."""
+    checked = 0
+    for search, rungs in searches(REQUESTS[name]):
+        for rung in rungs:
+            assert search.floor(rung) <= search.time(rung).seconds, (search.ctx.gpu.id, rung)
+            links = _step_links(rung.spans, search.link)
+            micro = search.micro(rung)
+            assert search.ctx.rates is not None
+            for framework in efficiency_data().frameworks:
+                step = training_step(
+                    search.job.flops,
+                    rung.shape,
+                    rung.laid.parallelism,
+                    rates=search.ctx.rates,
+                    links=links,
+                    framework=framework,
+                    comm_overlap=search.job.overlap,
+                    micro=micro,
+                )
+                assert step_floor(rung.shape, rung.laid.parallelism, micro) <= step.seconds
+                checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("name", REQUESTS)
+def test_a_micro_batch_reads_only_what_its_memo_key_holds(name: str) -> None:
+    """Rungs alike in ``Rung.micro`` (the shape but its accumulation, the tensor,
+    pipeline and context degrees, the framework's elementwise factor) share a
+    micro-batch: ``micro_batch`` must not read anything else of them."""
+    for search, rungs in searches(REQUESTS[name])[::7]:
+        for rung in rungs:
+            p = rung.laid.parallelism
+            other_layout = msgspec.structs.replace(
+                p,
+                data=p.data * 3 + 1,
+                zero_stage=(p.zero_stage + 1) % 4,
+                expert=p.expert + 1,
+                virtual_stages=p.virtual_stages + 1,
+                sequence_parallel=not p.sequence_parallel,
+                framework="deepspeed" if p.framework != "deepspeed" else "ddp",
+                gradient_reduce_dtype="fp32",
+                cpu_offload=msgspec.structs.replace(
+                    p.cpu_offload, optimizer=not p.cpu_offload.optimizer
+                ),
+            )
+            f = rung.framework
+            other_framework = msgspec.structs.replace(
+                f,
+                name="megatron" if f.name != "megatron" else "ddp",
+                tensor_exposed=f.tensor_exposed / 2,
+                data_hidden_share=f.data_hidden_share / 2,
+                gather_hidden_share=f.gather_hidden_share / 2,
+                pipeline_exposed=f.pipeline_exposed / 2,
+                expert_exposed=f.expert_exposed / 2,
+                source="another",
+            )
+            other_shape = msgspec.structs.replace(rung.shape, accumulation=7)
+            rates = search.ctx.rates
+            assert rates is not None
+            assert micro_batch(search.job.flops, rung.shape, p, rates, f) == micro_batch(
+                search.job.flops, other_shape, other_layout, rates, other_framework
+            )
+
+
+def test_links_and_their_words_read_only_the_interconnect() -> None:
+    """GPUs of one interconnect share their links (and a layout's words): every other
+    field of the GPU must leave them unchanged."""
+    c = Constraints()
+    layouts = [
+        ParallelLayout(tensor=1, pipeline=1, data=16, zero_stage=3),
+        ParallelLayout(tensor=8, pipeline=2, data=4, zero_stage=1, virtual_stages=2),
+        ParallelLayout(tensor=4, pipeline=1, data=2, context=2, zero_stage=0),
+    ]
+    for a in GPUS:
+        for b in GPUS:
+            mixed = msgspec.structs.replace(b, interconnect=a.interconnect)
+            for size in (HOST, 1, 2, 4, 8, 9, 16, 72, 4096):
+                assert _link_of(mixed, size, c) == _link_of(a, size, c), (a.id, b.id, size)
+            for lay in layouts:
+                assert describe_layout(lay, mixed, c) == describe_layout(lay, a, c)
+
+
+WORKLOADS = [
+    Workload(mode="training", sequence_length=2048),
+    Workload(mode="training", sequence_length=2048, parallelism=Parallelism(data=8, zero_stage=3)),
+    Workload(
+        mode="training",
+        sequence_length=4096,
+        gradient_checkpointing="full",
+        parallelism=Parallelism(tensor=2, pipeline=2, data=2, zero_stage=1),
+    ),
+    Workload(mode="finetune_lora", sequence_length=4096, parallelism=Parallelism(data=2)),
+    Workload(
+        mode="training",
+        sequence_length=4096,
+        parallelism=Parallelism(framework="fsdp1", data=4, zero_stage=3),
+    ),
+    Workload(mode="inference", sequence_length=4096, batch_size=8),
+    Workload(mode="inference", sequence_length=4096, parallelism=Parallelism(tensor=4)),
+]
+
+
+def test_one_oracle_sizes_every_gpu_as_the_estimator_does() -> None:
+    """The oracle re-prices one estimate per workload for every GPU and shares the
+    measures of architectures alike in their framework overhead: on every GPU, in any
+    order, it must answer what the estimator answers for that GPU."""
+    model = ModelSpec(name="llama-2-7b")
+    oracle = MemoryOracle(model, CATALOG)
+    for gpu in GPUS:
+        sizer = oracle.sizer(gpu)
+        for w in WORKLOADS:
+            runtime: Runtime = "rocm" if runtime_of(gpu) == "rocm" else "cuda"
+            direct = estimate(
+                EstimateRequest(model=model, workload=w, gpu=gpu.id, runtime=runtime), CATALOG
+            )
+            assert oracle.required(w, gpu) == direct.required_bytes, (gpu.id, w)
+            assert sizer(w, msgspec.json.encode(w)) == direct.required_bytes
+            assert oracle.total(w, gpu) == direct.device_bytes
