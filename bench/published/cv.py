@@ -42,6 +42,7 @@ from bench.published.fit import Case, Parameter, ServingCase, fit, parameters
 from bench.published.runs import load
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.perf.efficiency import generation
+from gpuplan.core.recommend.intervals import scale_regime
 from gpuplan.core.uncertainty import (
     Residual,
     ResidualTable,
@@ -70,16 +71,6 @@ def source_of(run: dict[str, Any]) -> str:
     return text.split(",", maxsplit=1)[0].split("(", maxsplit=1)[0].strip()
 
 
-def _scale(gpus: int) -> str:
-    if gpus <= 1:
-        return "1 GPU"
-    if gpus <= 8:
-        return "2-8 GPUs"
-    if gpus <= 128:
-        return "9-128 GPUs"
-    return "over 128 GPUs"
-
-
 def regimes(run: dict[str, Any]) -> dict[str, str]:
     """The regimes a run falls in: its framework (or serving measure), scale, precision,
     and whether its time is set by arithmetic or by memory traffic."""
@@ -99,7 +90,7 @@ def regimes(run: dict[str, Any]) -> dict[str, str]:
         "measure": measure if serving else "tokens_per_s_per_gpu",
         "framework": framework,
         "generation": generation(builtin_catalog().get(run["gpu"])).name,
-        "scale": _scale(int(run["gpus"])),
+        "scale": scale_regime(int(run["gpus"])),
         "precision": str(workload.get("precision", "bf16")),
         "bound": bound,
     }

@@ -19,7 +19,9 @@ COVERAGE = 0.8
 """The intervals' coverage: an 80% prediction interval (10th to 90th percentile)."""
 
 
-def _scale(count: int) -> str:
+def scale_regime(count: int) -> str:
+    """The scale regime of a plan of ``count`` GPUs (``bench/published/cv.py`` groups the
+    published runs' residuals by the same rule)."""
     if count <= 1:
         return "1 GPU"
     if count <= 8:
@@ -65,7 +67,7 @@ def candidate_intervals(
     tables = residual_tables()
     base = {
         "generation": generation(p.gpu).name,
-        "scale": _scale(p.count),
+        "scale": scale_regime(p.count),
         "precision": job.workload.precision,
     }
     out: dict[IntervalFigure, Interval] = {}
