@@ -29,8 +29,7 @@ from gpuplan.core.mig.schema import (
     PlacementResponse,
 )
 from gpuplan.core.mig.tables import resource_name
-
-GiB = 2**30
+from gpuplan.core.mig.words import gib, not_live
 
 
 def place(
@@ -208,10 +207,6 @@ def _change_option(candidate: Candidate, change: Change, demand: Demand) -> Plac
     )
 
 
-def _gib(value: int) -> str:
-    return f"{value / GiB:.2f} GiB"
-
-
 def _headline(shown: Sequence[PlacementOption], notes: Sequence[str]) -> str:
     """Why the first option is the least disruptive one (or why there is none)."""
     if not shown:
@@ -240,12 +235,7 @@ def _notes(
     notes: list[str] = []
     of_model = "" if demand.model is None else f" of model `{demand.model}`"
     if not live:
-        notes.append(
-            "no live node in the fleet: no agent has published within its TTL"
-            if query.node is None
-            else f"node {query.node!r} is not live: it never published, or its agent "
-            "stopped and its keys expired"
-        )
+        notes.append(not_live(query.node))
     elif not gpus:
         notes.append(f"the live nodes publish no GPU{of_model}")
     for table in tally.too_small.values():
@@ -261,8 +251,8 @@ def _notes(
         else:
             notes.append(
                 f"no profile of MIG table `{table.id}` ({', '.join(table.gpus)}) has "
-                f"{_gib(demand.memory_bytes)} usable and {demand.compute_slices} compute "
-                f"slice(s) (largest: {largest.name}, {_gib(largest.memory_bytes)}, "
+                f"{gib(demand.memory_bytes)} usable and {demand.compute_slices} compute "
+                f"slice(s) (largest: {largest.name}, {gib(largest.memory_bytes)}, "
                 f"{largest.compute_slices} compute slices)"
             )
     offered = tally.free - tally.split
@@ -271,7 +261,7 @@ def _notes(
             f"none of the {offered} free instance(s) is a `{demand.profile}`"
             if demand.ref is not None
             else f"none of the {offered} free instance(s) fits: the largest holds "
-            f"{_gib(tally.largest_free)}"
+            f"{gib(tally.largest_free)}"
         )
     if tally.lost:
         notes.append(f"{tally.lost} GPU(s) the driver reports lost are left out")

@@ -14,12 +14,7 @@ import msgspec
 
 from gpuplan.core.mig.fleetview import FleetGpu
 from gpuplan.core.mig.schema import PlacementInstance, PlacementOption
-
-GiB = 2**30
-
-
-def _gib(value: int) -> str:
-    return f"{value / GiB:.2f} GiB"
+from gpuplan.core.mig.words import gib
 
 
 def _at(item: PlacementInstance) -> str:
@@ -109,27 +104,27 @@ def explain(option: PlacementOption, by_memory: bool) -> PlacementOption:
     """``option`` with the reason it is what it is (``by_memory``: the workload gave
     ``memory_gib``, so the memory to spare means something)."""
     kept_in_use = sum(1 for i in option.layout_after if i.in_use)
-    spare = f"{_gib(option.surplus_memory_bytes)} to spare" if by_memory else ""
+    spare = f"{gib(option.surplus_memory_bytes)} to spare" if by_memory else ""
     if option.action == "use-instance":
         reason = (
-            f"a free {option.profile} instance ({_gib(option.memory_bytes)} usable, "
+            f"a free {option.profile} instance ({gib(option.memory_bytes)} usable, "
             f"{option.compute_slices} compute slice(s)) takes it as it is{_and(spare)}: "
             "nothing changes"
         )
     elif option.action == "use-gpu":
         reason = (
             f"GPU {option.gpu_index} of {option.node} is free and not in MIG mode; its "
-            f"{_gib(option.memory_bytes)} free take the workload whole{_and(spare)}: nothing "
+            f"{gib(option.memory_bytes)} free take the workload whole{_and(spare)}: nothing "
             "changes"
         )
     elif option.action == "enable-mig":
         reason = (
             f"GPU {option.gpu_index} of {option.node} is free and not in MIG mode: enabling "
-            f"MIG and creating a {option.profile} ({_gib(option.memory_bytes)} usable"
+            f"MIG and creating a {option.profile} ({gib(option.memory_bytes)} usable"
             f"{_and(spare)}) touches nothing in use"
         )
     else:
-        new = f"a new {option.profile} ({_gib(option.memory_bytes)} usable{_and(spare)})"
+        new = f"a new {option.profile} ({gib(option.memory_bytes)} usable{_and(spare)})"
         others = (
             f"the {kept_in_use} instance(s) in use there keep running"
             if kept_in_use

@@ -30,8 +30,7 @@ from gpuplan.core.mig.schema import (
     SlicesResponse,
 )
 from gpuplan.core.mig.tables import find_profile, resolve, resource_name
-
-GiB = 2**30
+from gpuplan.core.mig.words import GiB, gib, not_live
 
 # nvidia-smi names a GI profile `<compute slices>g.<rounded memory>gb[+attrs]`.
 _COMPUTE_IN_NAME = re.compile(r"^(?:MIG )?([1-8])g\.", re.IGNORECASE)
@@ -61,10 +60,6 @@ def _compute_slices(instance: MigInstance, known: _Known) -> int | None:
         return known.profile.compute_slices
     match = _COMPUTE_IN_NAME.match(instance.profile.strip())
     return None if match is None else int(match[1])
-
-
-def _gib(value: float) -> str:
-    return f"{value / GiB:.2f} GiB"
 
 
 @dataclass
@@ -206,21 +201,16 @@ def _notes(
     notes: list[str] = []
     of_model = "" if model is None else f" of model `{model}`"
     if not live:
-        notes.append(
-            "no live node in the fleet: no agent has published within its TTL"
-            if query.node is None
-            else f"node {query.node!r} is not live: it never published, or its agent "
-            "stopped and its keys expired"
-        )
+        notes.append(not_live(query.node))
     elif tally.considered == 0:
         notes.append(f"the live nodes publish no MIG instances{of_model}")
     elif tally.free == 0:
         notes.append(f"all {tally.considered} MIG instances{of_model} are in use")
     elif tally.eligible and not fits:
         notes.append(
-            f"no free instance{of_model} has {_gib(memory)} usable and "
+            f"no free instance{of_model} has {gib(memory)} usable and "
             f"{query.compute_slices} compute slice(s); the free ones offer at most "
-            f"{_gib(tally.max_memory)} and {tally.max_compute} compute slice(s)"
+            f"{gib(tally.max_memory)} and {tally.max_compute} compute slice(s)"
         )
     if tally.lost:
         notes.append(f"{tally.lost} idle instance(s) on GPUs the driver reports lost are left out")
