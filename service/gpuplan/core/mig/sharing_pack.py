@@ -151,6 +151,29 @@ def _greedy_counts(
     return sum(h * w for h, w in zip(hosts, weights, strict=True)), hosts
 
 
+def _dominated(
+    top: Sequence[int], kinds: Sequence[HostKind], levels: Sequence[int], weights: Sequence[int]
+) -> bool:
+    """Whether a kind used at level ``t`` could be replaced by another, unused or at the same
+    level, with as many replicas there at no higher cost per host: the choice without it
+    is then at least as good, so this one need not be solved."""
+    for q, t in enumerate(top):
+        if t < 0:
+            continue
+        cap_q = kinds[q].memory_bytes // levels[t]
+        for p, u in enumerate(top):
+            if p == q or u not in (-1, t):
+                continue
+            cap_p = kinds[p].memory_bytes // levels[t]
+            if (
+                cap_p >= cap_q
+                and weights[p] <= weights[q]
+                and (cap_p > cap_q or weights[p] < weights[q] or p < q)
+            ):
+                return True
+    return False
+
+
 def _assign(
     top: Sequence[int],
     caps: Sequence[int],
@@ -203,7 +226,9 @@ def pack_clients(
     # For each kind, the top levels it can take (the client fits one per host at least).
     options = [[-1, *[k for k, s in enumerate(levels) if s <= kind.memory_bytes]] for kind in kinds]
     weights = [_weight(kind) for kind in kinds]
-    choices = list(itertools.product(*options))
+    choices = [
+        top for top in itertools.product(*options) if not _dominated(top, kinds, levels, weights)
+    ]
     states = sum(demand) + 1
     solve = (
         _cheapest_counts
