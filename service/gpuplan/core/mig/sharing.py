@@ -59,8 +59,12 @@ from gpuplan.core.mig.tables import find_profile, resource_name
 MiB = 2**20
 WHOLE_GPU_RESOURCE = "nvidia.com/gpu"
 
-_MPS_DOC = "NVIDIA Multi-Process Service docs (docs.nvidia.com/deploy/mps, r575)"
-_MIG_DOC = "NVIDIA MIG User Guide (docs.nvidia.com/datacenter/tesla/mig-user-guide)"
+_MPS_DOC = (
+    "NVIDIA Multi-Process Service docs (docs.nvidia.com/deploy/mps): Volta MPS, error "
+    "containment, environment variables CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and "
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+)
+_MIG_DOC = "NVIDIA MIG User Guide RN-08625-v2.0 (August 2024), 5.3 CUDA Concurrency Mechanisms"
 _PLUGIN = (
     "NVIDIA/k8s-device-plugin v0.20.0 README.md, commit 1b826acc6af3079d8923bac395c3124b8861a9a6"
 )
@@ -81,8 +85,9 @@ ISOLATION = (
             "newer) and a pinned-memory limit (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)"
         ),
         faults=(
-            "shared: a fatal fault in one client is reported to every client sharing the "
-            "GPU, and the server takes no new clients until they have all exited"
+            "shared: a fatal fault in one client reaches every client sharing the GPU, and "
+            "the server takes no new clients there until they have all exited (before "
+            "Volta the clients also share one address space)"
         ),
         bandwidth="shared: clients contend for L2 and DRAM bandwidth",
         compute=(
