@@ -317,6 +317,16 @@ def test_a_client_too_big_for_any_host_is_unplaced() -> None:
     assert [u.workload for u in answer.unplaced] == ["w"]
 
 
+def test_a_shared_workload_cannot_reuse_a_name() -> None:
+    workloads = [
+        {"name": "w", "profile": "1g.10gb"},
+        {"name": "w", "memory_gib": 1, "sharing": "time-slicing"},
+    ]
+    with pytest.raises(MigInputError) as err:
+        run({"gpu": "h100-sxm5-80gb", "workloads": workloads})
+    assert err.value.path == "$.workloads[1].name"
+
+
 @pytest.mark.parametrize(
     ("workload", "path"),
     [

@@ -175,7 +175,11 @@ def split(table: MigGpu, spec: GpuSpec, request: PartitionRequest) -> Split:
     alone: list[MigWorkload] = []
     sliced: list[_Client] = []
     mps: list[_Client] = []
+    names: set[str] = set()
     for i, w in enumerate(request.workloads):
+        if w.name in names:
+            raise MigInputError(f"$.workloads[{i}].name", f"workload name `{w.name}` is used twice")
+        names.add(w.name)
         mode = _mode(table, w, f"$.workloads[{i}]")
         if mode is None:
             alone.append(w)
