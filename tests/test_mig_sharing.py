@@ -299,6 +299,34 @@ def test_lone_workloads_never_land_on_a_replicated_profile() -> None:
     assert not nine & host_profiles
 
 
+def test_incremental_plans_host_clients_beside_instances_in_use() -> None:
+    """A profile in use on the fleet is never replicated: it would share that instance too."""
+    body = {
+        "gpu": "h100-sxm5-80gb",
+        "workloads": [{"name": "embed", "memory_gib": 2, "count": 4, "sharing": "auto"}],
+        "current": [
+            {
+                "index": 0,
+                "instances": [
+                    {"profile": "3g.40gb", "start": 0, "workload": "old"},
+                    {"profile": "1g.10gb", "start": 4, "workload": "older"},
+                ],
+            }
+        ],
+    }
+    answer = run(body)
+    assert answer.sharing is not None
+    (host,) = answer.sharing.hosts
+    assert host.profile != "1g.10gb"
+    assert host.replicas >= 2
+    (gpu,) = answer.gpus
+    placed = {(i.profile, i.workload, i.in_use) for i in gpu.instances}
+    assert ("3g.40gb", "old", True) in placed
+    assert ("1g.10gb", "older", True) in placed
+    assert (host.profile, host.host_workload, False) in placed
+    assert [r.index for r in answer.repartition] == [0]
+
+
 def test_auto_keeps_workloads_at_or_above_the_smallest_profile_alone() -> None:
     answer = run(
         {"gpu": "h100-sxm5-80gb", "workloads": [{"name": "w", "memory_gib": 10, "sharing": "auto"}]}

@@ -190,7 +190,9 @@ def split(table: MigGpu, spec: GpuSpec, request: PartitionRequest) -> Split:
     if not sliced and not mps:
         return Split(request, frozenset(), None, [])
     unplaced: list[Unplaced] = []
-    groups, reserved, optimal = _time_sliced(table, alone, sliced, unplaced)
+    # Instances in use keep their profile, and a replicated profile would share them too.
+    in_use = [i.profile for g in request.current or [] for i in g.instances if i.in_use]
+    groups, reserved, optimal = _time_sliced(table, alone, in_use, sliced, unplaced)
     mps_group = _mps(spec, mps, unplaced)
     taken = {w.name for w in request.workloads}
     hosts_out: list[SharedHostGroup] = []
@@ -250,19 +252,22 @@ def split(table: MigGpu, spec: GpuSpec, request: PartitionRequest) -> Split:
 def _time_sliced(
     table: MigGpu,
     alone: Sequence[MigWorkload],
+    in_use: Sequence[str],
     clients: Sequence[_Client],
     unplaced: list[Unplaced],
 ) -> tuple[list[tuple[int, int, int, list[tuple[_Client, int]]]], frozenset[int], bool]:
     """Host groups ``(profile, replicas, hosts, clients)``, the replicated profiles, and
     whether the hosts are proven fewest.
 
-    Host profiles are plain ones no lone workload names; when replicating a profile
+    Host profiles are plain ones no lone workload names and no instance in use has
+    (``in_use``: profiles of ``current``); when replicating a profile
     would leave a lone workload without one, that profile is taken out and the hosts
     are picked again (at most once per profile).
     """
     if not clients:
         return [], frozenset(), True
     named = {find_profile(table, w.profile) for w in alone if w.profile is not None}
+    named |= {find_profile(table, ref) for ref in in_use}
     needs = [_eligible(table, w) for w in alone if w.memory_gib is not None]
     largest = max(p.memory_bytes for p in table.profiles if is_plain(p.name))
     fits = []
