@@ -47,6 +47,7 @@ def table(r: PartitionResponse) -> str:
         for w in workloads:
             asks = ", ".join(f"{x.resource} x{x.count}" for x in r.resources if x.workload == w)
             lines.append(f"  {w:<{width}}  {asks}")
+    lines += _shared(r)
     s = r.single_strategy
     if s.possible:
         lines.append(f"migStrategy single: possible; {s.reason}")
@@ -66,6 +67,32 @@ def table(r: PartitionResponse) -> str:
         "ResourceClaimTemplates (--write FILE saves either); --output json the whole answer"
     )
     return "\n".join(lines) + "\n"
+
+
+def _shared(r: PartitionResponse) -> list[str]:
+    """The tier below MIG: each shared workload's host, replicas and limits."""
+    if r.sharing is None:
+        return []
+    sh = r.sharing
+    lines = ["Shared below MIG (pods request 1 of the resource; limits per client):"]
+    width = max((len(w.workload) for w in sh.workloads), default=0)
+    for w in sh.workloads:
+        mps = (
+            f", {w.active_thread_percentage}% active threads"
+            if w.active_thread_percentage is not None
+            else ""
+        )
+        lines.append(
+            f"  {w.workload:<{width}}  {w.mode}  {w.count} on {w.resource} (replicas {w.replicas}), "
+            f"limit {w.memory_limit_bytes / GiB:.2f} GiB{mps}"
+        )
+    if sh.whole_gpus:
+        lines.append(f"  + {sh.whole_gpus} whole GPU(s) with MIG disabled for MPS")
+    if r.device_plugin is not None:
+        lines += [
+            f"  device plugin config {c.name}: {c.applies_to}" for c in r.device_plugin.sharing
+        ]
+    return lines
 
 
 def _asked(r: PartitionResponse) -> list[str]:

@@ -35,7 +35,11 @@ def is_plain(name: str) -> bool:
     return "+" not in name and "-" not in name
 
 
-def classify(table: MigGpu, request: PartitionRequest) -> Demand:
+def classify(
+    table: MigGpu, request: PartitionRequest, reserved: frozenset[int] = frozenset()
+) -> Demand:
+    """Workloads as classes; ``reserved`` profiles (time-slicing hosts) serve only the
+    workloads that name them."""
     total = sum(w.count for w in request.workloads)
     if total > MAX_TOTAL_WORKLOADS:
         raise MigInputError(
@@ -70,7 +74,10 @@ def classify(table: MigGpu, request: PartitionRequest) -> Demand:
             eligible = frozenset(
                 k
                 for k, p in enumerate(table.profiles)
-                if is_plain(p.name) and p.memory_bytes >= need and p.compute_slices >= compute
+                if is_plain(p.name)
+                and k not in reserved
+                and p.memory_bytes >= need
+                and p.compute_slices >= compute
             )
             if not eligible:
                 unplaced.append(

@@ -13,9 +13,29 @@ exposes MIG devices by its ``migStrategy``:
 
 So ``single`` serves a plan only when every GPU carries one profile, which
 ``single_strategy`` already decides; ``mixed`` serves any plan.
+
+Workloads that share below MIG (:mod:`gpuplan.core.mig.sharing`) need the plugin's
+``sharing`` config (``api/config/v1/sharing.go``: ``timeSlicing`` and ``mps``, each
+``ReplicatedResources`` of ``renameByDefault``, ``failRequestsGreaterThanOne`` and
+``resources: [{name, replicas}]``, ``api/config/v1/replicas.go``; "number of replicas
+must be >= 2"). Sharing is per node, not per GPU, so each config is for the nodes it
+names and goes to them by the label ``nvidia.com/device-plugin.config`` (README, "Updating
+Per-Node Configuration With a Node Label"). ``failRequestsGreaterThanOne: true`` is the
+README's recommendation ("Setting failRequestsGreaterThanOne=true is recommended"), so a
+pod cannot take two replicas and believe it has more; ``renameByDefault: false`` keeps the
+resource names of the plan.
 """
 
-from gpuplan.core.mig.schema import DevicePluginOutput, DevicePluginResource, PartitionResponse
+import yaml
+
+from gpuplan.core.mig.schema import (
+    DevicePluginOutput,
+    DevicePluginResource,
+    DevicePluginSharingConfig,
+    MigStrategy,
+    PartitionResponse,
+    SharingPlan,
+)
 
 SINGLE_RESOURCE = "nvidia.com/gpu"
 
@@ -35,4 +55,63 @@ def device_plugin_output(response: PartitionResponse) -> DevicePluginOutput:
             )
             for r in response.resources
         ],
+        sharing=sharing_configs(response.sharing, "single" if single else "mixed"),
     )
+
+
+def sharing_configs(
+    plan: SharingPlan | None, strategy: MigStrategy
+) -> list[DevicePluginSharingConfig]:
+    """The plugin's config files for the plan's hosts: time-slicing on the MIG nodes, MPS
+    on nodes whose GPUs have MIG disabled."""
+    if plan is None:
+        return []
+    out = []
+    sliced = [h for h in plan.hosts if h.mode == "time-slicing" and h.replicas >= 2]
+    if sliced:
+        resources = [
+            {
+                "name": SINGLE_RESOURCE if strategy == "single" else h.resource,
+                "replicas": h.replicas,
+            }
+            for h in sliced
+        ]
+        body = {
+            "version": "v1",
+            "flags": {"migStrategy": strategy},
+            "sharing": {
+                "timeSlicing": {
+                    "renameByDefault": False,
+                    "failRequestsGreaterThanOne": True,
+                    "resources": resources,
+                }
+            },
+        }
+        out.append(
+            DevicePluginSharingConfig(
+                name="gpuplan-mig-time-slicing",
+                applies_to="nodes with the plan's MIG GPUs (every instance of a host profile "
+                "there is replicated)",
+                config=yaml.safe_dump(body, sort_keys=False),
+            )
+        )
+    for h in plan.hosts:
+        if h.mode == "mps" and h.replicas >= 2:
+            body = {
+                "version": "v1",
+                "flags": {"migStrategy": "none"},
+                "sharing": {
+                    "mps": {
+                        "renameByDefault": False,
+                        "resources": [{"name": SINGLE_RESOURCE, "replicas": h.replicas}],
+                    }
+                },
+            }
+            out.append(
+                DevicePluginSharingConfig(
+                    name="gpuplan-mps",
+                    applies_to=f"nodes with the {h.hosts} whole GPU(s) MPS shares, MIG disabled",
+                    config=yaml.safe_dump(body, sort_keys=False),
+                )
+            )
+    return out

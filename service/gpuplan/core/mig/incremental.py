@@ -93,10 +93,12 @@ def _order_for(table: MigGpu, new: list[tuple[int, int]], occupied: int) -> list
     return walk(new, occupied) or sorted(new, key=lambda ps: ps[1])
 
 
-def incremental(request: PartitionRequest, spec: GpuSpec, table: MigGpu) -> PartitionResponse:
+def incremental(
+    request: PartitionRequest, spec: GpuSpec, table: MigGpu, reserved: frozenset[int] = frozenset()
+) -> PartitionResponse:
     geo = geometry(table)
     fleet = _current(table, request)
-    demand = classify(table, request)
+    demand = classify(table, request, reserved)
     queues = [[name for name, n in members for _ in range(n)] for members in demand.members]
     busy = sorted(i for i, gis in fleet.items() if any(g[2] for g in gis))
     idle = sorted(i for i, gis in fleet.items() if not any(g[2] for g in gis))

@@ -3,15 +3,18 @@
 Workloads become classes of profiles (:mod:`gpuplan.core.mig.demand`); the packer
 (:mod:`gpuplan.core.mig.packing`) picks layouts and serves classes; this module orders
 and names the GPUs it used and hands them to :mod:`gpuplan.core.mig.assemble` for the
-answer. A request with ``current`` instances in use goes to
+answer. Workloads that share a GPU below MIG are first replaced by the host instances
+they share (:mod:`gpuplan.core.mig.sharing`). A request with ``current`` instances in use goes to
 :mod:`gpuplan.core.mig.incremental`. Either answer then carries the outputs the request
 asks for (:mod:`gpuplan.core.mig.outputs`).
 """
 
 from collections.abc import Sequence
 
+import msgspec
+
 from gpuplan.core.catalog import Catalog, GpuSpec
-from gpuplan.core.mig import outputs
+from gpuplan.core.mig import outputs, sharing
 from gpuplan.core.mig.assemble import assemble, build_gpu
 from gpuplan.core.mig.demand import classify, expand, workloads_on
 from gpuplan.core.mig.geometry import Counts, geometry
@@ -30,17 +33,25 @@ def partition(
     """Partition GPUs for ``request``'s workloads (incrementally when it gives ``current``)."""
     spec, table = resolve(catalog, builtin_tables() if tables is None else tables, request.gpu)
     outputs.check(request.output)
+    # Shared workloads become host workloads; the MIG planner packs those beside the rest.
+    shared = sharing.split(table, spec, request)
     if request.current is not None:
-        response = incremental(request, spec, table)
+        response = incremental(shared.request, spec, table, shared.reserved)
     else:
-        response = _fresh(request, spec, table)
+        response = _fresh(shared.request, spec, table, shared.reserved)
+    if shared.plan is not None:
+        response = msgspec.structs.replace(
+            response, sharing=shared.plan, unplaced=[*response.unplaced, *shared.unplaced]
+        )
     return outputs.attach(request.output, spec, response)
 
 
-def _fresh(request: PartitionRequest, spec: GpuSpec, table: MigGpu) -> PartitionResponse:
+def _fresh(
+    request: PartitionRequest, spec: GpuSpec, table: MigGpu, reserved: frozenset[int]
+) -> PartitionResponse:
     """Pack the workloads onto empty GPUs."""
     geo = geometry(table)
-    demand = classify(table, request)
+    demand = classify(table, request, reserved)
     counts = [sum(n for _, n in members) for members in demand.members]
     packing = pack(geo, demand.classes, counts)
     plans = expand(demand, packing.gpus, geo)

@@ -175,6 +175,11 @@ class ValidateResponse(Record, kw_only=True):
 # -- plan ------------------------------------------------------------------------------------
 
 
+SharingMode = Literal["none", "auto", "mps", "time-slicing"]
+"""Sharing below MIG: none, MPS clients of a whole GPU, or time-sliced replicas of a MIG
+instance (``auto`` picks time-slicing for a workload below the smallest profile)."""
+
+
 class MigWorkload(Record, kw_only=True):
     """``count`` instances of one workload to place, each on the named ``profile`` or on
     any plain profile whose usable memory and compute cover ``memory_gib`` and
@@ -189,6 +194,15 @@ class MigWorkload(Record, kw_only=True):
     """Memory the workload needs, in GiB, matched against each profile's usable memory."""
     compute_slices: Annotated[int, msgspec.Meta(ge=1, le=8)] | None = None
     """Compute slices it needs (default 1); only with ``memory_gib``."""
+    sharing: SharingMode = "none"
+    """How its instances share a GPU with other workloads' (docs/mig.md, Sharing below
+    MIG): ``none`` (each gets a MIG instance of its own, the default); ``time-slicing``
+    (a time-sliced replica of a MIG instance other clients share, as NVIDIA's device
+    plugin's ``sharing.timeSlicing`` hands them out); ``mps`` (an MPS client of a whole GPU
+    with MIG disabled, its memory and SMs capped as the device plugin's ``sharing.mps``
+    caps them; the device plugin refuses MPS on MIG devices); ``auto`` (``time-slicing``
+    when ``memory_gib`` is below the usable memory of the GPU's smallest plain profile,
+    else ``none``). Any value but ``none`` needs ``memory_gib`` and no ``compute_slices``."""
 
 
 class CurrentInstance(Record, kw_only=True):
@@ -356,6 +370,20 @@ class DevicePluginResource(Record, kw_only=True):
     profiles, which ``single`` cannot serve."""
 
 
+class DevicePluginSharingConfig(Record, kw_only=True):
+    """One named config file of NVIDIA's device plugin that shares the plan's hosts. The
+    plugin applies sharing to every GPU of a node alike, so each config is for the nodes
+    whose GPUs it names: label them ``nvidia.com/device-plugin.config=<name>``."""
+
+    name: str
+    """Config name: a key of the plugin's config map and the node label's value."""
+    applies_to: str
+    """Which nodes take it, in words."""
+    config: str
+    """The plugin's ``version: v1`` config file (YAML): its ``flags.migStrategy`` and
+    ``sharing`` (``timeSlicing`` or ``mps``) with a ``replicas`` count per resource."""
+
+
 class DevicePluginOutput(Record, kw_only=True):
     """What NVIDIA's device plugin (and GPU Feature Discovery) need to serve the plan."""
 
@@ -363,6 +391,9 @@ class DevicePluginOutput(Record, kw_only=True):
     """The ``migStrategy`` to set: ``single`` when every GPU of the plan carries one
     profile (then each pod asks ``nvidia.com/gpu``), else ``mixed``."""
     resources: list[DevicePluginResource]
+    sharing: list[DevicePluginSharingConfig] = []
+    """Config files that share the plan's hosts (time-slicing on MIG nodes, MPS on nodes
+    with MIG disabled); empty when no workload shares."""
 
 
 class DraDeviceClass(Record, kw_only=True):
@@ -414,6 +445,119 @@ class DraOutput(Record, kw_only=True):
     a comment alone when the plan places no workload."""
 
 
+SharedMode = Literal["mps", "time-slicing"]
+
+
+class SharedClients(Record):
+    """Clients of one workload on a host group."""
+
+    workload: str
+    count: int
+
+
+class SharedHostGroup(Record, kw_only=True):
+    """Hosts of one kind that shared workloads run on: instances of one MIG profile that
+    time-slicing replicates, or whole GPUs with MIG disabled that MPS shares."""
+
+    mode: SharedMode
+    profile: str | None
+    """The MIG profile of the host instances; null for whole GPUs (MPS)."""
+    host_workload: str | None
+    """The name the host instances carry in ``gpus`` and ``resources`` (time-slicing);
+    null for MPS, whose GPUs are not MIG-partitioned."""
+    resource: str
+    """The device plugin resource it replicates (``nvidia.com/mig-1g.10gb`` under
+    ``migStrategy: mixed``, ``nvidia.com/gpu`` for a whole GPU)."""
+    hosts: int
+    replicas: int
+    """Clients per host: the device plugin's ``replicas`` for ``resource``."""
+    memory_bytes: int
+    """Usable memory of one host as the driver reports it."""
+    client_memory_limit_bytes: int
+    """One client's share of it: ``memory_bytes / replicas`` (MPS: in whole MiB, as the
+    device plugin's MPS daemon sets it); every client on the hosts needs no more."""
+    active_thread_percentage: int | None
+    """MPS: ``100 / replicas``, the daemon's default active-thread percentage; null for
+    time-slicing, which caps no SMs."""
+    clients: list[SharedClients]
+
+
+class KaiRequest(Record, kw_only=True):
+    """The workload's GPU share as KAI Scheduler's pod annotations take it (set one)."""
+
+    gpu_memory: str
+    """Annotation ``gpu-memory``: MiB of GPU memory (the client's memory limit)."""
+    gpu_fraction: str
+    """Annotation ``gpu-fraction``: the same memory as a fraction of the whole GPU's."""
+
+
+class HamiRequest(Record, kw_only=True):
+    """The workload's GPU share as HAMi's container resource limits take it."""
+
+    gpu: int
+    """``nvidia.com/gpu``: physical GPUs (1)."""
+    gpumem: int
+    """``nvidia.com/gpumem``: MiB of GPU memory (the client's memory limit)."""
+    gpucores: int
+    """``nvidia.com/gpucores``: percent of the GPU's SMs (the plan's SM share, at least 1)."""
+
+
+class SharedWorkload(Record, kw_only=True):
+    """A shared workload's clients on one host group: what each pod requests, the memory
+    it may use and the share of the GPU it gets, in the forms the device plugin, MPS, KAI
+    Scheduler and HAMi take."""
+
+    workload: str
+    mode: SharedMode
+    count: int
+    """Clients of the workload on this host group (pods)."""
+    profile: str | None
+    """Host MIG profile; null for a whole GPU (MPS)."""
+    resource: str
+    """What a pod requests (1) from the device plugin with the plan's sharing config."""
+    replicas: int
+    memory_request_bytes: int
+    """What the workload needs: ``ceil(memory_gib · 2^30)``."""
+    memory_limit_bytes: int
+    """Its share of the host: the host group's ``client_memory_limit_bytes``."""
+    sm_share_percent: int
+    """Its share of the whole GPU's SMs: the host's compute slices over the GPU's, over
+    ``replicas`` (time-slicing shares them in time, MPS in space), at least 1."""
+    active_thread_percentage: int | None
+    env: dict[str, str]
+    """MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` (per-device form ``0=<MiB>M``) and
+    ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` for a client started outside the device plugin
+    (which sets the same limits as daemon defaults); empty for time-slicing."""
+    kai: KaiRequest
+    hami: HamiRequest
+
+
+class TierIsolation(Record, kw_only=True):
+    """What one sharing tier isolates between its tenants, and what it does not."""
+
+    tier: Literal["mig", "mps", "time-slicing"]
+    memory: str
+    faults: str
+    bandwidth: str
+    compute: str
+    sources: list[str]
+
+
+class SharingPlan(Record, kw_only=True):
+    """The tier below MIG: hosts and their clients, per-workload limits, and what each
+    tier isolates."""
+
+    hosts: list[SharedHostGroup]
+    workloads: list[SharedWorkload]
+    whole_gpus: int
+    """GPUs with MIG disabled that MPS hosts take, beside the ``gpus_used`` MIG GPUs."""
+    host_slices_optimal: bool
+    """True when the time-sliced hosts take the fewest memory slices (then compute slices,
+    then hosts) any packing under the device plugin's rules takes (exact search finished)."""
+    isolation: list[TierIsolation]
+    notes: list[str] = []
+
+
 class PartitionResponse(Record, kw_only=True):
     """A packing plan: each GPU's instances, how the GPU count compares with the lower
     bound, the workloads left out, and the mig-parted config and Kubernetes resources
@@ -444,6 +588,8 @@ class PartitionResponse(Record, kw_only=True):
     dra: DraOutput | None = None
     """ResourceClaimTemplates for NVIDIA's DRA driver; null unless ``output`` asks for
     ``dra``."""
+    sharing: SharingPlan | None = None
+    """The tier below MIG: null unless a workload's ``sharing`` puts it there."""
     repartition: list[Repartition] = []
     """Incremental plans: GPUs whose layout changes, and how."""
     unverified: list[str] = []
