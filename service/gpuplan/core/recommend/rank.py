@@ -10,6 +10,7 @@ advice for the preferred or the top recommendation's GPU, and the hybrid compari
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.recommend.advice import advice_target, advise
 from gpuplan.core.recommend.context import GpuContext, gpu_context
+from gpuplan.core.recommend.disagg import with_disaggregation
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
@@ -121,7 +122,7 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     return RecommendResponse(
         objective=request.objective,
         workload_kind="inference" if job.kind == "inference" else "training",
-        recommendations=out[: request.limit],
+        recommendations=with_disaggregation(out[: request.limit], job, contexts, oracle, c),
         price_basis=price_basis(
             job, [g.id for g in candidates if contexts[g.id].price is None], c.deployment
         ),

@@ -13,6 +13,7 @@ import msgspec
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.catalog.model import PriceKind, ProviderId, Vendor
 from gpuplan.core.memory.schema import Framework, ModelSpec, Runtime, Workload
+from gpuplan.core.recommend.disagg_schema import Disaggregation
 from gpuplan.core.record import Record
 from gpuplan.core.uncertainty import Interval
 
@@ -192,6 +193,11 @@ class InferenceVolume(Record, kw_only=True):
     model_path: ModelPath | None = None
     """What the launch command loads (a Hugging Face repo id or a local path). Default:
     the preset's Hugging Face repo, else ``MODEL`` to fill in."""
+
+    compare_disaggregated: bool = False
+    """Also size each fitting serving candidate as disaggregated prefill and decode pools
+    (xPyD, with the KV cache moved between them) for the same targets and rate, and say
+    which wins (``disaggregation`` on the candidate; docs/serving.md)."""
 
 
 class Efficiency(Record, kw_only=True):
@@ -539,6 +545,10 @@ class Candidate(Record, kw_only=True):
     launch: Launch | None = None
     """Serving: the engine's command for one replica, the replicas, and each one's
     Kubernetes resources."""
+
+    disaggregation: Disaggregation | None = None
+    """Serving, with ``inference.compare_disaggregated``: this plan against prefill and
+    decode pools (xPyD) of the same GPU for the same targets and rate, and the winner."""
 
     source: Literal["catalog", "measured"] = "catalog"
     """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""
