@@ -405,7 +405,10 @@ def with_disaggregation(
         msgspec.structs.replace(
             cand, disaggregation=compare_disaggregated(cand, job, contexts[cand.gpu], oracle, c)
         )
-        if cand.fits and cand.latency is not None and cand.layout is not None
+        if cand.fits
+        and cand.latency is not None
+        and cand.layout is not None
+        and cand.layout.expert == 1  # expert-parallel pools: not modelled yet
         else cand
         for cand in candidates
     ]

@@ -16,6 +16,7 @@ from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
 from gpuplan.core.recommend.intervals import candidate_intervals, interval_reason
 from gpuplan.core.recommend.job import Job, resolve_job
+from gpuplan.core.recommend.moe_serving import expert_parallel_options
 from gpuplan.core.recommend.option import (
     COST_OBJECTIVES,
     Option,
@@ -161,7 +162,8 @@ def _plans(
         )
         return [], miss
     if job.kind == "inference":
-        return serving_options(job, ctx, oracle, c, given=given)
+        plans, miss = serving_options(job, ctx, oracle, c, given=given)
+        return (plans if given else [*plans, *expert_parallel_options(job, ctx, oracle, c)]), miss
     if given:
         option = given_option(job, ctx, oracle, c, trainable)
         return [option], option

@@ -402,7 +402,16 @@ class Launch(Record, kw_only=True):
 
     replicas: int
     tensor_parallel: int
-    """GPUs of one replica."""
+    """Tensor-parallel GPUs of one replica (of each attention rank, with ``data_parallel``)."""
+
+    data_parallel: int = 1
+    """Data-parallel attention ranks of one replica (vLLM ``--data-parallel-size``, SGLang
+    ``--dp-size --enable-dp-attention``): each keeps its own sequences and their KV cache;
+    the replica has ``tensor_parallel`` x ``data_parallel`` GPUs."""
+
+    expert_parallel: int = 1
+    """GPUs the routed experts are split over (vLLM ``--enable-expert-parallel``, SGLang
+    ``--ep-size``); 1: experts sharded by tensor parallelism like the other layers."""
 
     max_model_len: int
     """The longest sequence the command lets the engine accept (``--max-model-len`` …)."""
