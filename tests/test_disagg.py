@@ -160,3 +160,28 @@ def test_a_plan_file_and_the_cli_carry_it(client: TestClient[Litestar]) -> None:
     assert d["ratio"] is not None
     text = CliRunner().invoke(main, args[:-2])
     assert "disaggregation #1 h100-sxm5-80gb: aggregated wins" in text.output
+
+
+def test_an_mla_cache_moves_once_whatever_the_tensor_parallelism(
+    client: TestClient[Litestar],
+) -> None:
+    # DeepSeek-V3's latent is held whole by every tensor-parallel rank: a request moves
+    # one copy, 61 layers x (512 + 64) values of 2 bytes per prompt token.
+    payload = {
+        "model": {"name": "deepseek-v3"},
+        "workload": {
+            "mode": "inference",
+            "sequence_length": 2048,
+            "precision": "fp8",
+            "weight_quantization": "fp8",
+        },
+        "inference": {"output_tokens": 512, "compare_disaggregated": True},
+        "constraints": {"include": ["h200-sxm-141gb"]},
+        "all_counts": True,
+    }
+    answer = client.post("/v1/recommendations", json=payload)
+    assert answer.status_code == 200, answer.text
+    tp = [c for c in answer.json()["recommendations"] if c["layout"]["expert"] == 1]
+    assert tp
+    t = tp[0]["disaggregation"]["kv_transfer"]
+    assert t["bytes_per_request"] == 2048 * 61 * 576 * 2

@@ -317,8 +317,19 @@ def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Repl
         concurrency=batch,
         step_s=seconds,
         requests_per_s=batch / (seconds * o),
-        kv_bytes_per_token=m.per_token_bytes * r.tp,
+        kv_bytes_per_token=_whole_cache_per_token(job, m, r.tp),
     )
+
+
+def _whole_cache_per_token(job: Job, m: ReplicaMemory, tp: int) -> float:
+    """The model's KV cache of one token, every layer, once: the GPUs' shares together
+    (a KV head copied to several ranks counted once; MLA's latent, which every rank
+    holds whole, once)."""
+    arch = job.arch
+    if arch is None:
+        return m.per_token_bytes * tp
+    copies = 1 if arch.mla is not None else min(tp, max(arch.num_kv_heads, 1))
+    return m.per_token_bytes * copies
 
 
 def _prefills(job: Job, m: ReplicaMemory, shape: ServeShape, r: Replica) -> list[_Pool]:
@@ -327,7 +338,7 @@ def _prefills(job: Job, m: ReplicaMemory, shape: ServeShape, r: Replica) -> list
     prompt waits for its cache. A prompt longer than the budget goes in chunks alone."""
     s = job.prompt_tokens
     budget = shape.token_budget
-    whole = m.per_token_bytes * r.tp
+    whole = _whole_cache_per_token(job, m, r.tp)
     if s >= budget:
         chunks = math.ceil(s / budget)
         step, _ = step_seconds(job.flops, shape, r, decode=0, prompt=s / chunks)
