@@ -129,3 +129,13 @@ def test_a_dense_model_gets_no_expert_parallel_plan() -> None:
     body["model"] = {"name": "llama-3.1-70b"}
     body["workload"] = {"mode": "inference", "sequence_length": 2048}
     assert all(c.layout is None or c.layout.expert == 1 for c in plans(body))
+
+
+def test_max_model_len_auto_fills_an_expert_parallel_gpus_cache() -> None:
+    body = deepseek(all_counts=True)
+    body["inference"]["max_model_len"] = "auto"
+    ep = next(c for c in plans(body) if c.layout is not None and c.layout.expert > 1)
+    assert ep.launch is not None
+    # The longest sequence one GPU's cache holds, at most the model's 163,840 tokens.
+    assert 2048 + 512 < ep.launch.max_model_len <= 163_840
+    assert ep.launch.kv_cache_tokens >= ep.launch.max_model_len

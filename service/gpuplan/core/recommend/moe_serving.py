@@ -45,6 +45,7 @@ from gpuplan.core.recommend.schema import (
     Throughput,
 )
 from gpuplan.core.recommend.serving import ReplicaMemory, choose_concurrency, replica_memory
+from gpuplan.core.recommend.serving import _model_len as model_length
 
 EP_ENGINES = ("vllm", "sglang")
 """Engines whose launch command can say expert parallelism with DP attention."""
@@ -97,9 +98,10 @@ def expert_parallel_options(
     if memory is None or memory.estimate_bytes > gpu.usable_memory_bytes:
         return []
     held = memory.sequences
-    if not held:
+    length, holds = model_length(job, memory, engine_spec(iv.engine), 1)
+    if not held or not holds:
         return []
-    return [_option(job, ctx, memory, w=w, ranks=ranks, held=held, c=c)]
+    return [_option(job, ctx, memory, w=w, ranks=ranks, held=held, length=length, c=c)]
 
 
 def _expert_bytes(job: Job, memory: ReplicaMemory, ranks: int) -> float:
@@ -130,6 +132,7 @@ def _option(
     w: Workload,
     ranks: int,
     held: int,
+    length: int,
     c: Constraints,
 ) -> Option:
     arch = job.arch
@@ -192,7 +195,6 @@ def _option(
     )
     replicas = needed
     count = replicas * ranks
-    length = iv.max_model_len if isinstance(iv.max_model_len, int) else memory.full_tokens
     touched = distinct_experts(
         ranks * served.batch * (1 + s / o), moe.num_experts, moe.experts_per_token
     )
