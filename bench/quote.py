@@ -1175,6 +1175,99 @@ def _answer_serving_engines() -> str:
     return "\n".join(rows)
 
 
+DISAGG: dict[str, Any] = {
+    "model": {"name": "llama-3.1-70b"},
+    "workload": {"mode": "inference", "sequence_length": 2048, "precision": "bf16"},
+    "inference": {
+        "prompt_tokens": 2048,
+        "output_tokens": 512,
+        "max_time_per_output_token_s": 0.05,
+        "max_time_to_first_token_s": 2.0,
+        "compare_disaggregated": True,
+    },
+    "constraints": {"include": ["h100-sxm5-80gb"]},
+}
+"""docs/serving.md's aggregated-versus-disaggregated example: Llama 3.1 70B on H100s,
+2,048 in and 512 out, TPOT within 50 ms, at a low and a high rate."""
+
+
+@figure("answer.disaggregation")
+def _answer_disaggregation() -> str:
+    import msgspec
+
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    rows = [
+        "| requests/s | aggregated | disaggregated | KV transfer | winner |",
+        "| ---: | --- | --- | --- | --- |",
+    ]
+    for rate in (1.0, 20.0):
+        body = {**DISAGG, "inference": {**DISAGG["inference"], "requests_per_second": rate}}
+        c = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog()).recommendations[0]
+        d = c.disaggregation
+        assert d is not None
+        assert d.disaggregated is not None
+        assert d.kv_transfer is not None
+        a, x, t = d.aggregated, d.disaggregated, d.kv_transfer
+
+        def side(v: Any, ratio: str = "") -> str:
+            return (
+                f"{ratio}{v.gpus} GPUs, ${v.usd_per_hour:,.2f}/h, TTFT "
+                f"{v.time_to_first_token_s * 1000:.0f} ms, TPOT {v.time_per_output_token_s * 1000:.1f} ms"
+            )
+
+        rows.append(
+            f"| {rate:g} | {side(a)} | {side(x, f'{d.ratio}: ')} | "
+            f"{t.bytes_per_request / 2**20:,.0f} MiB over {t.link}, {t.seconds * 1000:.1f} ms "
+            f"| {d.winner} |"
+        )
+    return "\n".join(rows)
+
+
+MOE_EP: dict[str, Any] = {
+    "model": {"name": "deepseek-v3"},
+    "workload": {
+        "mode": "inference",
+        "sequence_length": 2048,
+        "precision": "fp8",
+        "weight_quantization": "fp8",
+    },
+    "inference": {"prompt_tokens": 2048, "output_tokens": 512, "requests_per_second": 20},
+    "constraints": {"include": ["h200-sxm-141gb"]},
+    "all_counts": True,
+}
+"""docs/serving.md's expert-parallel example: DeepSeek-V3 (fp8 weights) on H200s."""
+
+
+@figure("answer.moe_ep")
+def _answer_moe_ep() -> str:
+    import msgspec
+
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    answer = recommend(msgspec.convert(MOE_EP, RecommendRequest), builtin_catalog())
+    rows = [
+        "| layout | GPUs | GiB per GPU | in flight per replica | TPOT | output tokens/s per replica | command |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    seen = set()
+    for c in answer.recommendations:
+        if c.layout is None or c.latency is None or c.launch is None or not c.fits:
+            continue
+        kind = "EP 8, DP attention" if c.layout.expert > 1 else f"TP {c.layout.tensor}"
+        if kind in seen or (c.layout.expert == 1 and c.layout.tensor != 8):
+            continue
+        seen.add(kind)
+        rows.append(
+            f"| {kind} | {c.count} | {c.required_bytes_per_gpu / 2**30:.1f} | {c.latency.concurrency} "
+            f"| {c.latency.time_per_output_token_s * 1000:.1f} ms | {c.latency.output_tokens_per_s:,.0f} "
+            f"| `{c.launch.shell}` |"
+        )
+    return "\n".join(rows)
+
+
 EXAMPLES = ROOT / "examples"
 
 

@@ -159,3 +159,36 @@ def test_a_tensor_parallel_gpt_fast_run_parses_with_torchruns_own_parser() -> No
     assert values(script)["--checkpoint_path"] == "checkpoints/meta-llama/Llama-3.1-70B/model.pth"
     assert int(values(script)["--max_new_tokens"]) == 256
     assert "--compile" in script
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_expert_parallel_commands_use_the_engines_names_and_carry_the_plan(engine: Engine) -> None:
+    # DeepSeek-V3 on H200s at a rate one expert-parallel replica of 8 serves.
+    body = {
+        "model": {"name": "deepseek-v3"},
+        "workload": {
+            "mode": "inference",
+            "sequence_length": 2048,
+            "precision": "fp8",
+            "weight_quantization": "fp8",
+        },
+        "inference": {"output_tokens": 512, "requests_per_second": 20, "engine": engine},
+        "constraints": {"include": ["h200-sxm-141gb"]},
+    }
+    launch = recommend(msgspec.convert(body, RecommendRequest), CATALOG).recommendations[0].launch
+    assert launch is not None
+    assert launch.expert_parallel == launch.data_parallel == 8
+    prefix = NAMES[engine]["program"]
+    assert unknown_flags(engine, launch.command[len(prefix) :]) == []
+    flags = engines_data().engines[engine].flags
+    got = values(launch.command)
+    assert int(got[flags["data_parallel"]]) == 8
+    assert int(got[flags["max_concurrency"]]) == launch.max_concurrency
+    if engine == "vllm":
+        assert int(got[flags["tensor_parallel"]]) == 1  # EP size = TP x DP
+        assert flags["expert_parallel"] in launch.command  # a switch
+    else:  # SGLang: tp_size counts every GPU, dp_size equals it under DP attention
+        assert int(got[flags["tensor_parallel"]]) == 8
+        assert int(got[flags["expert_parallel"]]) == 8
+        assert flags["dp_attention"] in launch.command
+    assert launch.resources.limits == {"nvidia.com/gpu": "8"}

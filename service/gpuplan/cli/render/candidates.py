@@ -84,6 +84,18 @@ def launch_lines(candidates: Sequence[Candidate]) -> list[str]:
     return []
 
 
+def disaggregation_lines(candidates: Sequence[Candidate]) -> list[str]:
+    """The aggregated-versus-disaggregated verdict of the best serving plan that has one
+    (``inference.compare_disaggregated``)."""
+    for i, r in enumerate(candidates, 1):
+        d = r.disaggregation
+        if d is None:
+            continue
+        ratio = f" ({d.ratio})" if d.ratio else ""
+        return [f"disaggregation #{i} {r.gpu}: {d.winner} wins{ratio}: {d.why}"]
+    return []
+
+
 TOP = 10
 """Candidates a terminal table shows unless asked for all: past the tenth, a ranking is
 mostly GPUs that are slower and dearer, or do not fit."""
@@ -143,6 +155,7 @@ def table(response: RecommendResponse, top: int | None = TOP) -> str:
         )
     lines += more_line(len(shown), len(response.recommendations))
     lines += launch_lines(response.recommendations)
+    lines += disaggregation_lines(response.recommendations)
     lines += advice_lines(response.advice)
     if response.hybrid is not None:
         lines.append(f"hybrid: {response.hybrid.detail}")

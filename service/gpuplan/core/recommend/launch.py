@@ -36,6 +36,9 @@ class Plan(NamedTuple):
     kv_cache_bytes: float
     kv_cache_tokens: int
     output_tokens: int
+    expert: int = 1
+    """Expert-parallel ranks of one replica, each also a data-parallel attention rank
+    (``tp`` is then 1): the replica has ``expert`` GPUs."""
 
 
 def fraction_text(value: float) -> str:
@@ -50,6 +53,12 @@ def launch(
     """The launch of one plan on ``gpu``."""
     spec = engine_spec(engine)
     command, notes = _command(engine, spec, w, model, plan)
+    if plan.expert > 1:
+        notes.append(
+            f"{plan.expert} data-parallel attention ranks, each with {plan.concurrency} sequences "
+            "in flight: vLLM's --max-num-seqs is each rank's (every rank schedules its own), "
+            "SGLang's --max-running-requests the replica's (its scheduler divides it by --dp-size)"
+        )
     return Launch(
         engine=engine,
         engine_version=version,
@@ -58,12 +67,16 @@ def launch(
         shell=shlex.join(command),
         replicas=plan.replicas,
         tensor_parallel=plan.tp,
+        data_parallel=plan.expert,
+        expert_parallel=plan.expert,
         max_model_len=plan.max_model_len,
-        max_concurrency=plan.concurrency,
+        max_concurrency=_concurrency_flag(engine, plan),
         memory_fraction=None if plan.fraction is None else round(plan.fraction, 3),
         kv_cache_bytes_per_gpu=max(int(plan.kv_cache_bytes), 0),
         kv_cache_tokens=plan.kv_cache_tokens,
-        resources=KubernetesResources(limits={kubernetes_resource(gpu): str(plan.tp)}),
+        resources=KubernetesResources(
+            limits={kubernetes_resource(gpu): str(plan.tp * plan.expert)}
+        ),
         notes=notes,
     )
 
@@ -110,16 +123,18 @@ def _command(
     assert plan.fraction is not None
     command += [
         f("tensor_parallel"),
-        str(plan.tp),
+        # SGLang's tp_size counts every GPU of a DP-attention replica.
+        str(plan.tp * plan.expert if engine == "sglang" else plan.tp),
         f("memory_fraction"),
         fraction_text(plan.fraction),
         f("max_model_len"),
         str(plan.max_model_len),
         f("max_concurrency"),
-        str(plan.concurrency),
+        str(_concurrency_flag(engine, plan)),
         f("token_budget"),
         str(plan.token_budget),
     ]
+    command += _expert_flags(engine, spec, plan.expert)
     if engine == "sglang":
         # The speed model puts decodes and prompt chunks in one step; SGLang alternates
         # prefill and decode batches unless told to mix them.
@@ -137,3 +152,30 @@ def _command(
                 "not by a flag"
             )
     return command, notes
+
+
+def _expert_flags(engine: Engine, spec: EngineSpec, expert: int) -> list[str]:
+    """Experts split ``expert`` ways, attention data-parallel over the same GPUs: vLLM
+    ``--data-parallel-size N --enable-expert-parallel`` (EP size = TP x DP), SGLang
+    ``--dp-size N --enable-dp-attention --ep-size N`` (its ``--tp-size`` is N too)."""
+    if expert <= 1:
+        return []
+    f = spec.flag
+    if engine == "vllm":
+        return [f("data_parallel"), str(expert), f("expert_parallel")]
+    if engine == "sglang":
+        return [
+            f("data_parallel"),
+            str(expert),
+            f("dp_attention"),
+            f("expert_parallel"),
+            str(expert),
+        ]
+    return []
+
+
+def _concurrency_flag(engine: Engine, plan: Plan) -> int:
+    """The sequences-in-flight value the command sets: per data-parallel rank for vLLM,
+    for the whole replica for SGLang (``per_dp_max_running_requests = max_running_requests
+    // dp_size`` in its scheduler)."""
+    return plan.concurrency * plan.expert if engine == "sglang" else plan.concurrency

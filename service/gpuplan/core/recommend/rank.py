@@ -10,11 +10,13 @@ advice for the preferred or the top recommendation's GPU, and the hybrid compari
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.recommend.advice import advice_target, advise
 from gpuplan.core.recommend.context import GpuContext, gpu_context
+from gpuplan.core.recommend.disagg import with_disaggregation
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.hybrid import compare_hybrid
 from gpuplan.core.recommend.intervals import candidate_intervals, interval_reason
 from gpuplan.core.recommend.job import Job, resolve_job
+from gpuplan.core.recommend.moe_serving import expert_parallel_options
 from gpuplan.core.recommend.option import (
     COST_OBJECTIVES,
     Option,
@@ -121,7 +123,7 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     return RecommendResponse(
         objective=request.objective,
         workload_kind="inference" if job.kind == "inference" else "training",
-        recommendations=out[: request.limit],
+        recommendations=with_disaggregation(out[: request.limit], job, contexts, oracle, c),
         price_basis=price_basis(
             job, [g.id for g in candidates if contexts[g.id].price is None], c.deployment
         ),
@@ -160,7 +162,8 @@ def _plans(
         )
         return [], miss
     if job.kind == "inference":
-        return serving_options(job, ctx, oracle, c, given=given)
+        plans, miss = serving_options(job, ctx, oracle, c, given=given)
+        return (plans if given else [*plans, *expert_parallel_options(job, ctx, oracle, c)]), miss
     if given:
         option = given_option(job, ctx, oracle, c, trainable)
         return [option], option

@@ -13,6 +13,7 @@ import msgspec
 from gpuplan.core.catalog.model import Precision as CatalogPrecision
 from gpuplan.core.catalog.model import PriceKind, ProviderId, Vendor
 from gpuplan.core.memory.schema import Framework, ModelSpec, Runtime, Workload
+from gpuplan.core.recommend.disagg_schema import Disaggregation
 from gpuplan.core.record import Record
 from gpuplan.core.uncertainty import Interval
 
@@ -192,6 +193,11 @@ class InferenceVolume(Record, kw_only=True):
     model_path: ModelPath | None = None
     """What the launch command loads (a Hugging Face repo id or a local path). Default:
     the preset's Hugging Face repo, else ``MODEL`` to fill in."""
+
+    compare_disaggregated: bool = False
+    """Also size each fitting serving candidate as disaggregated prefill and decode pools
+    (xPyD, with the KV cache moved between them) for the same targets and rate, and say
+    which wins (``disaggregation`` on the candidate; docs/serving.md)."""
 
 
 class Efficiency(Record, kw_only=True):
@@ -396,7 +402,16 @@ class Launch(Record, kw_only=True):
 
     replicas: int
     tensor_parallel: int
-    """GPUs of one replica."""
+    """Tensor-parallel GPUs of one replica (of each attention rank, with ``data_parallel``)."""
+
+    data_parallel: int = 1
+    """Data-parallel attention ranks of one replica (vLLM ``--data-parallel-size``, SGLang
+    ``--dp-size --enable-dp-attention``): each keeps its own sequences and their KV cache;
+    the replica has ``tensor_parallel`` x ``data_parallel`` GPUs."""
+
+    expert_parallel: int = 1
+    """GPUs the routed experts are split over (vLLM ``--enable-expert-parallel``, SGLang
+    ``--ep-size``); 1: experts sharded by tensor parallelism like the other layers."""
 
     max_model_len: int
     """The longest sequence the command lets the engine accept (``--max-model-len`` …)."""
@@ -539,6 +554,10 @@ class Candidate(Record, kw_only=True):
     launch: Launch | None = None
     """Serving: the engine's command for one replica, the replicas, and each one's
     Kubernetes resources."""
+
+    disaggregation: Disaggregation | None = None
+    """Serving, with ``inference.compare_disaggregated``: this plan against prefill and
+    decode pools (xPyD) of the same GPU for the same targets and rate, and the winner."""
 
     source: Literal["catalog", "measured"] = "catalog"
     """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""

@@ -36,6 +36,7 @@ from gpuplan.core.recommend.engine import (
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan, launch
+from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
 from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
 from gpuplan.core.recommend.schema import (
     ConcurrencyLimit,
@@ -238,6 +239,8 @@ class ReplicaMemory(NamedTuple):
         weights = float(base.breakdown.weights_bytes)
         runtime = float(measures.context + measures.nccl)
         per_token = kv / (w.batch_size * full) if full else 0.0
+        if spec.paged:  # a paged engine caches MLA's latent, not the decompressed heads
+            per_token = latent_kv_bytes_per_token(job.arch, w) or per_token
         iv = job.inference
         budget = token_budget(spec, gpu, iv.max_batched_tokens, job.prompt_tokens * w.batch_size)
         notes: list[str] = []

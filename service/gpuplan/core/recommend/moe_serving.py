@@ -1,0 +1,286 @@
+"""Serving a mixture-of-experts model with expert parallelism and data-parallel attention.
+
+The layout DeepSeek-V3/R1 and Qwen3-MoE are served with on a node of 8 GPUs (vLLM
+``--data-parallel-size 8 --enable-expert-parallel``, where the expert-parallel size is
+TP x DP; SGLang ``--tp-size 8 --dp-size 8 --enable-dp-attention --ep-size 8``): each GPU
+runs attention for its own sequences with the attention weights whole (data parallel,
+so each keeps only its own sequences' KV cache, and MLA's latent is not copied to every
+rank as under tensor parallelism), and holds ``E / D`` of every MoE layer's ``E`` routed
+experts. Each MoE layer sends every token's hidden state to the GPUs of its ``k`` experts
+and back (dispatch and combine, an all-to-all; DeepEP's kernels in both engines).
+
+One engine step on one GPU with ``b`` sequences in flight (the replica's ``B = D·b``):
+
+- reads the weights that are not routed experts, and of its own experts only those some
+  token of the step was routed to. With ``k`` of ``E`` experts per token chosen evenly,
+  ``B`` tokens touch ``E·(1 − (1 − k/E)^B)`` distinct experts on average (each expert
+  misses a token with probability ``1 − k/E``), so a small batch reads a fraction of the
+  experts and a large one all of them;
+- computes its tokens' FLOPs at the active parameters (the routing is assumed balanced,
+  as the engines' expert-load balancers aim for);
+- adds, per MoE layer, the dispatch and the combine: each token's hidden vector to ``k``
+  experts, ``(D − 1)/D`` of them on other GPUs, over NVLink (α–β, as
+  :mod:`gpuplan.core.perf.comm`).
+"""
+
+import math
+
+import msgspec
+
+from gpuplan.core.memory.schema import Workload
+from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve
+from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.disagg import serve_shape
+from gpuplan.core.recommend.engine import engine_spec, sequence_cap
+from gpuplan.core.recommend.fit import MemoryOracle
+from gpuplan.core.recommend.job import Job
+from gpuplan.core.recommend.launch import Plan, launch
+from gpuplan.core.recommend.option import Option, breach, layout_breaches, priced
+from gpuplan.core.recommend.schema import (
+    ConcurrencyLimit,
+    Constraints,
+    Latency,
+    ParallelLayout,
+    Throughput,
+)
+from gpuplan.core.recommend.serving import ReplicaMemory, choose_concurrency, replica_memory
+from gpuplan.core.recommend.serving import _model_len as model_length
+
+EP_ENGINES = ("vllm", "sglang")
+"""Engines whose launch command can say expert parallelism with DP attention."""
+
+
+def distinct_experts(tokens: float, experts: int, per_token: int) -> float:
+    """Expected distinct experts ``tokens`` tokens touch, each routed to ``per_token`` of
+    ``experts`` evenly: ``E·(1 − (1 − k/E)^B)``."""
+    if tokens <= 0 or experts <= 0:
+        return 0.0
+    return float(experts * (1 - (1 - per_token / experts) ** tokens))
+
+
+def all_to_all_seconds(
+    tokens: float, *, hidden: int, per_token: int, ranks: int, link: Link
+) -> float:
+    """One MoE layer's dispatch and combine on one GPU: ``tokens`` hidden vectors of 2
+    bytes to ``per_token`` experts each, the share on other GPUs over ``link``, and back."""
+    if ranks <= 1 or tokens <= 0:
+        return 0.0
+    nbytes = tokens * per_token * hidden * 2 * (ranks - 1) / ranks
+    return 2 * (nbytes / link.bytes_per_s + link.latency_s)
+
+
+def expert_parallel_options(
+    job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints
+) -> list[Option]:
+    """The expert-parallel replica of one scale-up domain (the experts split over every
+    GPU of a node, up to 8) for an MoE model on a paged engine that can run it; empty
+    when the model, engine, GPU or constraints rule it out."""
+    arch, gpu = job.arch, ctx.gpu
+    iv = job.inference
+    if (
+        arch is None
+        or arch.moe is None
+        or iv.engine not in EP_ENGINES
+        or job.workload.batch_size > 1
+        or ctx.rates is None
+    ):
+        return []
+    link_cap = gpu.interconnect.gpu_link.max_gpus if gpu.interconnect.gpu_link else 1
+    ranks = min(8, c.gpus_per_node, c.max_gpus_per_job, link_cap)
+    if ranks < 2 or arch.moe.num_experts % ranks or not multi_gpu_allowed(gpu, ranks, c):
+        return []
+    if c.gpu_counts and not any(n % ranks == 0 for n in c.gpu_counts):
+        return []
+    layout = ParallelLayout(tensor=1, pipeline=1, data=ranks, zero_stage=0, expert=ranks)
+    w, key = oracle.laid_out(job.workload, layout)
+    memory = replica_memory(job, oracle, w, gpu, 1, key=key)
+    if memory is None or memory.estimate_bytes > gpu.usable_memory_bytes:
+        return []
+    held = memory.sequences
+    length, holds = model_length(job, memory, engine_spec(iv.engine), 1)
+    if not held or not holds:
+        return []
+    return [_option(job, ctx, memory, w=w, ranks=ranks, held=held, length=length, c=c)]
+
+
+def _expert_bytes(job: Job, memory: ReplicaMemory, ranks: int) -> float:
+    """Bytes of routed-expert weights on one GPU (``E / D`` of each MoE layer's), at the
+    bytes per parameter the estimate gives this GPU's weights."""
+    arch = job.arch
+    assert arch is not None
+    assert arch.moe is not None
+    moe = arch.moe
+    matrices = 3 if arch.mlp_gated else 2
+    experts = (
+        job.moe_layers
+        * moe.num_experts
+        * matrices
+        * arch.hidden_size
+        * moe.expert_intermediate_size
+    )
+    local = job.parameters - experts * (1 - 1 / ranks)
+    per_parameter = memory.weights_bytes / local if local > 0 else 0.0
+    return experts / ranks * per_parameter
+
+
+def _option(
+    job: Job,
+    ctx: GpuContext,
+    memory: ReplicaMemory,
+    *,
+    w: Workload,
+    ranks: int,
+    held: int,
+    length: int,
+    c: Constraints,
+) -> Option:
+    arch = job.arch
+    assert arch is not None
+    assert arch.moe is not None
+    assert ctx.rates is not None
+    moe, gpu, iv = arch.moe, ctx.gpu, job.inference
+    spec = engine_spec(iv.engine)
+    link = link_over(gpu, ranks, c)
+    replica = Replica(tp=1, rates=ctx.rates, mbu=ctx.mbu, link=link)
+    base = serve_shape(job, w, memory)
+    experts = _expert_bytes(job, memory, ranks)
+    others = max(memory.weights_bytes - experts, 0.0)
+    s, o = job.prompt_tokens, max(job.output_tokens, 1)
+
+    def run(batch: int) -> Served:
+        tokens = batch * (1 + s / o)  # a step's decodes and prompt tokens on one GPU
+        touched = distinct_experts(ranks * tokens, moe.num_experts, moe.experts_per_token)
+        shape = msgspec.structs.replace(
+            base, weights_bytes=others + experts * touched / moe.num_experts
+        )
+        one = serve(job.flops, shape, replica, batch)
+        a2a = job.moe_layers * all_to_all_seconds(
+            tokens, hidden=arch.hidden_size, per_token=moe.experts_per_token, ranks=ranks, link=link
+        )
+        step = one.step_s + a2a
+        scale = step / one.step_s
+        tokens_per_s = batch / step
+        return Served(
+            batch=batch,
+            step_s=step,
+            bound=one.bound,
+            time_to_first_token_s=one.time_to_first_token_s * scale,
+            time_per_output_token_s=step,
+            output_tokens_per_s=tokens_per_s,
+            requests_per_s=tokens_per_s / o,
+            model_flops_per_s=one.model_flops_per_s / scale,
+        )
+
+    cap_server = sequence_cap(
+        spec,
+        gpu,
+        given=iv.max_concurrency,
+        batch=1,
+        pool_tokens=memory.fits_length().tokens(),
+        length=memory.full_tokens,
+    )
+    limits: list[tuple[int, ConcurrencyLimit]] = [
+        (held, "kv_cache"),
+        (cap_server, "max_concurrency"),
+        (budget_concurrency(base), "token_budget"),
+    ]
+    cap, limit = min(limits, key=lambda pair: pair[0])
+    served, limit = choose_concurrency(run, max(cap, 1), limit, iv)
+    per_replica = served.requests_per_s * ranks
+    needed = (
+        max(math.ceil(job.requests_per_second / per_replica - 1e-12), 1)
+        if job.requests_per_second
+        else 1
+    )
+    replicas = needed
+    count = replicas * ranks
+    touched = distinct_experts(
+        ranks * served.batch * (1 + s / o), moe.num_experts, moe.experts_per_token
+    )
+    a2a = job.moe_layers * all_to_all_seconds(
+        served.batch * (1 + s / o),
+        hidden=arch.hidden_size,
+        per_token=moe.experts_per_token,
+        ranks=ranks,
+        link=link,
+    )
+    reasons = [
+        *ctx.reasons,
+        *memory.notes,
+        f"{replicas} replica(s) of {ranks} GPU(s) with expert parallelism {ranks} and data-parallel "
+        f"attention: each GPU keeps {served.batch} sequences in flight with their KV cache "
+        f"(limited by {limit}; its cache holds {held}) and {moe.num_experts // ranks} of the "
+        f"{moe.num_experts} experts of each MoE layer; a step's {ranks * served.batch * (1 + s / o):,.0f} "
+        f"tokens touch {touched:.0f} of {moe.num_experts} experts (E(1-(1-k/E)^B), k = "
+        f"{moe.experts_per_token}); dispatch and combine {a2a * 1000:.1f} ms per step over {link.kind}: "
+        f"{per_replica:.3g} requests/s per replica, TTFT {served.time_to_first_token_s * 1000:.0f} ms, "
+        f"TPOT {served.time_per_output_token_s * 1000:.1f} ms; decode is {served.bound}-bound",
+    ]
+    breaches = layout_breaches(gpu, count, c)
+    for name, value in (
+        ("max_time_to_first_token_s", served.time_to_first_token_s),
+        ("max_time_per_output_token_s", served.time_per_output_token_s),
+    ):
+        target = getattr(iv, name)
+        if target is not None and value > target:
+            breaches.append(
+                breach(
+                    f"inference.{name}",
+                    value,
+                    target,
+                    "s",
+                    f"{value:.3g} s at {served.batch} sequence(s) in flight per GPU, over {name} {target:g} s",
+                )
+            )
+    reasons += [b.detail for b in breaches]
+    request_latency = (
+        served.time_to_first_token_s
+        + max(job.output_tokens - 1, 0) * served.time_per_output_token_s
+    )
+    option = Option(
+        gpu=gpu,
+        count=count,
+        layout=ParallelLayout(tensor=1, pipeline=1, data=count, zero_stage=0, expert=ranks),
+        required=memory.resident(served.batch, static_batch=False),
+        fits=True,
+        admissible=not breaches,
+        time_hours=job.duration_hours,
+        speed_s=request_latency,
+        throughput=Throughput(value=served.output_tokens_per_s * count, unit="tokens/s"),
+        latency=Latency(
+            concurrency=served.batch * ranks,
+            limited_by=limit,
+            kv_cache_sequences=held * ranks,
+            time_to_first_token_s=served.time_to_first_token_s,
+            time_per_output_token_s=served.time_per_output_token_s,
+            request_latency_s=request_latency,
+            output_tokens_per_s=served.output_tokens_per_s * ranks,
+            requests_per_s=per_replica,
+            decode_bound=served.bound,
+        ),
+        launch=launch(
+            Plan(
+                tp=1,
+                replicas=replicas,
+                max_model_len=length,
+                concurrency=served.batch,
+                token_budget=memory.token_budget,
+                fraction=memory.fraction,
+                kv_cache_bytes=memory.kv_budget_bytes,
+                kv_cache_tokens=memory.fits_length().tokens() * ranks,
+                output_tokens=job.output_tokens,
+                expert=ranks,
+            ),
+            engine=iv.engine,
+            version=iv.engine_version,
+            gpu=gpu,
+            w=w,
+            model=job.model_path,
+        ),
+        source=ctx.rate.source if ctx.rate else "catalog",
+        reasons=reasons,
+        breaches=breaches,
+        unverified=ctx.unverified,
+    )
+    return priced(option, ctx, job, c, served.model_flops_per_s * count)

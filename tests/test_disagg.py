@@ -1,0 +1,187 @@
+"""Aggregated against disaggregated serving (``inference.compare_disaggregated``;
+docs/serving.md): the KV transfer, the xPyD sizing, which wins and why, through the API,
+the CLI and plan files."""
+
+import json
+import math
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from litestar import Litestar
+from litestar.testing import TestClient
+
+from gpuplan.cli import main
+from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.kv_transfer import kv_transfer
+from gpuplan.core.recommend.disagg import missed_targets
+from gpuplan.core.recommend.schema import InferenceVolume
+from tests.helpers import problem_at
+
+TPOT_S = 0.05
+"""A TPOT target that binds an aggregated 70B replica on H100s (its steps carry prompt
+chunks) but not a pure decode step at the same concurrency."""
+
+
+def body(rate: float | None = None, **inference: Any) -> dict[str, Any]:
+    volume: dict[str, Any] = {
+        "prompt_tokens": 2048,
+        "output_tokens": 512,
+        "max_time_per_output_token_s": TPOT_S,
+        "max_time_to_first_token_s": 2.0,
+        "compare_disaggregated": True,
+        **inference,
+    }
+    if rate is not None:
+        volume["requests_per_second"] = rate
+    return {
+        "model": {"name": "llama-3.1-70b"},
+        "workload": {"mode": "inference", "sequence_length": 2048, "precision": "bf16"},
+        "inference": volume,
+        "constraints": {"include": ["h100-sxm5-80gb"], "max_gpus_per_job": 1024},
+    }
+
+
+def top(client: TestClient[Litestar], payload: dict[str, Any]) -> dict[str, Any]:
+    answer = client.post("/v1/recommendations", json=payload)
+    assert answer.status_code == 200, answer.text
+    first: dict[str, Any] = answer.json()["recommendations"][0]
+    return first
+
+
+def test_the_transfer_is_the_prompt_cache_over_the_link() -> None:
+    nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=5e-6)
+    t = kv_transfer(
+        prompt_tokens=2048,
+        kv_bytes_per_token=327_680,  # Llama 3.1 70B, bf16: 80 layers x 8 KV heads x 128 x 2 x 2
+        tp_prefill=4,
+        tp_decode=2,
+        link=nvlink,
+        requests_per_s=10,
+        prefill_gpus=8,
+        decode_gpus=4,
+    )
+    assert t.bytes == 2048 * 327_680
+    # Two lanes (the smaller side), one start-up.
+    assert t.seconds == pytest.approx(t.bytes / 2 / 450e9 + 5e-6)
+    assert t.utilization == pytest.approx(10 * t.bytes / (4 * 450e9))
+
+
+def test_targets_are_checked_in_one_place() -> None:
+    iv = InferenceVolume(max_time_to_first_token_s=0.5, max_time_per_output_token_s=0.02)
+    assert missed_targets(0.4, 0.02, iv) == []
+    assert missed_targets(0.6, 0.03, iv) == [
+        "inference.max_time_to_first_token_s",
+        "inference.max_time_per_output_token_s",
+    ]
+    assert missed_targets(9.0, 9.0, InferenceVolume()) == []
+
+
+def test_off_unless_asked(client: TestClient[Litestar]) -> None:
+    assert top(client, body(compare_disaggregated=False)).get("disaggregation") is None
+
+
+def test_at_a_low_rate_one_aggregated_pool_wins(client: TestClient[Litestar]) -> None:
+    one = top(client, body())  # no rate: one replica at its own rate
+    replica_rate = one["latency"]["requests_per_s"]
+    d = top(client, body(rate=replica_rate / 2))["disaggregation"]
+    agg, dis = d["aggregated"], d["disaggregated"]
+    assert d["winner"] == "aggregated"
+    # Why: one aggregated replica is enough, while disaggregation needs a replica of each
+    # phase, both mostly idle at this rate.
+    assert agg["gpus"] == one["layout"]["tensor"]
+    assert agg["meets_targets"]
+    assert dis["meets_targets"]
+    assert dis["gpus"] > agg["gpus"]
+    assert d["prefill"]["replicas"] == d["decode"]["replicas"] == 1
+    assert d["prefill"]["busy"] < 1
+    assert d["decode"]["busy"] < 1
+    assert dis["usd_per_hour"] > agg["usd_per_hour"]
+    assert "round up to whole replicas" in d["why"]
+
+
+def test_at_a_high_rate_disaggregation_wins(client: TestClient[Litestar]) -> None:
+    one = top(client, body())
+    rate = 30 * one["latency"]["requests_per_s"]  # rounding to whole replicas is noise
+    c = top(client, body(rate=rate))
+    d = c["disaggregation"]
+    agg, dis, dec, pre = d["aggregated"], d["disaggregated"], d["decode"], d["prefill"]
+    assert d["winner"] == "disaggregated", d["why"]
+    assert dis["meets_targets"]
+    # Why: the aggregated replica's concurrency is cut by the TPOT target because its
+    # steps carry prompt chunks; a decode replica's pure decode steps keep more
+    # sequences in flight within the same target, so fewer GPUs serve the same rate.
+    assert c["latency"]["limited_by"] == "max_time_per_output_token_s"
+    assert dec["concurrency"] > c["latency"]["concurrency"]
+    assert dis["time_per_output_token_s"] <= TPOT_S
+    assert dis["gpus"] < agg["gpus"]
+    assert dis["usd_per_hour"] < agg["usd_per_hour"]
+    assert d["ratio"] == f"{pre['replicas']}P{dec['replicas']}D"
+    assert pre["replicas"] == math.ceil(rate / pre["requests_per_s"])
+    assert dec["replicas"] == math.ceil(rate / dec["requests_per_s"])
+    # The TTFT counts the prefill batch, the transfer and the first decode step.
+    t = d["kv_transfer"]
+    assert t["bytes_per_request"] == 2048 * 327_680
+    assert t["link"] == "network"  # 100+ GPUs span nodes
+    assert dis["time_to_first_token_s"] > t["seconds"] + dis["time_per_output_token_s"]
+    assert "pure decode step" in d["why"]
+
+
+def test_an_engine_without_a_disaggregated_mode_says_so(client: TestClient[Litestar]) -> None:
+    payload = body(engine="transformers")
+    payload["model"] = {"name": "llama-3.1-8b"}
+    payload["inference"].pop("max_time_per_output_token_s")
+    d = top(client, payload)["disaggregation"]
+    assert d["disaggregated"] is None
+    assert d["winner"] == "aggregated"
+    assert "no disaggregated mode" in d["why"]
+
+
+def test_a_bad_value_is_422_naming_it(client: TestClient[Litestar]) -> None:
+    problem_at(
+        client.post("/v1/recommendations", json=body(compare_disaggregated="yes")),
+        "$.inference.compare_disaggregated",
+    )
+
+
+def test_a_plan_file_and_the_cli_carry_it(client: TestClient[Litestar]) -> None:
+    payload = body(rate=2.0)
+    plan = client.post("/v1/plan", json={**payload, "targets": {"max_cost_usd": 1e9}})
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["recommendations"][0]["disaggregation"]["winner"] == "aggregated"
+    args = [
+        "recommend", "--model", "llama-3.1-70b", "--mode", "inference", "--seq-len", "2048",
+        "--output-tokens", "512", "--requests-per-second", "2", "--compare-disaggregated",
+        "--include", "h100-sxm5-80gb", "--format", "json",
+    ]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    d = json.loads(result.output)["recommendations"][0]["disaggregation"]
+    assert d["ratio"] is not None
+    text = CliRunner().invoke(main, args[:-2])
+    assert "disaggregation #1 h100-sxm5-80gb: aggregated wins" in text.output
+
+
+def test_an_mla_cache_moves_once_whatever_the_tensor_parallelism(
+    client: TestClient[Litestar],
+) -> None:
+    # DeepSeek-V3's latent is held whole by every tensor-parallel rank: a request moves
+    # one copy, 61 layers x (512 + 64) values of 2 bytes per prompt token.
+    payload = {
+        "model": {"name": "deepseek-v3"},
+        "workload": {
+            "mode": "inference",
+            "sequence_length": 2048,
+            "precision": "fp8",
+            "weight_quantization": "fp8",
+        },
+        "inference": {"output_tokens": 512, "compare_disaggregated": True},
+        "constraints": {"include": ["h200-sxm-141gb"]},
+        "all_counts": True,
+    }
+    answer = client.post("/v1/recommendations", json=payload)
+    assert answer.status_code == 200, answer.text
+    tp = [c for c in answer.json()["recommendations"] if c["layout"]["expert"] == 1]
+    assert tp
+    t = tp[0]["disaggregation"]["kv_transfer"]
+    assert t["bytes_per_request"] == 2048 * 61 * 576 * 2
