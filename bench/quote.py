@@ -847,6 +847,98 @@ def _speed_cv_runs(kind: str) -> str:
     return str(_cv()["summary"][kind]["in_sample"]["runs"])
 
 
+MEASURE_NAMES = {
+    "output_tokens_per_s": "output tokens/s",
+    "ttft_s": "time to first token",
+    "tpot_s": "time per output token",
+    "requests_per_s": "requests/s",
+}
+
+
+@figure("speed_cv.serving_by_measure")
+def _speed_cv_serving_by_measure() -> str:
+    """Serving's errors per measure, in-sample and cross-validated, with the share of
+    runs inside their 80% interval (issue 34's targets are per measure)."""
+    table = _cv()["summary"]["inference"]["by_measure"]
+    lines = [
+        "| serving measure | runs | in-sample median | leave-one-source-out median | 80% intervals holding it |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for measure, m in table.items():
+        i = m["intervals"]
+        lines.append(
+            f"| {MEASURE_NAMES.get(measure, measure)} | {m['cross_validated']['runs']} | "
+            f"{pct(m['in_sample']['median_abs_error'])} | "
+            f"{pct(m['cross_validated']['median_abs_error'])} | {i['inside']} of {i['runs']} |"
+        )
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# AIConfigurator beside gpuplan on the serving runs (peers_serving.json)
+
+
+def _ps() -> dict[str, Any]:
+    return dict(results("peers_serving.json"))
+
+
+@figure("peers_serving.coverage")
+def _peers_serving_coverage() -> str:
+    r = _ps()
+    return f"{r['covered']} of the {r['serving_runs']} serving runs"
+
+
+@figure("peers_serving.versions")
+def _peers_serving_versions() -> str:
+    v = _ps()["versions"]
+    return f"AIConfigurator {v['aiconfigurator']} (aiconfigurator-core {v['aiconfigurator_core']})"
+
+
+@figure("peers_serving.table")
+def _peers_serving_table() -> str:
+    """Median absolute error of each tool on the runs both answered, by measure and mode."""
+    s = _ps()["summary"]
+    lines = [
+        "| runs | n | AIConfigurator | gpuplan, cross-validated | gpuplan, in-sample | AIConfigurator closer |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    modes = {"static": "static batch", "agg": "in-flight batching under load"}
+    groups = [("all", s["all"])]
+    groups += [(MEASURE_NAMES.get(k, k), b) for k, b in s["by_measure"].items()]
+    groups += [(modes.get(k, k), b) for k, b in s["by_mode"].items()]
+    groups += [(f"`{k}`", b) for k, b in s["by_source"].items()]
+    for label, b in groups:
+        if not b["runs"]:
+            continue
+        lines.append(
+            f"| {label} | {b['runs']} | {pct(b['aiconfigurator'])} | "
+            f"{pct(b['gpuplan_cross_validated'])} | {pct(b['gpuplan_in_sample'])} | "
+            f"{b['aiconfigurator_closer']} of {b['runs']} |"
+        )
+    return "\n".join(lines)
+
+
+@figure("peers_serving.rows")
+def _peers_serving_rows() -> str:
+    """Every covered run: measured, each tool's signed error."""
+    lines = [
+        "| run | GPU | measure | mode, sequences | measured | AIConfigurator | gpuplan (cv) |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in _ps()["rows"]:
+        aic = signed(r["aic_error"], 0) if r["aic_error"] is not None else "no answer"
+        cv = signed(r["cv_error"], 0) if r["cv_error"] is not None else "-"
+        used = r.get("aic_batch_size_used")
+        batch = f"{r['batch_size']}" + (
+            f" (AIConfigurator: {used} fit)" if used and used != r["batch_size"] else ""
+        )
+        lines.append(
+            f"| `{r['id']}` | {r['gpus']} x {r['gpu']} | {MEASURE_NAMES.get(r['measure'], r['measure'])} | "
+            f"{r['mode']}, {batch} | {r['measured']:,.4g} | {aic} | {cv} |"
+        )
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------------------------------
 # The memory estimate's intervals (memory_intervals.json)
 

@@ -1,7 +1,9 @@
-"""Peers side by side: llm-analysis, accelerate estimate-memory, DeepSpeed's ZeRO estimators.
+"""Peers side by side: llm-analysis, accelerate estimate-memory, DeepSpeed's ZeRO estimators
+on memory (bench/peers/run.py); NVIDIA's AIConfigurator on serving (bench/peers/serving.py).
 
-They run in their own venv (``sh bench/peers/setup.sh``, default /tmp/bench-peers; another
-with ``BENCH_PEERS_PYTHON``), never in gpuplan's environment; see bench/peers/run.py.
+They run in their own venvs (``sh bench/peers/setup.sh``, default /tmp/bench-peers; another
+with ``BENCH_PEERS_PYTHON``; ``sh bench/peers/setup_aiconfigurator.sh``, default
+/tmp/bench-aic), never in gpuplan's environment.
 """
 
 import json
