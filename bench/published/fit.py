@@ -121,6 +121,7 @@ def parameters() -> list[Parameter]:
         ),
         _attr(k, "compile_elementwise_factor", 0.3, 1.0, "kernels.compile_elementwise_factor"),
         _attr(k, "layer_overhead_seconds", 1e-6, 2e-3, "kernels.layer_overhead_seconds", log=True),
+        _attr(k, "measured_kernel_share", 0.5, 1.0, "kernels.measured_kernel_share"),
     ]
     params.append(
         _attr(framework("megatron"), "tensor_exposed", 0.0, 1.0, "megatron.tensor_exposed")

@@ -25,6 +25,12 @@ from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
+from gpuplan.core.perf.kernels import (
+    KernelSource,
+    context_attention_seconds,
+    gemm_seconds,
+    kernel_tables,
+)
 from gpuplan.core.record import Record
 
 
@@ -74,6 +80,10 @@ class StepShape(Record, kw_only=True):
     ``fp8_param_gather``)."""
 
     compile: bool
+    vocab_size: int = 0
+    """The output head's width (0: no head, or unknown); its GEMM is timed with the
+    layers' from a measured kernel table."""
+
     vision: bool = False
     """A convolutional model: matmuls only, at the vision share of the GEMM efficiency."""
 
@@ -127,6 +137,14 @@ class Rates(Record, kw_only=True):
     """A request's ``efficiency.mfu``: model FLOPs run at ``peak · mfu``, replacing the
     kernel model (recompute, communication and the bubble are still added)."""
 
+    kernel_table: str | None = None
+    """Catalog id of the measured kernel table that times this GPU's GEMMs and attention
+    (:mod:`gpuplan.core.perf.kernels`); None: the roofline-and-efficiency model."""
+
+    @property
+    def kernel_source(self) -> KernelSource:
+        return "measured" if self.kernel_table is not None and self.mfu is None else "roofline"
+
 
 class Step(Record, kw_only=True):
     """One optimizer step on every rank."""
@@ -147,6 +165,12 @@ class Step(Record, kw_only=True):
     model_flops_per_token: float
     mfu: float
     """Model FLOPs of the step / (seconds x GPUs x matmul peak)."""
+
+    kernel_source: KernelSource = "roofline"
+    """What timed the GEMMs and attention (:attr:`MicroBatch.measured`)."""
+
+    kernel_table: str | None = None
+    """The measured table's provenance id, with ``kernel_source: measured``."""
 
 
 def gemm_efficiency(r: Rates, width: float, tokens: float) -> float:
@@ -172,6 +196,9 @@ class MicroBatch(NamedTuple):
     forward_gemm_share: float = 1 / 3
     """Share of the GEMM time that is forward: 2N of 6N, or 2N of 4N with a frozen base
     (LoRA computes no weight gradients for it)."""
+
+    measured: bool = False
+    """The GEMMs (and fused attention) were timed from a measured kernel table."""
 
     @property
     def compute_s(self) -> float:
@@ -221,16 +248,23 @@ def micro_batch(
             weights + attention, weights / rate, attention / rate, 0.0, 0.0, forward_share
         )
     gen, k = rates.generation, rates.kernels
-    gemm = weights / (
-        rates.peak_flops
-        * gemm_efficiency(
-            # A convolution's GEMM rows are the batch times every output pixel.
-            rates,
-            shape.hidden_size / lay.tensor,
-            math.inf if shape.vision else local_tokens,
+    measured = rates.kernel_source == "measured" and not shape.vision and shape.hidden_size > 0
+    if measured:
+        gemm = weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
+    else:
+        gemm = weights / (
+            rates.peak_flops
+            * gemm_efficiency(
+                # A convolution's GEMM rows are the batch times every output pixel.
+                rates,
+                shape.hidden_size / lay.tensor,
+                math.inf if shape.vision else local_tokens,
+            )
         )
-    )
-    attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
+    if measured and shape.causal_skip and shape.num_heads > 0 and attention > 0:
+        attention_s = _measured_attention_seconds(shape, lay, rates, layers)
+    else:
+        attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
     traffic = 0.0
     if not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
@@ -247,7 +281,68 @@ def micro_batch(
     if shape.compile:
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
     elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
-    return MicroBatch(weights + attention, gemm, attention_s, elementwise, launch, forward_share)
+    return MicroBatch(
+        weights + attention, gemm, attention_s, elementwise, launch, forward_share, measured
+    )
+
+
+def _measured_gemm_rate(
+    shape: StepShape, lay: Parallelism, rates: Rates, tokens: float
+) -> float:
+    """FLOP/s the model's GEMMs reach on one GPU by the measured table, forward and
+    backward: each layer's QKV, output projection, MLP up (and gate: the active MLP
+    width) and down, and the output head, over ``tokens`` rows, the weights split by
+    tensor parallelism. The backward is timed as its two GEMMs of the forward's work
+    with the transposed shapes (the input's gradient ``m x n x k``, the weight's
+    ``n x m`` over ``k = m`` rows: ``dW = Xᵀ·dY``); a frozen base computes only the first.
+    The rate, not a sum of times, is what is returned: it times every matmul FLOP of the
+    model (experts and unusual projections included) at the rate of its typical shapes,
+    and scaled by the share of the isolated kernel's speed a training step realizes
+    (``kernels.measured_kernel_share``, fitted: clocks under sustained load, gaps)."""
+    table = rates.kernel_table
+    assert table is not None
+    dtype = "fp8" if rates.fp8 and "fp8" in kernel_tables()[table].gemm else "bf16"
+    t, h = lay.tensor, shape.hidden_size
+    m = max(round(tokens), 1)
+    layers = -(-shape.num_layers // lay.pipeline)
+    shapes = [
+        (layers, (h + 2 * shape.kv_width) / t, h),
+        (layers, h, h / t),
+        (layers, shape.mlp_width / t, h),
+        (layers, h, shape.mlp_width / t),
+    ]
+    if shape.vocab_size:
+        shapes.append((1, shape.vocab_size / t, h))
+    flops = seconds = 0.0
+    for count, n, k in shapes:
+        if n <= 0 or k <= 0:
+            continue
+        n, k = round(n), round(k)
+        once = gemm_seconds(table, dtype, m, n, k) + gemm_seconds(table, dtype, m, k, n)
+        if not shape.frozen_base:
+            once += gemm_seconds(table, dtype, n, k, m)
+        seconds += count * once
+        flops += count * (4 if shape.frozen_base else 6) * m * n * k
+    return flops / seconds * rates.kernels.measured_kernel_share
+
+
+def _measured_attention_seconds(
+    shape: StepShape, lay: Parallelism, rates: Rates, layers: int
+) -> float:
+    """Fused causal attention of one micro-batch by the measured prefill table: the
+    forward of each layer's heads (split by tensor parallelism), and the backward at
+    twice it (its two matmuls per forward one, as the FLOPs count), context
+    parallelism splitting the work."""
+    table = rates.kernel_table
+    assert table is not None
+    if kernel_tables()[table].context_attention is None:
+        raise ValueError(f"kernel table {table} has no attention")
+    heads = max(shape.num_heads / lay.tensor, 1.0)
+    head_dim = shape.hidden_size / shape.num_heads
+    forward = context_attention_seconds(
+        table, float(shape.batch_size), float(shape.seq), heads, head_dim
+    )
+    return 3 * layers * forward / lay.context / rates.kernels.measured_kernel_share
 
 
 def _micro_comm(
@@ -344,6 +439,12 @@ def training_step(
         optimizer_s=optimizer,
         model_flops_per_token=model_flops / tokens,
         mfu=model_flops / (seconds * gpus * rates.peak_flops),
+        kernel_source="measured" if micro.measured else "roofline",
+        kernel_table=(
+            kernel_tables()[rates.kernel_table].id
+            if micro.measured and rates.kernel_table is not None
+            else None
+        ),
     )
 
 
