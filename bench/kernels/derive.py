@@ -25,9 +25,12 @@ What is kept (and why):
   (``batch x KV heads``, context length), the geometric mean over the query-head
   splits (a decode step reads each KV head's cache once).
 
-A grid cell the collection did not measure is left out of the file's table as ``null``
-would be misleading; it is filled from its neighbour along ``m`` (or the first axis)
-by the roofline (time proportional to work) and counted in ``filled``.
+A grid cell the collection did not measure (it skips the largest shapes) is filled from
+its nearest measured neighbour by the roofline (time proportional to work) and counted
+in ``filled_cells``. The GEMM latencies are then made non-decreasing along ``m``, ``n``
+and ``k`` (a smaller GEMM can run a larger one's kernel, padded; the collection's
+smallest shapes sometimes chose a slower kernel than their larger neighbour), and the
+lowered cells are counted in ``enveloped_cells``.
 
 Also writes ``tests/fixtures/kernels_points.json``: a few source rows exactly as the
 parquet holds them, which the tests check the interpolation against at grid points.
@@ -103,38 +106,82 @@ def _rows(path: Path) -> dict[str, list[Any]]:
     return pq.read_table(path).to_pydict()  # type: ignore[no-any-return]
 
 
-def _gemm(path: Path) -> tuple[dict[str, Any], int, list[dict[str, Any]], str]:
+def _gemm(path: Path) -> tuple[dict[str, Any], tuple[int, int], list[dict[str, Any]], str]:
     t = _rows(path / "gemm_perf.parquet")
     by: dict[tuple[str, int, int, int], float] = {}
     for d, m, n, k, lat in zip(t["gemm_dtype"], t["m"], t["n"], t["k"], t["latency"], strict=True):
         if d in DTYPES:
             by[(DTYPES[d], m, n, k)] = lat * 1000.0  # ms -> us
     out: dict[str, Any] = {}
-    filled = 0
+    filled = enveloped = 0
     points: list[dict[str, Any]] = []
-    for dtype in sorted(set(key[0] for key in by)):
+    for dtype in sorted({key[0] for key in by}):
         ms = [m for m in M_GRID if any((dtype, m, n, k) in by for n in NK_GRID for k in NK_GRID)]
         ns = [n for n in NK_GRID if any((dtype, m, n, k) in by for m in ms for k in NK_GRID)]
         ks = [k for k in NK_GRID if any((dtype, m, n, k) in by for m in ms for n in ns)]
-        lat = []
+        lat: list[float] = []
+        source: list[float | None] = []
         for m in ms:
             for n in ns:
                 for k in ks:
                     v = by.get((dtype, m, n, k))
+                    source.append(v)
                     if v is None:
                         v = _fill_gemm(by, dtype, m, n, k, ms)
                         filled += 1
-                    else:
-                        if (m, n, k) in ((64, 4096, 4096), (4096, 4096, 4096), (16, 1024, 8192)):
-                            points.append(
-                                {"kind": "gemm", "dtype": dtype, "m": m, "n": n, "k": k, "latency_ms": v / 1000}
-                            )
-                    lat.append(_sig(v))
-        out[dtype] = {"m": ms, "n": ns, "k": ks, "latency_us": lat}
-    return out, filled, points, t["device"][0]
+                    lat.append(v)
+        changed = _envelope(lat, (len(ms), len(ns), len(ks)))
+        enveloped += changed
+        for i, m in enumerate(ms):
+            for j, n in enumerate(ns):
+                for kk, k in enumerate(ks):
+                    cell = (i * len(ns) + j) * len(ks) + kk
+                    v = source[cell]
+                    if v is not None and v == lat[cell] and (m, n, k) in FIXTURE_SHAPES:
+                        points.append(
+                            {
+                                "kind": "gemm",
+                                "dtype": dtype,
+                                "m": m,
+                                "n": n,
+                                "k": k,
+                                "latency_ms": v / 1000,
+                            }
+                        )
+        out[dtype] = {"m": ms, "n": ns, "k": ks, "latency_us": [_sig(v) for v in lat]}
+    return out, (filled, enveloped), points, t["device"][0]
 
 
-def _fill_gemm(by: dict[tuple[str, int, int, int], float], dtype: str, m: int, n: int, k: int, ms: list[int]) -> float:
+FIXTURE_SHAPES = {(64, 4096, 4096), (4096, 4096, 4096), (16, 1024, 8192), (1024, 8192, 3072)}
+
+
+def _envelope(lat: list[float], shape: tuple[int, int, int]) -> int:
+    """Make the latency non-decreasing along every axis, in place, and count the cells
+    lowered: a GEMM no larger than another can always run the larger one's kernel on
+    padded operands, so it never takes longer. The collection's small shapes (a few to
+    a few hundred rows, where the latency is a launch and one wave) sometimes chose a
+    slower kernel than a larger neighbour's; the envelope takes the faster."""
+    a, b, c = shape
+    changed: set[int] = set()
+    strides = (b * c, c, 1)
+    for axis, length in enumerate(shape):
+        stride = strides[axis]
+        for start in range(a * b * c):
+            if (start // stride) % length != length - 1:
+                continue  # walk each line from its top end
+            best = math.inf
+            for step in range(length):
+                cell = start - step * stride
+                if lat[cell] > best:
+                    lat[cell] = best
+                    changed.add(cell)
+                best = min(best, lat[cell])
+    return len(changed)
+
+
+def _fill_gemm(
+    by: dict[tuple[str, int, int, int], float], dtype: str, m: int, n: int, k: int, ms: list[int]
+) -> float:
     """The nearest measured cell (in log distance over ``m, n, k``; the collection skips
     the largest shapes), scaled by the roofline: time in proportion to each dimension
     above it, the same time below it (a latency floor)."""
@@ -168,7 +215,17 @@ def _attention(
         if units in UNITS_GRID and second in second_grid:
             cells[(units, second)].append(t["latency"][i] * 1000.0)
             raw[(units, second)].append(
-                {c: t[c][i] for c in ("batch_size", "isl", "num_heads", "num_key_value_heads", "step", "latency")}
+                {
+                    c: t[c][i]
+                    for c in (
+                        "batch_size",
+                        "isl",
+                        "num_heads",
+                        "num_key_value_heads",
+                        "step",
+                        "latency",
+                    )
+                }
             )
     us = [u for u in UNITS_GRID if any((u, s) in cells for s in second_grid)]
     ss = [s for s in second_grid if any((u, s) in cells for u in us)]
@@ -190,7 +247,12 @@ def _attention(
     for key in ((32, 1024), (64, 4096)) if not generation else ((8, 1024), (64, 4096)):
         if raw.get(key):  # the measured rows of a grid cell, as the parquet holds them
             points.append(
-                {"kind": table, "units": key[0], "second": key[1], "latency_ms": [r["latency"] for r in raw[key]]}
+                {
+                    "kind": table,
+                    "units": key[0],
+                    "second": key[1],
+                    "latency_ms": [r["latency"] for r in raw[key]],
+                }
             )
     return {first: us, "head_dim": HEAD_DIM, "second": ss, "latency_us": lat}, filled, points
 
@@ -204,7 +266,7 @@ def derive(data: Path) -> dict[str, Any]:
         if not gemm_dirs:
             continue
         engine, version, gpath = gemm_dirs[0]
-        gemm, gemm_filled, points, device = _gemm(gpath)
+        gemm, (gemm_filled, gemm_enveloped), points, device = _gemm(gpath)
         doc: dict[str, Any] = {
             "id": f"{PACKAGE} {VERSION}: {folder} {engine} {version}",
             "gpu": folder,
@@ -221,6 +283,7 @@ def derive(data: Path) -> dict[str, Any]:
                     "engine_version": version,
                     "collection_meta": _meta(gpath),
                     "filled_cells": gemm_filled,
+                    "enveloped_cells": gemm_enveloped,
                 },
             },
             "units": "latency_us: microseconds per call on one GPU",
@@ -228,8 +291,12 @@ def derive(data: Path) -> dict[str, Any]:
         }
         if attn_dirs:
             a_engine, a_version, apath = attn_dirs[0]
-            ctx, ctx_filled, p1 = _attention(apath, "context_attention_perf", "batch_heads", ISL_GRID)
-            gen, gen_filled, p2 = _attention(apath, "generation_attention_perf", "batch_kv_heads", CONTEXT_GRID)
+            ctx, ctx_filled, p1 = _attention(
+                apath, "context_attention_perf", "batch_heads", ISL_GRID
+            )
+            gen, gen_filled, p2 = _attention(
+                apath, "generation_attention_perf", "batch_kv_heads", CONTEXT_GRID
+            )
             doc["context_attention"] = ctx
             doc["generation_attention"] = gen
             doc["provenance"]["attention"] = {
@@ -247,7 +314,9 @@ def derive(data: Path) -> dict[str, Any]:
         OUT.mkdir(parents=True, exist_ok=True)
         (OUT / f"{name}.json").write_text(json.dumps(doc, separators=(",", ":")) + "\n", "utf-8")
         fixture[name] = points
-        print(f"{name}: {folder} gemm {engine} {version}, filled {gemm_filled}; attention {attn_dirs[0][:2] if attn_dirs else None}")
+        print(
+            f"{name}: {folder} gemm {engine} {version}, filled {gemm_filled}, enveloped {gemm_enveloped}; attention {attn_dirs[0][:2] if attn_dirs else None}"
+        )
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     FIXTURE.write_text(json.dumps(fixture, indent=1, sort_keys=True) + "\n", "utf-8")
     return fixture
@@ -255,7 +324,11 @@ def derive(data: Path) -> dict[str, Any]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=Path("/tmp/aic/core") / INSIDE.split("/", 1)[0] / "systems" / "data")
+    p.add_argument(
+        "--data",
+        type=Path,
+        default=Path("/tmp/aic/core") / INSIDE.split("/", 1)[0] / "systems" / "data",
+    )
     derive(p.parse_args().data)
 
 

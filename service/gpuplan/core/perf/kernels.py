@@ -24,12 +24,21 @@ import json
 import math
 from functools import cache, lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 
-
 KernelSource = Literal["measured", "roofline"]
+
+
+class RatesLike(Protocol):
+    """What :func:`kernels_used` reads of :class:`gpuplan.core.perf.step.Rates`."""
+
+    @property
+    def kernel_table(self) -> str | None: ...
+
+    @property
+    def kernel_source(self) -> KernelSource: ...
 
 
 class Grid:
@@ -158,9 +167,22 @@ def table_for(gpu_id: str) -> KernelTable | None:
 
 @lru_cache(maxsize=65536)
 def gemm_seconds(table: str, dtype: str, m: float, n: float, k: float) -> float:
-    """One ``m x k`` by ``k x n`` GEMM on the GPU of ``table`` (a catalog id)."""
+    """One ``m x k`` by ``k x n`` GEMM on the GPU of ``table`` (a catalog id).
+
+    Multilinear interpolation is separable, so the ``n, k`` plane is interpolated once
+    per shape (:func:`_m_curve`) and each ``m`` then costs one interval of that curve: a
+    search meets few shapes but many row counts."""
+    curve = _m_curve(table, dtype, n, k)
+    return curve.seconds((m,), (1.0,))
+
+
+@lru_cache(maxsize=4096)
+def _m_curve(table: str, dtype: str, n: float, k: float) -> Grid:
+    """The latency of ``n x k`` GEMMs at every measured ``m`` (roofline past the plane's
+    edges already applied)."""
     grid = kernel_tables()[table].gemm[dtype]
-    return grid.seconds((m, n, k), (1.0, 1.0, 1.0))
+    ms = grid.axes[0]
+    return Grid([ms], [grid.seconds((m, n, k), (1.0, 1.0, 1.0)) * 1e6 for m in ms])
 
 
 @lru_cache(maxsize=65536)
@@ -181,3 +203,56 @@ def generation_attention_seconds(
     grid = kernel_tables()[table].generation_attention
     assert grid is not None
     return grid.seconds((batch * kv_heads, context), (1.0, 1.0)) * head_dim / HEAD_DIM
+
+
+Gemm = tuple[float, float, float]
+"""One GEMM of a model: (how many a pass runs, ``n``, ``k``); ``m`` is the pass's rows."""
+
+
+def model_gemms(
+    *, hidden: int, kv_width: int, mlp_width: int, vocab: int, tensor: int, layers: int
+) -> tuple[Gemm, ...]:
+    """The GEMMs of a decoder's pass on one GPU: each layer's QKV projection, attention
+    output, MLP up (with its gate: the active MLP width) and down, and the output head,
+    the weights split by tensor parallelism (column-parallel ``n``, row-parallel ``k``)."""
+    t = tensor
+    shapes = [
+        (layers, (hidden + 2 * kv_width) / t, hidden),
+        (layers, hidden, hidden / t),
+        (layers, mlp_width / t, hidden),
+        (layers, hidden, mlp_width / t),
+    ]
+    if vocab:
+        shapes.append((1, vocab / t, hidden))
+    return tuple((c, float(round(n)), float(round(k))) for c, n, k in shapes if n >= 1 and k >= 1)
+
+
+@lru_cache(maxsize=16384)
+def gemm_rate(table: str, dtype: str, m: int, gemms: tuple[Gemm, ...], gradients: int) -> float:
+    """FLOP/s the ``gemms`` over ``m`` rows reach by the measured table: the forward
+    alone (``gradients`` 0, serving), with the input's gradient (1: a frozen base), or
+    with the weight's too (2: training). Each backward GEMM is timed as the forward's
+    with the transposed shape: the input's gradient ``dX = dY·Wᵀ`` as ``m x k`` over
+    ``n``, the weight's ``dW = Xᵀ·dY`` as ``n x k`` over ``m`` rows: the same work."""
+    if dtype not in kernel_tables()[table].gemm:
+        dtype = "bf16"
+    flops = seconds = 0.0
+    for count, n, k in gemms:
+        once = gemm_seconds(table, dtype, m, n, k)
+        if gradients >= 1:
+            once += gemm_seconds(table, dtype, m, k, n)
+        if gradients >= 2:
+            once += gemm_seconds(table, dtype, n, k, m)
+        seconds += count * once
+        flops += count * 2 * (1 + gradients) * m * n * k
+    return flops / seconds
+
+
+def kernels_used(rates: "RatesLike", timed_by_shape: bool) -> tuple[KernelSource, str | None]:
+    """What an answer says timed its GEMMs and attention, and the table's provenance id:
+    ``measured`` where the GPU's rates carry a table and the model's shapes are known
+    (``timed_by_shape``), else ``roofline``."""
+    table = rates.kernel_table
+    if rates.kernel_source == "measured" and table is not None and timed_by_shape:
+        return "measured", kernel_tables()[table].id
+    return "roofline", None

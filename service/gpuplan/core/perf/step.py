@@ -28,8 +28,9 @@ from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
     KernelSource,
     context_attention_seconds,
-    gemm_seconds,
+    gemm_rate,
     kernel_tables,
+    model_gemms,
 )
 from gpuplan.core.record import Record
 
@@ -80,6 +81,10 @@ class StepShape(Record, kw_only=True):
     ``fp8_param_gather``)."""
 
     compile: bool
+    head_dim: int = 0
+    """Size of one attention head; 0 where a measured attention table cannot time the
+    attention (multi-head latent attention, an unknown model)."""
+
     vocab_size: int = 0
     """The output head's width (0: no head, or unknown); its GEMM is timed with the
     layers' from a measured kernel table."""
@@ -261,8 +266,13 @@ def micro_batch(
                 math.inf if shape.vision else local_tokens,
             )
         )
-    if measured and shape.causal_skip and shape.num_heads > 0 and attention > 0:
-        attention_s = _measured_attention_seconds(shape, lay, rates, layers)
+    timed = (
+        _measured_attention_seconds(shape, lay, rates, layers)
+        if measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
+        else None
+    )
+    if timed is not None:
+        attention_s = timed
     else:
         attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
     traffic = 0.0
@@ -286,61 +296,44 @@ def micro_batch(
     )
 
 
-def _measured_gemm_rate(
-    shape: StepShape, lay: Parallelism, rates: Rates, tokens: float
-) -> float:
+def _measured_gemm_rate(shape: StepShape, lay: Parallelism, rates: Rates, tokens: float) -> float:
     """FLOP/s the model's GEMMs reach on one GPU by the measured table, forward and
-    backward: each layer's QKV, output projection, MLP up (and gate: the active MLP
-    width) and down, and the output head, over ``tokens`` rows, the weights split by
-    tensor parallelism. The backward is timed as its two GEMMs of the forward's work
-    with the transposed shapes (the input's gradient ``m x n x k``, the weight's
-    ``n x m`` over ``k = m`` rows: ``dW = Xᵀ·dY``); a frozen base computes only the first.
-    The rate, not a sum of times, is what is returned: it times every matmul FLOP of the
-    model (experts and unusual projections included) at the rate of its typical shapes,
-    and scaled by the share of the isolated kernel's speed a training step realizes
-    (``kernels.measured_kernel_share``, fitted: clocks under sustained load, gaps)."""
+    backward (:func:`gpuplan.core.perf.kernels.gemm_rate`: the backward as the forward's
+    two transposed GEMMs, the input's gradient only for a frozen base) over ``tokens``
+    rows. It is a rate, not a sum of times: every matmul FLOP of the model (experts and
+    unusual projections included) runs at the rate of its typical shapes, scaled by the
+    share of an isolated kernel's speed a training step realizes
+    (``kernels.measured_kernel_share``, fitted: clocks under sustained load, gaps,
+    dispatch)."""
     table = rates.kernel_table
     assert table is not None
-    dtype = "fp8" if rates.fp8 and "fp8" in kernel_tables()[table].gemm else "bf16"
-    t, h = lay.tensor, shape.hidden_size
-    m = max(round(tokens), 1)
-    layers = -(-shape.num_layers // lay.pipeline)
-    shapes = [
-        (layers, (h + 2 * shape.kv_width) / t, h),
-        (layers, h, h / t),
-        (layers, shape.mlp_width / t, h),
-        (layers, h, shape.mlp_width / t),
-    ]
-    if shape.vocab_size:
-        shapes.append((1, shape.vocab_size / t, h))
-    flops = seconds = 0.0
-    for count, n, k in shapes:
-        if n <= 0 or k <= 0:
-            continue
-        n, k = round(n), round(k)
-        once = gemm_seconds(table, dtype, m, n, k) + gemm_seconds(table, dtype, m, k, n)
-        if not shape.frozen_base:
-            once += gemm_seconds(table, dtype, n, k, m)
-        seconds += count * once
-        flops += count * (4 if shape.frozen_base else 6) * m * n * k
-    return flops / seconds * rates.kernels.measured_kernel_share
+    gemms = model_gemms(
+        hidden=shape.hidden_size,
+        kv_width=shape.kv_width,
+        mlp_width=shape.mlp_width,
+        vocab=shape.vocab_size,
+        tensor=lay.tensor,
+        layers=-(-shape.num_layers // lay.pipeline),
+    )
+    dtype = "fp8" if rates.fp8 else "bf16"
+    rate = gemm_rate(table, dtype, max(round(tokens), 1), gemms, 1 if shape.frozen_base else 2)
+    return rate * rates.kernels.measured_kernel_share
 
 
 def _measured_attention_seconds(
     shape: StepShape, lay: Parallelism, rates: Rates, layers: int
-) -> float:
+) -> float | None:
     """Fused causal attention of one micro-batch by the measured prefill table: the
     forward of each layer's heads (split by tensor parallelism), and the backward at
     twice it (its two matmuls per forward one, as the FLOPs count), context
-    parallelism splitting the work."""
+    parallelism splitting the work. None: the table measured no attention."""
     table = rates.kernel_table
     assert table is not None
     if kernel_tables()[table].context_attention is None:
-        raise ValueError(f"kernel table {table} has no attention")
+        return None
     heads = max(shape.num_heads / lay.tensor, 1.0)
-    head_dim = shape.hidden_size / shape.num_heads
     forward = context_attention_seconds(
-        table, float(shape.batch_size), float(shape.seq), heads, head_dim
+        table, float(shape.batch_size), float(shape.seq), heads, float(shape.head_dim)
     )
     return 3 * layers * forward / lay.context / rates.kernels.measured_kernel_share
 

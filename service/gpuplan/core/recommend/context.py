@@ -101,6 +101,8 @@ def _kernel_table(gpu: GpuSpec, job: Job, precision: str) -> str | None:
     measurement of the GPU sets its rate (that measurement is then what the job runs at)."""
     if precision not in ("bf16", "fp16", "fp8") or gpu.id in job.measured:
         return None
+    if job.kind == "inference" and job.workload.weight_quantization not in (None, "none"):
+        return None  # weight-only quantized GEMMs read fewer bytes than the 16-bit ones measured
     return gpu.id if table_for(gpu.id) is not None else None
 
 

@@ -289,6 +289,7 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         kv_width=job.kv_width,
         num_layers=arch.num_layers if arch else 1,
         num_heads=arch.num_heads if arch else 0,
+        head_dim=arch.head_dim if arch and arch.mla is None else 0,
         vocab_size=(arch.vocab_size or 0) if arch else 0,
         moe_layers=job.moe_layers,
         experts_per_token=job.experts_per_token,
