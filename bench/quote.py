@@ -804,6 +804,26 @@ def _cv() -> dict[str, Any]:
     return dict(results("speed_cv.json"))
 
 
+@figure("kernels.tables")
+def _kernels_tables() -> str:
+    """The measured kernel tables the package ships (core/perf/data/kernels, written by
+    bench/kernels/derive.py): which GPUs, from which collection."""
+    folder = ROOT / "service" / "gpuplan" / "core" / "perf" / "data" / "kernels"
+    rows = [
+        "| catalog GPU | device as collected | engine | GEMM dtypes | cells filled / enveloped |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for path in sorted(folder.glob("*.json")):
+        t = json.loads(path.read_text("utf-8"))
+        g = t["provenance"]["gemm"]
+        rows.append(
+            f"| {', '.join(f'`{i}`' for i in t['catalog_ids'])} | {t['device']} | "
+            f"{g['engine']} {g['engine_version']} | {', '.join(t['gemm'])} | "
+            f"{g['filled_cells']} / {g['enveloped_cells']} |"
+        )
+    return "\n".join(rows)
+
+
 @figure("speed_cv.constants")
 def _speed_cv_constants() -> str:
     return f"{len(_cv()['fitted_constants'])} fitted constants"

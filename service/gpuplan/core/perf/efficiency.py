@@ -93,6 +93,11 @@ class Kernels(Record, kw_only=True):
     """Bytes the optimizer step reads and writes per trainable parameter (Adam: fp32
     master, two moments, the gradient, the 16-bit copy)."""
 
+    measured_kernel_share: Fraction = 1.0
+    """Share of a measured kernel table's speed (GEMMs and attention timed alone, on an
+    idle GPU: :mod:`gpuplan.core.perf.kernels`) that a training step realizes: clocks
+    under sustained power, gaps between kernels, the framework's dispatch. Fitted."""
+
     verified: bool
     source: str
 

@@ -26,6 +26,13 @@ from typing import Literal, NamedTuple
 
 from gpuplan.core.perf.comm import Link, all_reduce_seconds
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
+from gpuplan.core.perf.kernels import (
+    context_attention_seconds,
+    gemm_rate,
+    generation_attention_seconds,
+    kernel_tables,
+    model_gemms,
+)
 from gpuplan.core.perf.step import Rates, gemm_efficiency
 from gpuplan.core.record import Record
 
@@ -54,6 +61,17 @@ class ServeShape(Record, kw_only=True):
     token_budget: int
     """Tokens one engine step takes at most, decodes and prompt chunks together
     (vLLM's ``max_num_batched_tokens``)."""
+
+    num_heads: int = 0
+    kv_width: int = 0
+    """Key (or value) width per token: KV heads x head size."""
+
+    head_dim: int = 0
+    """0: attention is not timed from a measured table (MLA, an unknown model)."""
+
+    vocab_size: int = 0
+    kv_cache_16bit: bool = False
+    """The KV cache is held in 16 bits, as the measured decode attention read it."""
 
 
 class Replica(NamedTuple):
@@ -133,8 +151,72 @@ def step_seconds(
         )
     message = (decode + prompt) * shape.hidden_size * shape.activation_bytes
     comm = shape.num_layers * 2 * all_reduce_seconds(message, tp, r.link)
+    bound: Bound = "memory" if weights + kv >= gemm + attention else "compute"
+    if rates.kernel_source == "measured" and shape.hidden_size > 0:
+        gemm, kv, attention = _measured(
+            shape,
+            r,
+            decode=decode,
+            rows=chunk + decode if prompt > 0 else decode,
+            prompt=prompt,
+            context=context,
+            roofline=(kv, attention),
+        )
     seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
-    return seconds, "memory" if weights + kv >= gemm + attention else "compute"
+    return seconds, bound
+
+
+def _measured(
+    shape: ServeShape,
+    r: Replica,
+    *,
+    decode: int,
+    rows: float,
+    prompt: float,
+    context: float,
+    roofline: tuple[float, float],
+) -> tuple[float, float, float]:
+    """(GEMMs, decode attention, prompt attention) of one engine step from the measured
+    kernel table: the GEMMs over the step's rows (forward only; a skinny decode GEMM's
+    measured time is its weight reads, so the weights still bound it), each decoding
+    sequence's attention over its mean context from the generation table (where the KV
+    cache is 16-bit, as measured), the prompt tokens' causal attention from the prefill
+    table as their share of whole prompts. Each at the share of the isolated kernels'
+    speed a real step realizes (``kernels.measured_kernel_share``, fitted with the
+    training runs: serving engines launch, schedule and synchronize between kernels as
+    trainers do). ``roofline``: the decode and prompt attention of the roofline model,
+    kept where the table cannot time them."""
+    rates, tp = r.rates, r.tp
+    table = rates.kernel_table
+    assert table is not None
+    share = rates.kernels.measured_kernel_share
+    kv, attention = roofline
+    s = shape.prompt_tokens
+    gemms = model_gemms(
+        hidden=shape.hidden_size,
+        kv_width=shape.kv_width,
+        mlp_width=shape.mlp_width,
+        vocab=shape.vocab_size,
+        tensor=tp,
+        layers=shape.num_layers,
+    )
+    rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
+    gemm = 2 * (decode + prompt) * sum(c * n * k for c, n, k in gemms) / (rate * share)
+    measured = kernel_tables()[table]
+    if shape.head_dim > 0 and shape.num_heads > 0:
+        heads = max(shape.num_heads / tp, 1.0)
+        kv_heads = max(shape.kv_width / shape.head_dim / tp, 1.0)
+        if decode > 0 and shape.kv_cache_16bit and measured.generation_attention is not None:
+            one = generation_attention_seconds(
+                table, float(decode), context, kv_heads, float(shape.head_dim)
+            )
+            kv = shape.num_layers * one / share
+        if prompt > 0 and s > 0 and shape.causal_skip and measured.context_attention is not None:
+            one = context_attention_seconds(
+                table, prompt / s, float(s), heads, float(shape.head_dim)
+            )
+            attention = shape.num_layers * one / share
+    return gemm, kv, attention
 
 
 def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> float:

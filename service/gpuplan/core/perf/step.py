@@ -25,6 +25,13 @@ from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
+from gpuplan.core.perf.kernels import (
+    KernelSource,
+    context_attention_seconds,
+    gemm_rate,
+    kernel_tables,
+    model_gemms,
+)
 from gpuplan.core.record import Record
 
 
@@ -74,6 +81,14 @@ class StepShape(Record, kw_only=True):
     ``fp8_param_gather``)."""
 
     compile: bool
+    head_dim: int = 0
+    """Size of one attention head; 0 where a measured attention table cannot time the
+    attention (multi-head latent attention, an unknown model)."""
+
+    vocab_size: int = 0
+    """The output head's width (0: no head, or unknown); its GEMM is timed with the
+    layers' from a measured kernel table."""
+
     vision: bool = False
     """A convolutional model: matmuls only, at the vision share of the GEMM efficiency."""
 
@@ -127,6 +142,14 @@ class Rates(Record, kw_only=True):
     """A request's ``efficiency.mfu``: model FLOPs run at ``peak · mfu``, replacing the
     kernel model (recompute, communication and the bubble are still added)."""
 
+    kernel_table: str | None = None
+    """Catalog id of the measured kernel table that times this GPU's GEMMs and attention
+    (:mod:`gpuplan.core.perf.kernels`); None: the roofline-and-efficiency model."""
+
+    @property
+    def kernel_source(self) -> KernelSource:
+        return "measured" if self.kernel_table is not None and self.mfu is None else "roofline"
+
 
 class Step(Record, kw_only=True):
     """One optimizer step on every rank."""
@@ -147,6 +170,12 @@ class Step(Record, kw_only=True):
     model_flops_per_token: float
     mfu: float
     """Model FLOPs of the step / (seconds x GPUs x matmul peak)."""
+
+    kernel_source: KernelSource = "roofline"
+    """What timed the GEMMs and attention (:attr:`MicroBatch.measured`)."""
+
+    kernel_table: str | None = None
+    """The measured table's provenance id, with ``kernel_source: measured``."""
 
 
 def gemm_efficiency(r: Rates, width: float, tokens: float) -> float:
@@ -172,6 +201,9 @@ class MicroBatch(NamedTuple):
     forward_gemm_share: float = 1 / 3
     """Share of the GEMM time that is forward: 2N of 6N, or 2N of 4N with a frozen base
     (LoRA computes no weight gradients for it)."""
+
+    measured: bool = False
+    """The GEMMs (and fused attention) were timed from a measured kernel table."""
 
     @property
     def compute_s(self) -> float:
@@ -221,16 +253,28 @@ def micro_batch(
             weights + attention, weights / rate, attention / rate, 0.0, 0.0, forward_share
         )
     gen, k = rates.generation, rates.kernels
-    gemm = weights / (
-        rates.peak_flops
-        * gemm_efficiency(
-            # A convolution's GEMM rows are the batch times every output pixel.
-            rates,
-            shape.hidden_size / lay.tensor,
-            math.inf if shape.vision else local_tokens,
+    measured = rates.kernel_source == "measured" and not shape.vision and shape.hidden_size > 0
+    if measured:
+        gemm = weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
+    else:
+        gemm = weights / (
+            rates.peak_flops
+            * gemm_efficiency(
+                # A convolution's GEMM rows are the batch times every output pixel.
+                rates,
+                shape.hidden_size / lay.tensor,
+                math.inf if shape.vision else local_tokens,
+            )
         )
+    timed = (
+        _measured_attention_seconds(shape, lay, rates, layers)
+        if measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
+        else None
     )
-    attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
+    if timed is not None:
+        attention_s = timed
+    else:
+        attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
     traffic = 0.0
     if not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
@@ -247,7 +291,51 @@ def micro_batch(
     if shape.compile:
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
     elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
-    return MicroBatch(weights + attention, gemm, attention_s, elementwise, launch, forward_share)
+    return MicroBatch(
+        weights + attention, gemm, attention_s, elementwise, launch, forward_share, measured
+    )
+
+
+def _measured_gemm_rate(shape: StepShape, lay: Parallelism, rates: Rates, tokens: float) -> float:
+    """FLOP/s the model's GEMMs reach on one GPU by the measured table, forward and
+    backward (:func:`gpuplan.core.perf.kernels.gemm_rate`: the backward as the forward's
+    two transposed GEMMs, the input's gradient only for a frozen base) over ``tokens``
+    rows. It is a rate, not a sum of times: every matmul FLOP of the model (experts and
+    unusual projections included) runs at the rate of its typical shapes, scaled by the
+    share of an isolated kernel's speed a training step realizes
+    (``kernels.measured_kernel_share``, fitted: clocks under sustained load, gaps,
+    dispatch)."""
+    table = rates.kernel_table
+    assert table is not None
+    gemms = model_gemms(
+        hidden=shape.hidden_size,
+        kv_width=shape.kv_width,
+        mlp_width=shape.mlp_width,
+        vocab=shape.vocab_size,
+        tensor=lay.tensor,
+        layers=-(-shape.num_layers // lay.pipeline),
+    )
+    dtype = "fp8" if rates.fp8 else "bf16"
+    rate = gemm_rate(table, dtype, max(round(tokens), 1), gemms, 1 if shape.frozen_base else 2)
+    return rate * rates.kernels.measured_kernel_share
+
+
+def _measured_attention_seconds(
+    shape: StepShape, lay: Parallelism, rates: Rates, layers: int
+) -> float | None:
+    """Fused causal attention of one micro-batch by the measured prefill table: the
+    forward of each layer's heads (split by tensor parallelism), and the backward at
+    twice it (its two matmuls per forward one, as the FLOPs count), context
+    parallelism splitting the work. None: the table measured no attention."""
+    table = rates.kernel_table
+    assert table is not None
+    if kernel_tables()[table].context_attention is None:
+        return None
+    heads = max(shape.num_heads / lay.tensor, 1.0)
+    forward = context_attention_seconds(
+        table, float(shape.batch_size), float(shape.seq), heads, float(shape.head_dim)
+    )
+    return 3 * layers * forward / lay.context / rates.kernels.measured_kernel_share
 
 
 def _micro_comm(
@@ -344,6 +432,12 @@ def training_step(
         optimizer_s=optimizer,
         model_flops_per_token=model_flops / tokens,
         mfu=model_flops / (seconds * gpus * rates.peak_flops),
+        kernel_source="measured" if micro.measured else "roofline",
+        kernel_table=(
+            kernel_tables()[rates.kernel_table].id
+            if micro.measured and rates.kernel_table is not None
+            else None
+        ),
     )
 
 

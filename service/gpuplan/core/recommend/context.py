@@ -6,6 +6,7 @@ from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.perf.comm import Link, group_link
 from gpuplan.core.perf.cost import on_prem_usd_per_gpu_hour
 from gpuplan.core.perf.efficiency import efficiency_data, generation
+from gpuplan.core.perf.kernels import table_for
 from gpuplan.core.perf.speed import Rate, achieved_rate
 from gpuplan.core.perf.step import Rates
 from gpuplan.core.recommend.job import Job
@@ -64,6 +65,7 @@ def gpu_context(
             kernels=data.kernels,
             vision_factor=data.vision.mfu_factor if job.vision else 1.0,
             mfu=request_mfu,
+            kernel_table=_kernel_table(gpu, job, rate.precision),
         )
     mbu = request_mbu if request_mbu is not None else gen.decode_bandwidth_efficiency
     reasons: list[str] = []
@@ -91,6 +93,17 @@ def gpu_context(
         reasons=reasons,
         unverified=unverified,
     )
+
+
+def _kernel_table(gpu: GpuSpec, job: Job, precision: str) -> str | None:
+    """The measured kernel table that times this GPU's GEMMs and attention: where one
+    covers it, for the 16-bit and fp8 paths it measured, and not when the fleet's own
+    measurement of the GPU sets its rate (that measurement is then what the job runs at)."""
+    if precision not in ("bf16", "fp16", "fp8") or gpu.id in job.measured:
+        return None
+    if job.kind == "inference" and job.workload.weight_quantization not in (None, "none"):
+        return None  # weight-only quantized GEMMs read fewer bytes than the 16-bit ones measured
+    return gpu.id if table_for(gpu.id) is not None else None
 
 
 def _price(gpu: GpuSpec, job: Job, c: Constraints) -> tuple[PriceUsed | None, str | None, str]:

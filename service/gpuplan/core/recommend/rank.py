@@ -276,6 +276,8 @@ def _recommendation(
         latency=p.latency,
         launch=p.launch,
         source=p.source,  # type: ignore[arg-type]
+        kernel_source=p.kernel_source,  # type: ignore[arg-type]
+        kernel_table=p.kernel_table,
         score=None if score is None else score if p.fits and p.admissible else 0.0,
         reasons=reasons,
         breaches=p.breaches,

@@ -562,6 +562,18 @@ class Candidate(Record, kw_only=True):
     source: Literal["catalog", "measured"] = "catalog"
     """Where the FLOP/s came from: datasheet peak × MFU, or the fleet's measurement × MFU."""
 
+    kernel_source: Literal["measured", "roofline"] | None = None
+    """What timed the GEMMs and attention: ``measured``, a kernel table measured on this
+    GPU (NVIDIA AIConfigurator's data, interpolated; ``kernel_table`` names it), or
+    ``roofline``, the datasheet peak at the GPU generation's fitted efficiencies (GPUs
+    without a table, fp32 and weight-only quantized paths, vision models, a request's
+    ``efficiency.mfu``). None for a plan that was not timed."""
+
+    kernel_table: str | None = None
+    """With ``kernel_source: measured``: the table's provenance id (package, version, GPU,
+    engine and engine version; the file and its collection metadata are in
+    ``gpuplan/core/perf/data/kernels``)."""
+
     score: float | None
     """Objective score in [0, 1]: 1 for the best plan; 0 when it misses a constraint (or
     does not fit). None under ``cheapest`` and ``balanced`` for a plan with no price on

@@ -18,6 +18,7 @@ from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.response import Measures
 from gpuplan.core.memory.schema import EstimateResponse, Workload
 from gpuplan.core.perf.efficiency import efficiency_data
+from gpuplan.core.perf.kernels import kernels_used
 from gpuplan.core.perf.serve import Replica, Served, ServeShape, budget_concurrency, serve
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import (
@@ -432,6 +433,12 @@ def serve_option(
         weights_bytes=memory.weights_bytes,
         kv_bytes_per_token=memory.per_token_bytes,
         token_budget=memory.token_budget,
+        num_heads=arch.num_heads if arch else 0,
+        kv_width=job.kv_width,
+        head_dim=arch.head_dim if arch and arch.mla is None else 0,
+        vocab_size=(arch.vocab_size or 0) if arch else 0,
+        kv_cache_16bit=w.kv_cache_dtype in ("bf16", "fp16")
+        or (w.kv_cache_dtype == "auto" and w.precision in ("bf16", "fp16", "fp8")),
     )
     replica = Replica(tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link)
     spec = engine_spec(iv.engine)
@@ -513,6 +520,7 @@ def serve_option(
         f"TPOT {s.time_per_output_token_s * 1000:.1f} ms; decode is {s.bound}-bound"
         + (f" (tensor parallel over {link.kind})" if tp > 1 else "")
     )
+    kernel_source, kernel_id = kernels_used(ctx.rates, arch is not None)
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     breaches += layout_breaches(gpu, count, c)
     if replicas < needed and job.requests_per_second and fits:
@@ -586,6 +594,8 @@ def serve_option(
             model=job.model_path,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
+        kernel_source=kernel_source,
+        kernel_table=kernel_id,
         reasons=reasons,
         breaches=breaches,
         unverified=ctx.unverified,

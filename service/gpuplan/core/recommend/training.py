@@ -289,6 +289,8 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         kv_width=job.kv_width,
         num_layers=arch.num_layers if arch else 1,
         num_heads=arch.num_heads if arch else 0,
+        head_dim=arch.head_dim if arch and arch.mla is None else 0,
+        vocab_size=(arch.vocab_size or 0) if arch else 0,
         moe_layers=job.moe_layers,
         experts_per_token=job.experts_per_token,
         activation_bytes=4 if w.precision == "fp32" else 2,
@@ -746,6 +748,8 @@ def _option(
             optimizer_s=step.optimizer_s,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
+        kernel_source=step.kernel_source,
+        kernel_table=step.kernel_table,
         reasons=[
             *ctx.reasons,
             describe(layout) if describe else describe_layout(layout, ctx.gpu, c),
