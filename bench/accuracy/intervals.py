@@ -64,6 +64,7 @@ def rows() -> list[dict[str, Any]]:
             {
                 "id": case["id"],
                 "source": case["source_id"],
+                "corpus_regime": case["regime"],
                 "measure": FIGURE_OF[case["measure"]],
                 **memory_regime(request.workload),
                 "gpus": p.data * p.tensor * p.pipeline * p.context,
@@ -97,40 +98,112 @@ def table(chosen: list[dict[str, Any]]) -> ResidualTable:
     )
 
 
-def judge(chosen: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each case's interval from the other sources' residuals; how the intervals hold."""
-    covered, overshoot, low = 0, [], 0
+def _interval(r: dict[str, Any], residuals: list[dict[str, Any]]) -> tuple[float, float]:
+    """The case's 90% interval (in bytes of its own measure) drawn from ``residuals`` by
+    the service's rule: its regimes' spreads (``memory_spread``), nested as the service
+    nests the three figures."""
+    regime = {a: r[a] for a in AXES if a != "measure"}
+    t = table(residuals)
+    f = {name: bounds(memory_spread(t, name, regime), COVERAGE) for name in FIGURES}
+    peak, reserved, device = r["figures"]
+    nested = figure_intervals(peak, reserved, device, f)[r["measure"]]
+    # As a factor of the case's own figure (optimum's differs from device_bytes).
+    index = FIGURES.index(r["measure"])
+    lo, hi = (end / r["figures"][index] for end in nested)
+    return r["estimated"] * lo, r["estimated"] * hi
+
+
+def judge(chosen: list[dict[str, Any]], *, in_sample: bool = False) -> dict[str, Any]:
+    """Each case's interval and how the intervals hold. Cross-validated (the default):
+    from the other sources' residuals only, so no residual of the case's own publication
+    shapes its interval. ``in_sample``: from every residual, its own included (what the
+    shipped residuals.toml gives the same request), reported beside it, labelled."""
+    key = "in_sample" if in_sample else "cv"
     for r in chosen:
-        others = [o for o in chosen if o["source"] != r["source"]]
-        regime = {a: r[a] for a in AXES if a != "measure"}
-        t = table(others)
-        f = {name: bounds(memory_spread(t, name, regime), COVERAGE) for name in FIGURES}
-        peak, reserved, device = r["figures"]
-        nested = figure_intervals(peak, reserved, device, f)[r["measure"]]
-        # As a factor of the case's own figure (optimum's differs from device_bytes).
-        index = FIGURES.index(r["measure"])
-        lo, hi = (end / r["figures"][index] for end in nested)
-        high = r["estimated"] * hi
-        r["interval_low"], r["interval_high"] = r["estimated"] * lo, high
-        r["covered"] = high >= r["measured"]
-        covered += r["covered"]
-        overshoot.append(high / r["measured"] - 1)
-        low += r["error"] < -0.05
+        residuals = chosen if in_sample else [o for o in chosen if o["source"] != r["source"]]
+        low, high = _interval(r, residuals)
+        r[f"{key}_interval_low"], r[f"{key}_interval_high"] = low, high
+        r[f"{key}_covered"] = high >= r["measured"]
+    return judged(chosen, key)
+
+
+def judged(chosen: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The issue-33 figures of ``chosen`` under the intervals ``key`` wrote: median error,
+    the point more than 5% low, the high end at or above the measure and its overshoot."""
     n = len(chosen)
+    covered = sum(r[f"{key}_covered"] for r in chosen)
+    low = sum(r["error"] < -0.05 for r in chosen)
     return {
         "coverage": COVERAGE,
         "cases": n,
+        "sources": len({r["source"] for r in chosen}),
+        "median_abs_error": statistics.median(abs(r["error"]) for r in chosen),
+        "median_error": statistics.median(r["error"] for r in chosen),
         "high_at_or_above_measure": covered,
         "share_covered": covered / n,
-        "median_overshoot": statistics.median(overshoot),
+        "median_overshoot": statistics.median(
+            r[f"{key}_interval_high"] / r["measured"] - 1 for r in chosen
+        ),
         "point_more_than_5pct_low": low,
         "share_more_than_5pct_low": low / n,
     }
 
 
+def quantile(values: list[float], p: float) -> float:
+    """The ``p`` quantile of ``values``, linear between order statistics."""
+    xs = sorted(values)
+    k = (len(xs) - 1) * p
+    lo = math.floor(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+EMPIRICAL_MIN_RUNS = 10
+"""The alternative below falls back to every other source's residuals when the case's
+measure has fewer than this many (a modelling choice, not fitted)."""
+
+
+def empirical_alternative(chosen: list[dict[str, Any]]) -> dict[str, Any]:
+    """A construction the service does not ship, judged the same way, for comparison: the
+    high end is the estimate times the 95th percentile of measured / estimated among the
+    other sources' residuals of the case's measure (never below 1), instead of a split
+    normal whose spreads a few far-low cases inflate for every regime. Leave-one-source-out
+    like the shipped judge; no residual of the case's own publication is used."""
+    covered, overshoot = 0, []
+    for r in chosen:
+        others = [o for o in chosen if o["source"] != r["source"]]
+        same = [o for o in others if o["measure"] == r["measure"]]
+        pool = same if len(same) >= EMPIRICAL_MIN_RUNS else others
+        under = [-math.log1p(o["error"]) for o in pool]
+        high = r["estimated"] * math.exp(max(0.0, quantile(under, (1 + COVERAGE) / 2)))
+        covered += high >= r["measured"]
+        overshoot.append(high / r["measured"] - 1)
+    return {
+        "construction": "empirical 95th percentile of measured/estimated by measure, "
+        "leave-one-source-out (not what the service ships)",
+        "cases": len(chosen),
+        "share_covered": covered / len(chosen),
+        "median_overshoot": statistics.median(overshoot),
+    }
+
+
+TARGETS = {
+    "median_abs_error": 0.05,
+    "share_more_than_5pct_low": 0.10,
+    "share_covered": 0.90,
+    "median_overshoot": 0.15,
+}
+"""Issue 33's done-when: the median error at most 5%, the point more than 5% low on at
+most 10% of the cases, the high end at or above the measure on at least 90% of them
+with a median overshoot of at most 15%."""
+
+
 def evaluate() -> dict[str, Any]:
     chosen = rows()
     errors = [r["error"] for r in chosen]
+    cv = judge(chosen)
+    in_sample = judge(chosen, in_sample=True)
+    regimes = sorted({r["corpus_regime"] for r in chosen})
     result = {
         "fitted_constants": 0,
         "sources": len({r["source"] for r in chosen}),
@@ -139,7 +212,17 @@ def evaluate() -> dict[str, Any]:
         "median_error": statistics.median(errors),
         "worst_low": min(errors),
         "worst_high": max(errors),
-        "intervals": judge(chosen),
+        "targets": TARGETS,
+        "intervals": cv,
+        "in_sample_intervals": in_sample,
+        "alternative": empirical_alternative(chosen),
+        "by_regime": {
+            g: {
+                "cross_validated": judged([r for r in chosen if r["corpus_regime"] == g], "cv"),
+                "in_sample": judged([r for r in chosen if r["corpus_regime"] == g], "in_sample"),
+            }
+            for g in regimes
+        },
         "rows": chosen,
     }
     return result
@@ -157,26 +240,51 @@ def residuals_toml(chosen: list[dict[str, Any]]) -> str:
     )
 
 
+def _line(name: str, j: dict[str, Any]) -> str:
+    return (
+        f"{name:<40} {j['cases']:>3} {j['sources']:>3} {j['median_abs_error']:>7.1%} "
+        f"{j['share_more_than_5pct_low']:>7.0%} {j['share_covered']:>7.0%} "
+        f"{j['median_overshoot']:>+9.1%}"
+    )
+
+
 def report(result: dict[str, Any]) -> str:
-    lines = [f"{'case':<52} {'figure':<15} {'error':>7} {'90% high / measured':>20}"]
+    lines = [
+        f"{'case':<52} {'figure':<15} {'error':>7} {'90% high / measured (cv, in-sample)':>36}"
+    ]
     for r in result["rows"]:
         lines.append(
             f"{r['id']:<52} {r['measure']:<15} {r['error']:>+7.1%} "
-            f"{r['interval_high'] / r['measured']:>20.3f}"
+            f"{r['cv_interval_high'] / r['measured']:>18.3f} "
+            f"{r['in_sample_interval_high'] / r['measured']:>17.3f}"
         )
-    i = result["intervals"]
+    head = (
+        f"{'':<40} {'n':>3} {'src':>3} {'median':>7} {'>5% low':>7} {'high>=m':>7} {'overshoot':>9}"
+    )
     lines += [
         "",
         f"{result['cases']} cases, {result['sources']} sources, "
-        f"{result['fitted_constants']} fitted constants (leave-one-source-out = direct)",
+        f"{result['fitted_constants']} fitted constants: each point estimate is out of "
+        "sample; the intervals are leave-one-source-out (cv) or from every residual "
+        "(in-sample)",
         f"median abs error {result['median_abs_error']:.1%}, median signed "
         f"{result['median_error']:+.1%}, worst low {result['worst_low']:+.1%}, worst high "
         f"{result['worst_high']:+.1%}",
-        f"90% intervals from the other sources: high at or above the measure on "
-        f"{i['high_at_or_above_measure']} of {i['cases']} ({i['share_covered']:.0%}), median "
-        f"overshoot {i['median_overshoot']:+.1%}; point more than 5% low on "
-        f"{i['point_more_than_5pct_low']} ({i['share_more_than_5pct_low']:.0%})",
+        "targets (issue 33): median <= 5%, >5% low <= 10%, high >= measure >= 90%, "
+        "median overshoot <= 15%",
+        "",
+        head,
+        _line("all, leave-one-source-out", result["intervals"]),
+        _line("all, in-sample", result["in_sample_intervals"]),
     ]
+    for g, j in result["by_regime"].items():
+        lines.append(_line(f"{g}, cv", j["cross_validated"]))
+        lines.append(_line(f"{g}, in-sample", j["in_sample"]))
+    a = result["alternative"]
+    lines.append(
+        f"not shipped, for comparison ({a['construction']}): high >= measure on "
+        f"{a['share_covered']:.0%}, median overshoot {a['median_overshoot']:+.1%}"
+    )
     return "\n".join(lines)
 
 
