@@ -885,6 +885,16 @@ def _memory_intervals_judged() -> str:
     )
 
 
+@figure("memory_intervals.judged_short")
+def _memory_intervals_judged_short() -> str:
+    i = _mi()["intervals"]
+    return (
+        f"its 90% high end at or above the measure on {i['high_at_or_above_measure']} of "
+        f"{i['cases']}, median overshoot {signed(i['median_overshoot'])}, the point more "
+        f"than 5% low on {pct(i['share_more_than_5pct_low'], 0)} of them"
+    )
+
+
 @figure("memory_intervals.alternative")
 def _memory_intervals_alternative() -> str:
     a = _mi()["alternative"]
