@@ -15,7 +15,10 @@ one (0 fitted constants). ``--write`` puts them, grouped by regime
 The intervals are judged honestly: each case's 90% interval is drawn from the other
 sources' residuals only, and the report says how often its high end is at or above the
 measure (target: 90%), by how much it overshoots (median; target at most 15%), and how
-often the point estimate is more than 5% low (target: at most 10% of cases).
+often the point estimate is more than 5% low (target: at most 10% of cases): overall and
+by the corpus's regimes (``regime`` in published.toml), with the in-sample figures (every
+residual, the case's own source's included) beside them, labelled. ``alternative`` judges
+a construction the service does not ship (empirical quantiles), for comparison only.
 """
 
 import argparse
