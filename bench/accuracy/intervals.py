@@ -6,19 +6,22 @@
 
 Every counted published case (bench/accuracy/published.toml: not pending, not excluded)
 whose figure is a peak, a reserve or what nvidia-smi shows is estimated; its residual is
-log(estimated / measured). No constant of the estimator is fitted to these cases, so the
-residuals are out-of-sample as they stand: the leave-one-source-out figure is the direct
-one (0 fitted constants). ``--write`` puts them, grouped by regime
-(:func:`gpuplan.core.memory.regime.memory_regime` and the measured figure), into
-``core/memory/data/residuals.toml``, which the estimate's intervals are drawn from.
+log(estimated / measured), and its ratio measured / estimated. No constant of the
+estimator is fitted to these cases, so the errors are out-of-sample as they stand: the
+leave-one-source-out figure is the direct one (0 fitted constants). ``--write`` puts the
+ratios' finite-sample 5th and 95th percentiles, by measured figure and by regime
+(:func:`gpuplan.core.memory.regime.memory_regime`; :mod:`gpuplan.core.memory.ratios`),
+into ``core/memory/data/residuals.toml``, which the estimate's intervals are drawn from.
 
-The intervals are judged honestly: each case's 90% interval is drawn from the other
-sources' residuals only, and the report says how often its high end is at or above the
+The intervals are judged honestly: each case's 90% interval is the shipped construction
+(:func:`gpuplan.core.memory.intervals.table_factors`, nested as the service nests them)
+applied to percentiles recomputed from the other sources' cases only, and the report says how often its high end is at or above the
 measure (target: 90%), by how much it overshoots (median; target at most 15%), and how
 often the point estimate is more than 5% low (target: at most 10% of cases): overall and
 by the corpus's regimes (``regime`` in published.toml), with the in-sample figures (every
-residual, the case's own source's included) beside them, labelled. ``alternative`` judges
-a construction the service does not ship (empirical quantiles), for comparison only.
+case, the case's own source's included) beside them, labelled. ``alternative`` judges the
+construction the service shipped before (a split normal of the log residuals by regime,
+:mod:`gpuplan.core.uncertainty`), the same way, for comparison only.
 """
 
 import argparse
@@ -28,12 +31,20 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from bench.accuracy.published import cases, figure, request_of
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
-from gpuplan.core.memory.intervals import COVERAGE, FIGURES, figure_intervals, memory_spread
+from gpuplan.core.memory.intervals import (
+    COVERAGE,
+    FIGURES,
+    Figure,
+    figure_intervals,
+    table_factors,
+)
+from gpuplan.core.memory.ratios import QuantileTable, Ratio, build_quantiles, quantiles_toml
 from gpuplan.core.memory.regime import memory_regime
-from gpuplan.core.uncertainty import Residual, ResidualTable, bounds, build_table, tables_toml
+from gpuplan.core.uncertainty import Residual, ResidualTable, bounds, build_table, spread
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "memory_intervals.json"
@@ -82,7 +93,46 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
-def table(chosen: list[dict[str, Any]]) -> ResidualTable:
+WRITTEN_BY = "python -m bench.accuracy.intervals --write"
+METHOD = (
+    "finite-sample 5th/95th percentiles of measured/estimated on the counted published "
+    "cases (none fitted to them)"
+)
+
+
+def quantiles(chosen: list[dict[str, Any]]) -> QuantileTable:
+    """The percentiles the service's intervals are drawn from, over ``chosen``."""
+    ratios = [
+        Ratio(
+            source=r["source"],
+            measure=r["measure"],
+            regime={a: r[a] for a in AXES if a != "measure"},
+            ratio=r["measured"] / r["estimated"],
+        )
+        for r in chosen
+    ]
+    axes = [a for a in AXES if a != "measure"]
+    return build_quantiles(ratios, axes, written_by=WRITTEN_BY, method=METHOD)
+
+
+def _as_own(r: dict[str, Any], f: dict[Figure, tuple[float, float]]) -> tuple[float, float]:
+    """The case's interval (bytes of its own measure) from the figures' factors, nested
+    as the service nests the three figures."""
+    peak, reserved, device = r["figures"]
+    nested = figure_intervals(peak, reserved, device, f)[r["measure"]]
+    # As a factor of the case's own figure (optimum's differs from device_bytes).
+    index = FIGURES.index(r["measure"])
+    lo, hi = (end / r["figures"][index] for end in nested)
+    return r["estimated"] * lo, r["estimated"] * hi
+
+
+def _interval(r: dict[str, Any], others: list[dict[str, Any]]) -> tuple[float, float]:
+    """The case's 90% interval by the service's rule, from the percentiles of ``others``."""
+    regime = {a: r[a] for a in AXES if a != "measure"}
+    return _as_own(r, table_factors(quantiles(others), regime))
+
+
+def _residual_table(chosen: list[dict[str, Any]]) -> ResidualTable:
     residuals = [
         Residual(
             source=r["source"],
@@ -92,39 +142,35 @@ def table(chosen: list[dict[str, Any]]) -> ResidualTable:
         )
         for r in chosen
     ]
-    return build_table(
-        residuals,
-        AXES,
-        measure="memory",
-        written_by="python -m bench.accuracy.intervals --write",
-        method="the estimator's residuals on the counted published cases (none fitted to them)",
-    )
+    return build_table(residuals, AXES, measure="memory", written_by="", method="")
 
 
-def _interval(r: dict[str, Any], residuals: list[dict[str, Any]]) -> tuple[float, float]:
-    """The case's 90% interval (in bytes of its own measure) drawn from ``residuals`` by
-    the service's rule: its regimes' spreads (``memory_spread``), nested as the service
-    nests the three figures."""
+def _split_normal_interval(r: dict[str, Any], others: list[dict[str, Any]]) -> tuple[float, float]:
+    """The construction shipped before: a split normal of the log residuals by regime,
+    each regime shrunk to the pooled with 4 runs' weight, the mean not credited where it
+    says the estimate runs high, widened for each regime outside the corpus."""
     regime = {a: r[a] for a in AXES if a != "measure"}
-    t = table(residuals)
-    f = {name: bounds(memory_spread(t, name, regime), COVERAGE) for name in FIGURES}
-    peak, reserved, device = r["figures"]
-    nested = figure_intervals(peak, reserved, device, f)[r["measure"]]
-    # As a factor of the case's own figure (optimum's differs from device_bytes).
-    index = FIGURES.index(r["measure"])
-    lo, hi = (end / r["figures"][index] for end in nested)
-    return r["estimated"] * lo, r["estimated"] * hi
+    t = _residual_table(others)
+    known = {(g.axis, g.name) for g in t.groups}
+    f: dict[Figure, tuple[float, float]] = {}
+    for name in FIGURES:
+        full = {"measure": name, **regime}
+        outside = [f"{a} {n}" for a, n in full.items() if (a, n) not in known]
+        s = spread(t, full, outside)
+        s = msgspec.structs.replace(s, mean_log_error=min(0.0, s.mean_log_error))
+        f[name] = bounds(s, COVERAGE)
+    return _as_own(r, f)
 
 
 def judge(chosen: list[dict[str, Any]], *, in_sample: bool = False) -> dict[str, Any]:
     """Each case's interval and how the intervals hold. Cross-validated (the default):
-    from the other sources' residuals only, so no residual of the case's own publication
-    shapes its interval. ``in_sample``: from every residual, its own included (what the
-    shipped residuals.toml gives the same request), reported beside it, labelled."""
+    from the other sources' cases only, so no case of its own publication shapes its
+    interval. ``in_sample``: from every case, its own included (what the shipped
+    residuals.toml gives the same request), reported beside it, labelled."""
     key = "in_sample" if in_sample else "cv"
     for r in chosen:
-        residuals = chosen if in_sample else [o for o in chosen if o["source"] != r["source"]]
-        low, high = _interval(r, residuals)
+        others = chosen if in_sample else [o for o in chosen if o["source"] != r["source"]]
+        low, high = _interval(r, others)
         r[f"{key}_interval_low"], r[f"{key}_interval_high"] = low, high
         r[f"{key}_covered"] = high >= r["measured"]
     return judged(chosen, key)
@@ -152,42 +198,38 @@ def judged(chosen: list[dict[str, Any]], key: str) -> dict[str, Any]:
     }
 
 
-def quantile(values: list[float], p: float) -> float:
-    """The ``p`` quantile of ``values``, linear between order statistics."""
-    xs = sorted(values)
-    k = (len(xs) - 1) * p
-    lo = math.floor(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-
-EMPIRICAL_MIN_RUNS = 10
-"""The alternative below falls back to every other source's residuals when the case's
-measure has fewer than this many (a modelling choice, not fitted)."""
-
-
-def empirical_alternative(chosen: list[dict[str, Any]]) -> dict[str, Any]:
-    """A construction the service does not ship, judged the same way, for comparison: the
-    high end is the estimate times the 95th percentile of measured / estimated among the
-    other sources' residuals of the case's measure (never below 1), instead of a split
-    normal whose spreads a few far-low cases inflate for every regime. Leave-one-source-out
-    like the shipped judge; no residual of the case's own publication is used."""
-    covered, overshoot = 0, []
+def split_normal_alternative(chosen: list[dict[str, Any]]) -> dict[str, Any]:
+    """The construction the service shipped before (``_split_normal_interval``), judged
+    leave-one-source-out like the shipped one, for comparison: no case of the case's own
+    publication shapes its interval."""
     for r in chosen:
         others = [o for o in chosen if o["source"] != r["source"]]
-        same = [o for o in others if o["measure"] == r["measure"]]
-        pool = same if len(same) >= EMPIRICAL_MIN_RUNS else others
-        under = [-math.log1p(o["error"]) for o in pool]
-        high = r["estimated"] * math.exp(max(0.0, quantile(under, (1 + COVERAGE) / 2)))
-        covered += high >= r["measured"]
-        overshoot.append(high / r["measured"] - 1)
+        r["alt_interval_low"], r["alt_interval_high"] = _split_normal_interval(r, others)
+        r["alt_covered"] = r["alt_interval_high"] >= r["measured"]
+    j = judged(chosen, "alt")
+    for r in chosen:
+        for k in ("alt_interval_low", "alt_interval_high", "alt_covered"):
+            del r[k]
     return {
-        "construction": "empirical 95th percentile of measured/estimated by measure, "
+        "construction": "split normal of log residuals by regime (shipped before), "
         "leave-one-source-out (not what the service ships)",
-        "cases": len(chosen),
-        "share_covered": covered / len(chosen),
-        "median_overshoot": statistics.median(overshoot),
+        **j,
     }
+
+
+def headroom_by_regime(chosen: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """What ``required_bytes`` adds to ``device_bytes`` (``headroom_fraction``: the nested
+    high end of the device's interval over its estimate, less 1) on the corpus's cases,
+    lowest and highest per regime, from the shipped percentiles."""
+    t = quantiles(chosen)
+    seen: dict[str, list[float]] = {}
+    for r in chosen:
+        key = [r[a] for a in AXES if a != "measure"]
+        regime = dict(zip([a for a in AXES if a != "measure"], key, strict=True))
+        peak, reserved, device = r["figures"]
+        high = figure_intervals(peak, reserved, device, table_factors(t, regime))
+        seen.setdefault("/".join(key), []).append(high["device_bytes"][1] / device - 1)
+    return {k: [round(min(v), 4), round(max(v), 4)] for k, v in sorted(seen.items())}
 
 
 TARGETS = {
@@ -218,7 +260,8 @@ def evaluate() -> dict[str, Any]:
         "targets": TARGETS,
         "intervals": cv,
         "in_sample_intervals": in_sample,
-        "alternative": empirical_alternative(chosen),
+        "alternative": split_normal_alternative(chosen),
+        "device_headroom_by_regime": headroom_by_regime(chosen),
         "by_regime": {
             g: {
                 "cross_validated": judged([r for r in chosen if r["corpus_regime"] == g], "cv"),
@@ -232,13 +275,15 @@ def evaluate() -> dict[str, Any]:
 
 
 def residuals_toml(chosen: list[dict[str, Any]]) -> str:
-    return tables_toml(
-        [table(chosen)],
+    return quantiles_toml(
+        quantiles(chosen),
         [
-            "Residuals of the memory estimate on the published real-GPU cases: what its",
-            "intervals and required_bytes are drawn from (core/memory/intervals.py). Written by",
-            "`python -m bench.accuracy.intervals --write`; do not edit. A residual is",
-            "log(estimated / measured); no constant of the estimator is fitted to these cases.",
+            "Percentiles of measured / estimated of the memory estimate on the published",
+            "real-GPU cases: what its intervals and required_bytes are drawn from",
+            "(core/memory/intervals.py, core/memory/ratios.py). Written by",
+            "`python -m bench.accuracy.intervals --write`; do not edit. No constant of the",
+            "estimator is fitted to these cases. low_ratio / high_ratio: the",
+            "floor((n+1)*0.05)-th / ceil((n+1)*0.95)-th smallest ratio (omitted below 19 cases).",
         ],
     )
 
