@@ -880,7 +880,7 @@ def _memory_intervals_judged() -> str:
         f"overshoot is {signed(i['median_overshoot'])} (target: at most 15%); the point "
         f"estimate is more than 5% low on {i['point_more_than_5pct_low']} of them "
         f"({pct(i['share_more_than_5pct_low'], 0)}; target: at most 10%). In-sample (every "
-        f"residual, the case's own publication's included): {s['high_at_or_above_measure']} "
+        f"case, the case's own publication's included): {s['high_at_or_above_measure']} "
         f"of {s['cases']}, overshoot {signed(s['median_overshoot'])}"
     )
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
 from bench.accuracy.published import cases, figure, request_of
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate

@@ -116,7 +116,9 @@ def _factors(regime: tuple[tuple[str, str], ...]) -> dict[Figure, tuple[float, f
     return table_factors(quantile_table(), dict(regime))
 
 
-def table_factors(table: QuantileTable, regime: dict[str, str]) -> dict[Figure, tuple[float, float]]:
+def table_factors(
+    table: QuantileTable, regime: dict[str, str]
+) -> dict[Figure, tuple[float, float]]:
     """(low, high) factors of measured / estimated at 90%, per figure, from ``table``:
     what the service gives a job of ``regime`` and the bench judges without a source."""
     out: dict[Figure, tuple[float, float]] = {}
@@ -141,7 +143,7 @@ def figure_intervals(
 ) -> dict[Figure, tuple[int, int]]:
     """The three figures' intervals from their factors, made to nest: the reserve holds
     the peak and the cache, the device the reserve and what lies outside the allocator
-    (each figure's residuals come from other cases, so their ends need not agree)."""
+    (each figure's percentiles come from other cases, so their ends need not agree)."""
     peak_i = byte_bounds(peak, f["peak_bytes"])
     reserved_i = byte_bounds(reserved, f["reserved_bytes"])
     device_i = byte_bounds(device, f["device_bytes"])

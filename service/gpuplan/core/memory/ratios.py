@@ -133,7 +133,5 @@ def quantiles_toml(table: QuantileTable, header: Sequence[str]) -> str:
     lines += [_line(f, getattr(table, f)) for f in table.__struct_fields__ if f != "groups"]
     for g in table.groups:
         lines += ["", "[[groups]]"]
-        lines += [
-            _line(f, getattr(g, f)) for f in g.__struct_fields__ if getattr(g, f) is not None
-        ]
+        lines += [_line(f, getattr(g, f)) for f in g.__struct_fields__ if getattr(g, f) is not None]
     return "\n".join(lines) + "\n"
