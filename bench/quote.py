@@ -984,13 +984,56 @@ def _memory_intervals_errors() -> str:
 
 @figure("memory_intervals.judged")
 def _memory_intervals_judged() -> str:
+    r = _mi()
+    i, s = r["intervals"], r["in_sample_intervals"]
+    return (
+        f"Leave-one-source-out, the high end is at or above the measure on "
+        f"{i['high_at_or_above_measure']} of {i['cases']} cases (target: 90%); its median "
+        f"overshoot is {signed(i['median_overshoot'])} (target: at most 15%); the point "
+        f"estimate is more than 5% low on {i['point_more_than_5pct_low']} of them "
+        f"({pct(i['share_more_than_5pct_low'], 0)}; target: at most 10%). In-sample (every "
+        f"case, the case's own publication's included): {s['high_at_or_above_measure']} "
+        f"of {s['cases']}, overshoot {signed(s['median_overshoot'])}"
+    )
+
+
+@figure("memory_intervals.judged_short")
+def _memory_intervals_judged_short() -> str:
     i = _mi()["intervals"]
     return (
-        f"The high end is at or above the measure on {i['high_at_or_above_measure']} of "
-        f"{i['cases']} cases (target: 90%); its median overshoot is {signed(i['median_overshoot'])} "
-        f"(target: at most 15%); the point estimate is more than 5% low on "
-        f"{i['point_more_than_5pct_low']} of them"
+        f"its 90% high end at or above the measure on {i['high_at_or_above_measure']} of "
+        f"{i['cases']}, median overshoot {signed(i['median_overshoot'])}, the point more "
+        f"than 5% low on {pct(i['share_more_than_5pct_low'], 0)} of them"
     )
+
+
+@figure("memory_intervals.alternative")
+def _memory_intervals_alternative() -> str:
+    a = _mi()["alternative"]
+    return (
+        f"the high end at or above the measure on {pct(a['share_covered'], 0)} of the cases, "
+        f"median overshoot {signed(a['median_overshoot'])}"
+    )
+
+
+@figure("memory_intervals.by_regime")
+def _memory_intervals_by_regime() -> str:
+    r = _mi()
+    lines = [
+        "| regime | cases | sources | median error | >5% low | high ≥ measure | "
+        "median overshoot (cv) | overshoot in-sample |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    groups = [("all", r["intervals"], r["in_sample_intervals"])] + [
+        (g, j["cross_validated"], j["in_sample"]) for g, j in r["by_regime"].items()
+    ]
+    for name, cv, ins in groups:
+        lines.append(
+            f"| {name} | {cv['cases']} | {cv['sources']} | {pct(cv['median_abs_error'])} | "
+            f"{pct(cv['share_more_than_5pct_low'], 0)} | {pct(cv['share_covered'], 0)} | "
+            f"{signed(cv['median_overshoot'])} | {signed(ins['median_overshoot'])} |"
+        )
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------

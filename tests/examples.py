@@ -274,9 +274,6 @@ def record() -> dict[str, Example]:
 
     prefix = f"gpuplan-examples:{uuid.uuid4().hex}:"
     redis_url = "redis://127.0.0.1:6379/0"
-    publish_snapshots(
-        redis_url, prefix, snapshot("node-a"), snapshot("node-b", fixture="a100-pcie-mig")
-    )
     plain = Settings(answer_cache_bytes=0)
     fleet = Settings(answer_cache_bytes=0, redis_url=redis_url, fleet_key_prefix=prefix)
     jobs_prefix = f"gpuplan-examples:{uuid.uuid4().hex}:jobs:"
@@ -286,6 +283,11 @@ def record() -> dict[str, Example]:
     found = {}
     try:
         paths = _job_paths(redis_url, jobs_prefix)
+        # After the trace job, which can outlast the snapshots' 30 s time to live on a
+        # loaded machine (the live fleet's examples then answer 404).
+        publish_snapshots(
+            redis_url, prefix, snapshot("node-a"), snapshot("node-b", fixture="a100-pcie-mig")
+        )
         with (
             TestClient(create_app(plain)) as pure,
             TestClient(create_app(fleet)) as live,

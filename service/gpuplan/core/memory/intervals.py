@@ -1,19 +1,25 @@
 """How sure a memory estimate is, and what "fits" then means.
 
 The published real-GPU figures of ``bench/accuracy/published.toml`` are the estimator's
-ground truth; no constant of the estimator is fitted to them, so their residuals,
-r = log(estimated / measured), are out-of-sample as they stand. ``python -m
-bench.accuracy.intervals --write`` groups them by regime (which figure was measured, the
-job's mode, how it is split over GPUs, quantized weights or not) into
-``data/residuals.toml``; each estimate draws its 90% intervals from the residuals of its
-own regimes (:mod:`gpuplan.core.uncertainty`), widened for each regime the corpus never
-measured.
+ground truth; no constant of the estimator is fitted to them, so their ratios measured /
+estimated are out-of-sample as they stand. ``python -m bench.accuracy.intervals --write``
+puts their finite-sample 5th and 95th percentiles (:mod:`gpuplan.core.memory.ratios`),
+by measured figure and by regime, into ``data/residuals.toml``. An estimate's 90%
+interval of a figure is then, as factors of the estimate:
 
-One asymmetry, on purpose: a regime whose estimates ran *high* in the corpus does not pull
-the interval down. The corpus's over-estimates are no evidence that another job of that
-regime will not run higher than estimated (held-out checks found the opposite in places),
-and the side that matters is the one that ends in an out-of-memory error. A regime that
-ran low pushes the interval up.
+- the figure's own percentiles (those of every case where the figure has fewer than the
+  19 cases a 95% order statistic needs);
+- for each regime axis (mode, split, quantization), the percentile of that figure's cases
+  of the job's regime where there are at least 19 of them, pulled towards the figure's
+  with ``PRIOR_CASES`` cases' weight; the axes' ends are averaged (in log);
+- widened once for each regime no published case has, by the pooled ends in quadrature.
+
+Two asymmetries, on purpose. A regime whose estimates ran *high* does not pull the
+interval down (nor one that ran low pull its low end up): the corpus's over-estimates are
+no evidence that another job of that regime will not run higher than estimated (held-out
+checks found the opposite in places), and the side that matters is the one that ends in
+an out-of-memory error; a regime that ran low pushes the high end up. And the interval
+holds the estimate: the high end is never below it, the low end never above it.
 
 ``required_bytes`` is the high end of ``device_bytes``'s 90% interval: the 95th percentile
 of what ``nvidia-smi`` will show. A job "fits" when that is within the GPU's usable memory,
@@ -24,54 +30,102 @@ import math
 import tomllib
 from functools import cache
 from importlib import resources
+from statistics import fmean
 from typing import Literal
 
 import msgspec
 
 from gpuplan.core.errors import DataError
+from gpuplan.core.memory.ratios import QuantileGroup, QuantileTable
 from gpuplan.core.memory.regime import memory_regime
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.record import Record
-from gpuplan.core.uncertainty import ResidualTable, Spread, bounds, spread
 
 COVERAGE = 0.9
 """The estimate's intervals: 90% (5th to 95th percentile); the high end is the 95% one-sided
 bound ``required_bytes`` stands on."""
 
+PRIOR_CASES = 20.0
+"""How many cases' weight the figure's percentile carries against a regime's (a modelling
+choice, not fitted: a regime of 20 cases, about the least with a 95% order statistic, has
+half the say)."""
+
 Figure = Literal["peak_bytes", "reserved_bytes", "device_bytes"]
 FIGURES: tuple[Figure, ...] = ("peak_bytes", "reserved_bytes", "device_bytes")
 
 
-class _ResidualFile(Record):
-    table: list[ResidualTable]
-
-
 @cache
-def residual_table() -> ResidualTable:
+def quantile_table() -> QuantileTable:
     raw = resources.files("gpuplan.core.memory.data").joinpath("residuals.toml").read_text()
     try:
-        (table,) = msgspec.convert(tomllib.loads(raw), _ResidualFile).table
-    except (tomllib.TOMLDecodeError, msgspec.ValidationError, ValueError) as exc:
+        table = msgspec.convert(tomllib.loads(raw), QuantileTable)
+    except (tomllib.TOMLDecodeError, msgspec.ValidationError) as exc:
         raise DataError(f"core/memory/data/residuals.toml: {exc}") from exc
+    if not any(g.measure == "all" and g.high_ratio and g.low_ratio for g in table.groups):
+        raise DataError("core/memory/data/residuals.toml: no pooled percentiles")
     return table
 
 
-def memory_spread(table: ResidualTable, figure: Figure, regime: dict[str, str]) -> Spread:
-    """The residual distribution of ``figure`` in ``regime`` (:func:`memory_regime`): its
-    regimes' spread, widened once for each regime no published case has (a quantization,
-    a framework or a split the corpus never measured), and their mean only where it says
-    the estimate runs low (module docstring)."""
-    known = {(g.axis, g.name) for g in table.groups}
+def _find(table: QuantileTable, measure: str, axis: str, name: str) -> QuantileGroup | None:
+    return next(
+        (g for g in table.groups if (g.measure, g.axis, g.name) == (measure, axis, name)), None
+    )
+
+
+def _ends(g: QuantileGroup | None) -> tuple[float, float] | None:
+    """A group's (low, high) in log, where it has both."""
+    if g is None or g.low_ratio is None or g.high_ratio is None:
+        return None
+    return math.log(g.low_ratio), math.log(g.high_ratio)
+
+
+def outside_corpus(table: QuantileTable, figure: Figure, regime: dict[str, str]) -> list[str]:
+    """The regimes of the request no published case has (a quantization, a split…)."""
+    known = {(g.axis, g.name) for g in table.groups if g.axis != "all"}
+    known |= {("measure", g.measure) for g in table.groups if g.axis == "all"}
     full = {"measure": figure, **regime}
-    outside = [f"no published case of {a} {n}" for a, n in full.items() if (a, n) not in known]
-    s = spread(table, full, outside)
-    return msgspec.structs.replace(s, mean_log_error=min(0.0, s.mean_log_error))
+    return [f"no published case of {a} {n}" for a, n in full.items() if (a, n) not in known]
+
+
+def log_bounds(table: QuantileTable, figure: Figure, regime: dict[str, str]) -> tuple[float, float]:
+    """(low, high) of log(measured / estimated) at 90% for ``figure`` in ``regime``
+    (module docstring)."""
+    pooled = _ends(_find(table, "all", "all", "all"))
+    assert pooled is not None  # quantile_table checked it
+    base = _ends(_find(table, figure, "all", "all")) or pooled
+    lows, highs = [], []
+    for axis, name in regime.items():
+        g = _find(table, figure, axis, name)
+        own = _ends(g)
+        if g is None or own is None:
+            lows.append(base[0])
+            highs.append(base[1])
+            continue
+        w = g.cases / (g.cases + PRIOR_CASES)
+        lows.append(min(base[0], w * own[0] + (1 - w) * base[0]))
+        highs.append(max(base[1], w * own[1] + (1 - w) * base[1]))
+    low = min(0.0, fmean(lows) if lows else base[0])
+    high = max(0.0, fmean(highs) if highs else base[1])
+    wider = len(outside_corpus(table, figure, regime))
+    low = -math.sqrt(low**2 + wider * min(0.0, pooled[0]) ** 2)
+    high = math.sqrt(high**2 + wider * max(0.0, pooled[1]) ** 2)
+    return low, high
 
 
 @cache
 def _factors(regime: tuple[tuple[str, str], ...]) -> dict[Figure, tuple[float, float]]:
-    table = residual_table()
-    return {f: bounds(memory_spread(table, f, dict(regime)), COVERAGE) for f in FIGURES}
+    return table_factors(quantile_table(), dict(regime))
+
+
+def table_factors(
+    table: QuantileTable, regime: dict[str, str]
+) -> dict[Figure, tuple[float, float]]:
+    """(low, high) factors of measured / estimated at 90%, per figure, from ``table``:
+    what the service gives a job of ``regime`` and the bench judges without a source."""
+    out: dict[Figure, tuple[float, float]] = {}
+    for f in FIGURES:
+        low, high = log_bounds(table, f, regime)
+        out[f] = (math.exp(low), math.exp(high))
+    return out
 
 
 def factors(workload: Workload) -> dict[Figure, tuple[float, float]]:
@@ -89,7 +143,7 @@ def figure_intervals(
 ) -> dict[Figure, tuple[int, int]]:
     """The three figures' intervals from their factors, made to nest: the reserve holds
     the peak and the cache, the device the reserve and what lies outside the allocator
-    (each figure's residuals come from other cases, so their ends need not agree)."""
+    (each figure's percentiles come from other cases, so their ends need not agree)."""
     peak_i = byte_bounds(peak, f["peak_bytes"])
     reserved_i = byte_bounds(reserved, f["reserved_bytes"])
     device_i = byte_bounds(device, f["device_bytes"])
