@@ -1,13 +1,19 @@
 """Latency under load: the queueing model of the engine (core/perf/queueing.py), the
 SLO search it drives, and the fields that carry it through the API."""
 
+import json
 import math
 from typing import Any
 
 from bench.serving.queue_sim import simulate
+from click.testing import CliRunner
 from litestar import Litestar
 from litestar.testing import TestClient
 
+from gpuplan.cli import main
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.ci import CiPlan, check
+from gpuplan.core.convert import convert
 from gpuplan.core.perf.queueing import (
     Scheduler,
     StepTable,
@@ -144,3 +150,30 @@ def test_bad_slo_names_the_field(client: TestClient[Litestar]) -> None:
     batch = _body({"ttft_p95_s": 1})
     batch["workload"]["batch_size"] = 8
     problem_at(client.post(PATH, json=batch), "$.inference.slo")
+
+
+def test_the_cli_flags_and_a_plan_file_carry_the_slo() -> None:
+    args = ["recommend", "--model", "llama-3.1-8b", "--mode", "inference", "--seq-len", "1024",
+            "--output-tokens", "256", "--requests-per-second", "20", "--include", "h100-sxm5-80gb",
+            "--format", "json"]  # fmt: skip
+    loose = json.loads(CliRunner().invoke(main, args).output)["recommendations"][0]
+    result = CliRunner().invoke(main, [*args, "--slo-tpot-p95-s", "0.012"])
+    assert result.exit_code == 0, result.output
+    tight = json.loads(result.output)["recommendations"][0]
+    assert tight["latency"]["limited_by"] == "slo.tpot_p95_s"
+    assert tight["latency"]["concurrency"] < loose["latency"]["concurrency"]
+    assert tight["latency"]["under_load"]["time_per_output_token_s"]["p95"] <= 0.012
+    bad = CliRunner().invoke(main, [*args, "--slo-ttft-p95-s", "0"])
+    assert bad.exit_code == 2
+    assert "$.inference.slo.ttft_p95_s" in bad.output
+    # A plan file is a recommendation request: the SLO sizes the plan it checks.
+    plan = {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 1024, "max_new_tokens": 256},
+        "inference": {"requests_per_second": 20, "slo": {"tpot_p95_s": 0.012}},
+        "constraints": {"include": ["h100-sxm5-80gb"]},
+        "targets": {"max_cost_usd": 1e9},
+    }
+    report = check(convert(plan, CiPlan), builtin_catalog())
+    assert report.recommendations[0].latency is not None
+    assert report.recommendations[0].latency.limited_by == "slo.tpot_p95_s"

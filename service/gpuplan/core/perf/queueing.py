@@ -113,6 +113,18 @@ class StepTable:
         self.ns = sorted({0, sched.cap // 4, sched.cap // 2, sched.cap})
         self.decode_s = [step(n, 0.0) for n in self.ns]
         self.chunk_s = [step(n, self.chunk_tokens(n)) for n in self.ns]
+        self._points: dict[float, tuple[float, float, float, int]] = {}
+
+    def point(self, n: float) -> tuple[float, float, float, int]:
+        """At ``n`` decodes, in one look-up: the decode step, the chunk step, what a
+        prompt token adds, and the steps of one prompt (memoized: a search asks again)."""
+        hit = self._points.get(n)
+        if hit is None:
+            decode, chunk, tokens = self.decode(n), self.chunk(n), self.chunk_tokens(n)
+            per_token = max(chunk - decode, 0.0) / tokens
+            chunks = math.ceil(self.sched.prompt_tokens / tokens)
+            hit = self._points[n] = (decode, chunk, per_token, chunks)
+        return hit
 
     def chunk_tokens(self, n: float) -> float:
         """Prompt tokens a prompt-carrying step holds beside ``n`` decodes."""
@@ -138,18 +150,19 @@ class StepTable:
 
     def per_prompt_token(self, n: float) -> float:
         """What a prompt token adds to the steps beside ``n`` decodes."""
-        return max(self.chunk(n) - self.decode(n), 0.0) / self.chunk_tokens(n)
+        return self.point(n)[2]
 
     def chunks(self, n: float) -> int:
         """Steps one prompt takes beside ``n`` decodes."""
-        return math.ceil(self.sched.prompt_tokens / self.chunk_tokens(n))
+        return self.point(n)[3]
 
     def mean_step(self, n: float, rate: float) -> float:
         """The mean step beside ``n`` decodes while prompts arrive at ``rate``: a share
         ``f`` of the steps carries a chunk, so that ``f x chunk / step = rate x s``;
         ``inf`` when the prompts alone outrun the steps."""
-        busy = rate * self.sched.prompt_tokens * self.per_prompt_token(n)
-        return self.decode(n) / (1 - busy) if busy < 1 else math.inf
+        decode, _, per_token, _ = self.point(n)
+        busy = rate * self.sched.prompt_tokens * per_token
+        return decode / (1 - busy) if busy < 1 else math.inf
 
 
 def saturation_rate(steps: StepTable) -> float:
@@ -189,7 +202,8 @@ def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
     """How long one request holds a slot at occupancy ``n``: its prompt's chunks and its
     output's decode steps (the last chunk yields the first token)."""
     o = steps.sched.output_tokens
-    return steps.chunks(n) * steps.chunk(n) + (o - 1) * steps.mean_step(n, rate)
+    _, chunk, _, chunks = steps.point(n)
+    return chunks * chunk + (o - 1) * steps.mean_step(n, rate)
 
 
 def _occupancy(steps: StepTable, rate: float) -> float:
@@ -204,10 +218,10 @@ def _occupancy(steps: StepTable, rate: float) -> float:
     g_low, g_high = gap(low), gap(high)
     if g_high >= 0:
         return cap
-    for _ in range(4):
+    for _ in range(3):
         m = low + (high - low) * g_low / (g_low - g_high)
         g = gap(m)
-        if abs(g) < 1e-3:
+        if abs(g) < 1e-2 * max(m, 1.0):
             return m
         if g > 0:
             low, g_low = m, g
@@ -246,14 +260,15 @@ def under_load(steps: StepTable, rate: float) -> LoadPoint:
         n = min(max(m + _NORMAL.inv_cdf(level) * math.sqrt(m), 0.0), cap - 1.0)
         n = cap - 1.0 if full else n
         # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
-        prefill = steps.chunks(n) * steps.chunk(n)
+        decode, chunk, _, chunks = steps.point(n)
+        prefill = chunks * chunk
         rho = min(rate * prefill, 0.999)
         prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
         admit = _tail_wait(wait_p, admit_mean, tail)
         ahead = _tail_wait(rho, prefill_mean, tail)
         # The heavier of the two waits at this tail, and the other one's mean.
         waits = admit + rho * prefill_mean if admit >= ahead else ahead + wait_p * admit_mean
-        residual = (1 - rho) * steps.decode(n + 1) / 2
+        residual = (1 - rho) * decode / 2
         ttft.append(prefill + residual + waits)
         # TPOT: the mean step over the request's life, at its occupancy's quantile, and
         # the prompts that arrive in that life (Poisson) each adding their chunk steps.

@@ -7,6 +7,7 @@ more than keep the latency targets. More sequences per replica means fewer repli
 (the weights are read once per step for all of them) until the step turns compute-bound.
 """
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -423,7 +424,8 @@ def _scale(
         needed, load = queue.replicas(needed)
     # A replica that does not fit is shown alone: how many it would take says nothing.
     replicas = given or (_allowed_replicas(needed, tp, c) if fits else 1)
-    if queue is not None and rate and (load is None or replicas != needed):
+    # A plan that does not fit has no load to speak of.
+    if queue is not None and rate and fits and (load is None or replicas != needed):
         load = under_load(queue.steps, rate / replicas)
     return replicas, needed, load
 
@@ -442,7 +444,10 @@ class _Queue:
             output_tokens=max(job.output_tokens, 1),
         )
 
-        self.steps = StepTable(self._step, self.sched)
+    @functools.cached_property
+    def steps(self) -> StepTable:
+        """The step function tabulated, built only for a plan under a rate or an SLO."""
+        return StepTable(self._step, self.sched)
 
     def _step(self, n: float, p: float) -> float:
         """The speed model's engine step (the same function the saturated plan uses)."""
