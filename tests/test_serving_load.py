@@ -3,6 +3,7 @@ SLO search it drives, and the fields that carry it through the API."""
 
 import json
 import math
+import re
 from typing import Any
 
 from bench.serving.queue_sim import simulate
@@ -163,6 +164,11 @@ def test_the_cli_flags_and_a_plan_file_carry_the_slo() -> None:
     assert tight["latency"]["limited_by"] == "slo.tpot_p95_s"
     assert tight["latency"]["concurrency"] < loose["latency"]["concurrency"]
     assert tight["latency"]["under_load"]["time_per_output_token_s"]["p95"] <= 0.012
+    table = CliRunner().invoke(main, args[:-2])
+    assert re.search(
+        r"\n  under load \([0-9.]+ requests/s per replica, Poisson\): TTFT p50/p95/p99 \d",
+        table.output,
+    )
     bad = CliRunner().invoke(main, [*args, "--slo-ttft-p95-s", "0"])
     assert bad.exit_code == 2
     assert "$.inference.slo.ttft_p95_s" in bad.output
