@@ -1380,6 +1380,98 @@ def _answer_disaggregation() -> str:
     return "\n".join(rows)
 
 
+@figure("queue_model.table")
+def _queue_model_table() -> str:
+    """Model vs simulation of every case and load (bench/serving/queue_sim.py)."""
+    r = results("queue_model.json")
+    rows = [
+        "| plan | load | TTFT p50 / p95 / p99 (model vs simulation) | TPOT p50 / p95 / p99 (model vs simulation) |",
+        "| --- | ---: | --- | --- |",
+    ]
+    for x in r["rows"]:
+        cells = []
+        for figure_name, scale, unit in (("ttft_s", 1.0, "s"), ("tpot_s", 1e3, "ms")):
+            cells.append(
+                " / ".join(
+                    f"{x[f'{figure_name}_{q}_model'] * scale:.3g} vs {x[f'{figure_name}_{q}_sim'] * scale:.3g}"
+                    for q in ("p50", "p95", "p99")
+                )
+                + f" {unit}"
+            )
+        rows.append(f"| {x['case']} (cap {x['cap']}) | {x['load']:.0%} | {cells[0]} | {cells[1]} |")
+    return "\n".join(rows)
+
+
+@figure("queue_model.summary")
+def _queue_model_summary() -> str:
+    """Median absolute error of each percentile over the grid, all loads and up to 90%."""
+    r = results("queue_model.json")
+    rows = [
+        "| figure | p50 | p95 | p99 |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
+        for scope, words in (("all", "all loads"), ("within_90", "loads up to 90%")):
+            cells = []
+            for q in ("p50", "p95", "p99"):
+                s = r["summary"][f"{name}_{q}"]
+                value = (
+                    s["median_abs_error"] if scope == "all" else s["within_90"]["median_abs_error"]
+                )
+                cells.append(pct(value, 0))
+            rows.append(f"| {label}, median abs. error, {words} | " + " | ".join(cells) + " |")
+        worst = [
+            pct(r["summary"][f"{name}_{q}"]["max_abs_error"], 0) for q in ("p50", "p95", "p99")
+        ]
+        rows.append(f"| {label}, worst | " + " | ".join(worst) + " |")
+    return (
+        "\n".join(rows)
+        + f"\n\n{r['requests']:,} simulated requests per point (seed {r['seed']}), the first 10% dropped."
+    )
+
+
+SERVING_LOAD: dict[str, Any] = {
+    "model": {"name": "llama-3.1-70b"},
+    "workload": {"mode": "inference", "sequence_length": 2048, "max_new_tokens": 512},
+    "inference": {"requests_per_second": 5},
+    "constraints": {"include": ["h100-sxm5-80gb"]},
+    "objective": "cheapest",
+    "limit": 1,
+}
+"""docs/serving.md's worked example: Llama 3.1 70B at 5 requests/s on H100s, by target."""
+
+
+@figure("answer.serving_load")
+def _answer_serving_load() -> str:
+    import msgspec
+
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    rows = [
+        "| `inference.slo` | replicas x TP | `--max-num-seqs` | in flight | TTFT p50 / p95 / p99 | TPOT p50 / p95 / p99 | one replica within the SLO |",
+        "| --- | ---: | ---: | ---: | --- | --- | ---: |",
+    ]
+    for slo in (None, {"ttft_p95_s": 1.0}, {"ttft_p95_s": 0.6, "tpot_p95_s": 0.04}):
+        iv = {**SERVING_LOAD["inference"], **({"slo": slo} if slo else {})}
+        body = {**SERVING_LOAD, "inference": iv}
+        c = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog()).recommendations[0]
+        assert c.latency is not None
+        assert c.layout is not None
+        assert c.latency.under_load is not None
+        u = c.latency.under_load
+        ft, fp = u.time_to_first_token_s, u.time_per_output_token_s
+        within = c.latency.max_requests_per_s_within_slo
+        rows.append(
+            f"| {json.dumps(slo) if slo else 'none'} | {c.layout.data} x {c.layout.tensor} "
+            f"| {c.latency.concurrency} | {u.mean_in_flight:.0f} "
+            f"| {ft.p50 * 1e3:.0f} / {ft.p95 * 1e3:.0f} / {ft.p99 * 1e3:.0f} ms "
+            f"| {fp.p50 * 1e3:.1f} / {fp.p95 * 1e3:.1f} / {fp.p99 * 1e3:.1f} ms "
+            f"| {f'{within:.2f} requests/s' if within is not None else '-'} |"
+        )
+    return "\n".join(rows)
+
+
 MOE_EP: dict[str, Any] = {
     "model": {"name": "deepseek-v3"},
     "workload": {
@@ -1421,6 +1513,37 @@ def _answer_moe_ep() -> str:
             f"| `{c.launch.shell}` |"
         )
     return "\n".join(rows)
+
+
+STATIC_BATCH: dict[str, Any] = {
+    "model": {"name": "llama-3.1-70b"},
+    "workload": {
+        "mode": "inference",
+        "sequence_length": 2048,
+        "max_new_tokens": 512,
+        "batch_size": 64,
+    },
+    "constraints": {"include": ["h200-sxm-141gb"], "gpu_counts": [2]},
+    "limit": 1,
+}
+"""Issue 34's static batch: Llama 3.1 70B, 2 x H200, batch 64, 2,048 in / 512 out."""
+
+
+@figure("answer.static_batch")
+def _answer_static_batch() -> str:
+    import msgspec
+
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    c = recommend(
+        msgspec.convert(STATIC_BATCH, RecommendRequest), builtin_catalog()
+    ).recommendations[0]
+    assert c.latency is not None
+    return (
+        f"`kind: {c.latency.kind}`, TTFT {c.latency.time_to_first_token_s:.1f} s "
+        f"(all 64 prompts prefilled at once), TPOT {c.latency.time_per_output_token_s * 1e3:.0f} ms"
+    )
 
 
 EXAMPLES = ROOT / "examples"

@@ -495,6 +495,28 @@ def test_a_serving_plan_sends_every_field_and_plots_cost_against_latency(
         assert query[key] == [value], key
     ranking = _post(server, "/v1/recommendations", asked)
     _check_ranking(page, ranking, ("time_to_first_token_s", "time_per_output_token_s", "cost_usd"))
+    # The percentiles under the request rate, each p50 with its 80% range, and the engine's
+    # command of the best fitting plan.
+    rows = page.get_by_test_id("gpu-table").locator("tbody tr").all()
+    for row, candidate in zip(rows, ranking["recommendations"], strict=True):
+        under = (candidate["latency"] or {}).get("under_load")
+        for key, figure in (
+            ("ttft_p50_s", "time_to_first_token_s"),
+            ("tpot_p50_s", "time_per_output_token_s"),
+        ):
+            cell = row.locator(f'[data-key="{key}"]')
+            if under is None:
+                assert cell.get_attribute("data-value") in (None, "")
+                continue
+            assert float(cell.get_attribute("data-value") or 0) == under[figure]["p50"]
+            assert cell.inner_text().count(" / ") == 2
+            if key in candidate["intervals"]:
+                low = cell.locator(".range").get_attribute("data-low")
+                assert float(low or 0) == candidate["intervals"][key]["low"]
+    top = next(c for c in ranking["recommendations"] if c["fits"] and c.get("launch"))
+    assert page.get_by_test_id("launch").is_visible()
+    assert page.locator("#launch-command").inner_text() == top["launch"]["shell"]
+    assert top["launch"]["engine"] in (page.locator("#launch-caption").inner_text())
 
     # A target is set on the time per output token: the chart plots against it, the
     # target a dashed line; the plans differ along it (not all at the period's hours).

@@ -80,6 +80,7 @@ def launch_lines(candidates: Sequence[Candidate]) -> list[str]:
             f"{run.tensor_parallel} GPU(s), each pod's limits {limits}",
             f"  {run.shell}",
             *(f"  note: {n}" for n in run.notes),
+            *_load_line(r),
         ]
     return []
 
@@ -94,6 +95,19 @@ def disaggregation_lines(candidates: Sequence[Candidate]) -> list[str]:
         ratio = f" ({d.ratio})" if d.ratio else ""
         return [f"disaggregation #{i} {r.gpu}: {d.winner} wins{ratio}: {d.why}"]
     return []
+
+
+def _load_line(r: Candidate) -> list[str]:
+    """The percentiles under the request rate (``latency.under_load``), if any."""
+    u = r.latency.under_load if r.latency is not None else None
+    if u is None:
+        return []
+    ft, fp = u.time_to_first_token_s, u.time_per_output_token_s
+    return [
+        f"  under load ({u.requests_per_s:.3g} requests/s per replica, Poisson): TTFT "
+        f"p50/p95/p99 {ft.p50 * 1e3:,.0f}/{ft.p95 * 1e3:,.0f}/{ft.p99 * 1e3:,.0f} ms, TPOT "
+        f"{fp.p50 * 1e3:.1f}/{fp.p95 * 1e3:.1f}/{fp.p99 * 1e3:.1f} ms"
+    ]
 
 
 TOP = 10

@@ -29,8 +29,6 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.memory.kernels import materializes_scores
-from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.kv_transfer import KvTransfer, kv_transfer
 from gpuplan.core.perf.serve import Replica, ServeShape, step_seconds
@@ -46,7 +44,7 @@ from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.schema import Candidate, Constraints, InferenceVolume, ParallelLayout
-from gpuplan.core.recommend.serving import ReplicaMemory, replica_memory
+from gpuplan.core.recommend.serving import ReplicaMemory, replica_memory, serve_shape
 
 
 def missed_targets(ttft_s: float, tpot_s: float, iv: InferenceVolume) -> list[str]:
@@ -58,23 +56,6 @@ def missed_targets(ttft_s: float, tpot_s: float, iv: InferenceVolume) -> list[st
     if iv.max_time_per_output_token_s is not None and tpot_s > iv.max_time_per_output_token_s:
         missed.append("inference.max_time_per_output_token_s")
     return missed
-
-
-def serve_shape(job: Job, w: Workload, memory: ReplicaMemory) -> ServeShape:
-    """What a replica's speed depends on, for the laid-out workload ``w``."""
-    arch = job.arch
-    return ServeShape(
-        prompt_tokens=job.prompt_tokens,
-        output_tokens=job.output_tokens,
-        hidden_size=arch.hidden_size if arch else 0,
-        mlp_width=job.mlp_width,
-        num_layers=arch.num_layers if arch else 1,
-        activation_bytes=4 if w.precision == "fp32" else 2,
-        causal_skip=not materializes_scores(arch, w),
-        weights_bytes=memory.weights_bytes,
-        kv_bytes_per_token=memory.per_token_bytes,
-        token_budget=memory.token_budget,
-    )
 
 
 class _Pool(NamedTuple):

@@ -98,6 +98,12 @@ def candidate_intervals(
             out["time_per_output_token_s"] = interval(
                 p.latency.time_per_output_token_s, tpot, COVERAGE
             )
+            under = p.latency.under_load
+            if under is not None:
+                # The p50s under load carry the step time's error (the same residuals);
+                # the queueing model's own error is bench/serving/queue_sim.py's.
+                out["ttft_p50_s"] = interval(under.time_to_first_token_s.p50, ttft, COVERAGE)
+                out["tpot_p50_s"] = interval(under.time_per_output_token_s.p50, tpot, COVERAGE)
     out["throughput"] = interval(p.throughput.value, rate, COVERAGE)
     if p.mfu is not None:
         out["mfu"] = interval(p.mfu, rate, COVERAGE)

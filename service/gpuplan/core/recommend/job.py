@@ -145,6 +145,21 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
             given_tp=w.parallelism.tensor if request.layout == "given" else None,
             batch_size=w.batch_size,
         )
+        if iv.slo is not None and iv.requests_per_second is None:
+            errors.append(
+                (
+                    "$.inference.slo",
+                    "percentile targets are for a request rate: give inference.requests_per_second",
+                )
+            )
+        elif iv.slo is not None and w.batch_size > 1:
+            errors.append(
+                (
+                    "$.inference.slo",
+                    "a static batch (workload.batch_size above 1) has no arrival queue; "
+                    "use max_time_to_first_token_s / max_time_per_output_token_s",
+                )
+            )
     batch = global_batch(request, vision=model.vision is not None, errors=errors)
     try:
         # The request's own layout is checked whatever the mode: the search times it too.

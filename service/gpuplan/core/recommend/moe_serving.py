@@ -31,7 +31,6 @@ from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve
 from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
-from gpuplan.core.recommend.disagg import serve_shape
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
@@ -44,8 +43,13 @@ from gpuplan.core.recommend.schema import (
     ParallelLayout,
     Throughput,
 )
-from gpuplan.core.recommend.serving import ReplicaMemory, choose_concurrency, replica_memory
-from gpuplan.core.recommend.serving import _model_len as model_length
+from gpuplan.core.recommend.serving import (
+    ReplicaMemory,
+    choose_concurrency,
+    model_len,
+    replica_memory,
+    serve_shape,
+)
 
 EP_ENGINES = ("vllm", "sglang")
 """Engines whose launch command can say expert parallelism with DP attention."""
@@ -98,7 +102,7 @@ def expert_parallel_options(
     if memory is None or memory.estimate_bytes > gpu.usable_memory_bytes:
         return []
     held = memory.sequences
-    length, holds = model_length(job, memory, engine_spec(iv.engine), 1)
+    length, holds = model_len(job, memory, engine_spec(iv.engine), 1)
     if not held or not holds:
         return []
     return [_option(job, ctx, memory, w=w, ranks=ranks, held=held, length=length, c=c)]

@@ -129,6 +129,20 @@ class TrainingVolume(Record, kw_only=True):
     it is, else rounded to the nearest multiple of 64 (the nearest power of two below 64)."""
 
 
+class Slo(Record, kw_only=True):
+    """Service-level objectives on percentiles of the latency under load: every request
+    arriving (Poisson) at ``inference.requests_per_second``, spread over the replicas,
+    sees them within the targets 95 times in 100 (docs/serving.md)."""
+
+    ttft_p95_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] | None = None
+    """95th percentile of the time to first token: the wait for a slot in the engine,
+    the step in progress, and the prompt's chunked prefill."""
+
+    tpot_p95_s: Annotated[float, msgspec.Meta(gt=0, le=60)] | None = None
+    """95th percentile of the time per output token: a request's decode time over its
+    output tokens after the first, beside the sequences in flight."""
+
+
 class InferenceVolume(Record, kw_only=True):
     """Work of a serving job: a sustained request rate over a period."""
 
@@ -151,6 +165,12 @@ class InferenceVolume(Record, kw_only=True):
     max_time_per_output_token_s: Annotated[float, msgspec.Meta(gt=0, le=60)] | None = None
     """Latency target: the time between output tokens each sequence sees (one decode
     step plus the share of other requests' prefills interleaved with it)."""
+
+    slo: Slo | None = None
+    """Percentile targets under load (``ttft_p95_s``, ``tpot_p95_s``): the plan caps the
+    sequences per replica so that the slowest step keeps ``tpot_p95_s`` and adds replicas
+    until the queueing model's p95s at ``requests_per_second`` hold. Needs
+    ``requests_per_second``. The ``max_*`` targets keep their own, queue-free meaning."""
 
     max_concurrency: Annotated[int, msgspec.Meta(ge=1, le=65_536)] | None = None
     """Most sequences one replica keeps in flight (vLLM's ``--max-num-seqs``, SGLang's
@@ -342,11 +362,55 @@ ConcurrencyLimit = Literal[
     "batch_size",
     "max_time_to_first_token_s",
     "max_time_per_output_token_s",
+    "slo.tpot_p95_s",
 ]
+
+LatencyKind = Literal["steady_state", "static_batch"]
+
+
+class Percentiles(Record, kw_only=True):
+    """A latency's 50th, 95th and 99th percentiles over arriving requests."""
+
+    p50: float
+    p95: float
+    p99: float
+
+
+class UnderLoad(Record, kw_only=True):
+    """One replica under Poisson arrivals at its share of the request rate: the queueing
+    model of the engine's scheduler (``core/perf/queueing.py``, docs/serving.md)."""
+
+    requests_per_s: float
+    """Arrivals per second at this replica (the request rate over the replicas)."""
+
+    utilization: float
+    """Arrivals over the rate at which the replica's queue grows without bound."""
+
+    mean_in_flight: float
+    """Sequences an arriving request finds in flight, on average."""
+
+    wait_probability: float
+    """Chance an arrival finds every slot (``concurrency``) taken and queues for one."""
+
+    time_to_first_token_s: Percentiles
+    """From arrival to the first token: the wait for a slot, the rest of the step in
+    progress, and the prompt's chunks, each beside the decodes in flight."""
+
+    time_per_output_token_s: Percentiles
+    """A request's time from its first token to its last over its output tokens after
+    the first (as vLLM's ``benchmark_serving`` reports TPOT)."""
 
 
 class Latency(Record, kw_only=True):
-    """One serving replica in steady state at the planned concurrency."""
+    """One serving replica at the planned concurrency: the saturated steady state (or a
+    static batch), and its percentiles under the request rate."""
+
+    kind: LatencyKind = "steady_state"
+    """What ``time_to_first_token_s`` and ``time_per_output_token_s`` are.
+    ``steady_state``: one arriving request's, at ``concurrency`` sequences in flight
+    (queueing aside; the queue is in ``under_load``). ``static_batch``: an explicit
+    ``workload.batch_size`` whose sequences start together, so the first token of every
+    one waits for the whole batch's prefill."""
 
     concurrency: int
     """Sequences the replica keeps in flight (continuous batching)."""
@@ -371,6 +435,13 @@ class Latency(Record, kw_only=True):
     """Requests per second one replica completes."""
 
     decode_bound: str
+    under_load: UnderLoad | None = None
+    """Percentiles under ``inference.requests_per_second`` spread over the replicas;
+    None without a rate, for a static batch, or past what the replicas can serve."""
+
+    max_requests_per_s_within_slo: float | None = None
+    """The highest arrival rate one replica serves with ``inference.slo``'s p95s held
+    (None without ``slo``)."""
 
 
 class KubernetesResources(Record, kw_only=True):
@@ -506,6 +577,8 @@ IntervalFigure = Literal[
     "mfu",
     "time_to_first_token_s",
     "time_per_output_token_s",
+    "ttft_p50_s",
+    "tpot_p50_s",
 ]
 
 
@@ -590,7 +663,9 @@ class Candidate(Record, kw_only=True):
     intervals: dict[IntervalFigure, Interval] = {}
     """80% prediction intervals of the predicted figures (``throughput``, ``time_hours``,
     ``cost_usd``, ``energy_kwh``, ``mfu``; serving: ``time_to_first_token_s``,
-    ``time_per_output_token_s``): the measured figure falls between ``low`` and ``high``
+    ``time_per_output_token_s``, and under a request rate ``ttft_p50_s`` and
+    ``tpot_p50_s``, the p50s of ``latency.under_load``: the step time's error, not the
+    queueing model's, docs/serving.md): the measured figure falls between ``low`` and ``high``
     in 8 cases of 10, judged by the speed model's leave-one-source-out errors on published
     runs of the same regime (framework, GPU generation, scale, precision), widened where
     no published run is like this one (``reasons`` says why). Empty for a plan that does

@@ -7,6 +7,7 @@ more than keep the latency targets. More sequences per replica means fewer repli
 (the weights are read once per step for all of them) until the step turns compute-bound.
 """
 
+import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -19,7 +20,23 @@ from gpuplan.core.memory.response import Measures
 from gpuplan.core.memory.schema import EstimateResponse, Workload
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.kernels import kernels_used
-from gpuplan.core.perf.serve import Replica, Served, ServeShape, budget_concurrency, serve
+from gpuplan.core.perf.queueing import (
+    LoadPoint,
+    Scheduler,
+    StepTable,
+    max_rate,
+    saturation_rate,
+    under_load,
+    within,
+)
+from gpuplan.core.perf.serve import (
+    Replica,
+    Served,
+    ServeShape,
+    budget_concurrency,
+    serve,
+    step_seconds,
+)
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import (
     EngineSpec,
@@ -40,12 +57,17 @@ from gpuplan.core.recommend.launch import Plan, launch
 from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
 from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
 from gpuplan.core.recommend.schema import (
+    Breach,
     ConcurrencyLimit,
     Constraints,
     InferenceVolume,
     Latency,
+    LatencyKind,
     ParallelLayout,
+    Percentiles,
+    Slo,
     Throughput,
+    UnderLoad,
 )
 
 
@@ -338,13 +360,233 @@ _TARGETS: tuple[ConcurrencyLimit, ...] = (
 
 
 def _breach(s: Served, iv: InferenceVolume) -> ConcurrencyLimit | None:
-    """The first latency target ``s`` misses."""
+    """The first latency target ``s`` misses. ``slo.tpot_p95_s`` caps the concurrency
+    at the saturated step: no request's time per output token exceeds that step's by
+    more than the prefills beside it, whatever the load, so the p95 holds at any rate."""
     values = (s.time_to_first_token_s, s.time_per_output_token_s)
     for name, value in zip(_TARGETS, values, strict=True):
         target = getattr(iv, name)
         if target is not None and value > target:
             return name
+    slo = iv.slo
+    if (
+        slo is not None
+        and slo.tpot_p95_s is not None
+        and s.time_per_output_token_s > slo.tpot_p95_s
+    ):
+        return "slo.tpot_p95_s"
     return None
+
+
+MAX_SLO_REPLICAS_FACTOR = 64
+"""The SLO search adds replicas up to this many times what the rate alone needs; a
+target still missed there is a breach (the prefill alone outlasts it)."""
+
+
+def slo_replicas(
+    steps: StepTable, rate: float, needed: int, iv: InferenceVolume
+) -> tuple[int, LoadPoint]:
+    """The fewest replicas, at least ``needed``, whose share of ``rate`` keeps the p95
+    targets (percentiles fall as each replica's arrival rate falls): doubling, then a
+    bisection. At the bound when none does."""
+    slo = iv.slo
+    ttft, tpot = (slo.ttft_p95_s, slo.tpot_p95_s) if slo is not None else (None, None)
+    point = under_load(steps, rate / needed)
+    if within(point, ttft, tpot):
+        return needed, point
+    low, high = needed, needed
+    while high < needed * MAX_SLO_REPLICAS_FACTOR:
+        low, high = high, min(high * 2, needed * MAX_SLO_REPLICAS_FACTOR)
+        point = under_load(steps, rate / high)
+        if within(point, ttft, tpot):
+            break
+    else:
+        return high, point
+    while high - low > 1:
+        mid = (low + high) // 2
+        candidate = under_load(steps, rate / mid)
+        if within(candidate, ttft, tpot):
+            high, point = mid, candidate
+        else:
+            low = mid
+    return high, point
+
+
+def _scale(
+    queue: "_Queue | None", needed: int, given: int | None, *, fits: bool, tp: int, c: Constraints
+) -> tuple[int, int, LoadPoint | None]:
+    """The replicas (``given``, else what the rate and the SLO need), the replicas
+    needed, and one replica's load at its share of the rate."""
+    search = queue is not None and fits and given is None
+    load = None
+    rate = queue.job.requests_per_second if queue is not None else None
+    if queue is not None and rate and search:
+        # Chunked prefill's steps are slower than their average share (a prompt-carrying
+        # step is compute-bound, a decode-only one reads the weights): past the queue's
+        # own saturation rate, add replicas until the queue is stable.
+        needed = max(needed, math.floor(rate / saturation_rate(queue.steps)) + 1)
+        needed, load = queue.replicas(needed)
+    # A replica that does not fit is shown alone: how many it would take says nothing.
+    replicas = given or (_allowed_replicas(needed, tp, c) if fits else 1)
+    # A plan that does not fit has no load to speak of.
+    if queue is not None and rate and fits and (load is None or replicas != needed):
+        load = under_load(queue.steps, rate / replicas)
+    return replicas, needed, load
+
+
+class _Queue:
+    """One replica's engine as the queueing model sees it (``core/perf/queueing.py``)."""
+
+    def __init__(self, job: Job, shape: ServeShape, replica: Replica, cap: int) -> None:
+        self.job = job
+        self.shape = shape
+        self.replica = replica
+        self.sched = Scheduler(
+            cap=cap,
+            budget=shape.token_budget,
+            prompt_tokens=job.prompt_tokens,
+            output_tokens=max(job.output_tokens, 1),
+        )
+
+    @functools.cached_property
+    def steps(self) -> StepTable:
+        """The step function tabulated, built only for a plan under a rate or an SLO."""
+        return StepTable(self._step, self.sched)
+
+    def _step(self, n: float, p: float) -> float:
+        """The speed model's engine step (the same function the saturated plan uses)."""
+        return step_seconds(self.job.flops, self.shape, self.replica, decode=round(n), prompt=p)[0]
+
+    def replicas(self, needed: int) -> tuple[int, LoadPoint | None]:
+        """Replicas for the request rate within ``inference.slo`` (at least ``needed``)."""
+        rate, iv = self.job.requests_per_second, self.job.inference
+        if not rate or iv.slo is None:
+            return needed, under_load(self.steps, rate / needed) if rate else None
+        return slo_replicas(self.steps, rate, needed, iv)
+
+    def slo_rate(self) -> float | None:
+        """The highest rate one replica serves within ``inference.slo``."""
+        slo = self.job.inference.slo
+        if slo is None:
+            return None
+        return max_rate(self.steps, slo.ttft_p95_s, slo.tpot_p95_s)
+
+
+def _misfit(required: int, tp: int, what: str, engine: str, gpu: GpuSpec) -> str:
+    return (
+        f"does not fit: needs {required / 2**30:.1f} GiB per GPU at tensor parallel {tp} for the "
+        f"weights, runtime and the KV cache of {what} (at 95% confidence, and as "
+        f"{engine} shares the GPU), {gpu.usable_memory_bytes / 2**30:.1f} GiB usable"
+    )
+
+
+def _rate_breaches(job: Job, s: Served, replicas: int, needed: int, *, fits: bool) -> list[Breach]:
+    """The request rate the replicas miss, and the queue-free ``max_*`` targets."""
+    breaches: list[Breach] = []
+    if replicas < needed and job.requests_per_second and fits:
+        served = replicas * s.requests_per_s
+        breaches.append(
+            breach(
+                "inference.requests_per_second",
+                served,
+                job.requests_per_second,
+                "requests/s",
+                f"{replicas} replica(s) serve {served:.3g} requests/s, under the "
+                f"{job.requests_per_second:g} requested: {needed} needed",
+                at_least=True,
+            )
+        )
+    for name, value in zip(
+        _TARGETS, (s.time_to_first_token_s, s.time_per_output_token_s), strict=True
+    ):
+        target = getattr(job.inference, name)
+        if target is not None and value > target:
+            breaches.append(
+                breach(
+                    f"inference.{name}",
+                    value,
+                    target,
+                    "s",
+                    f"{value:.3g} s at {s.batch} sequence(s) in flight, over {name} {target:g} s",
+                )
+            )
+    return breaches
+
+
+def _kind_words(kind: LatencyKind, s: Served) -> str:
+    """What the plan's TTFT is, in words (issue 34: both figures are called TTFT)."""
+    ttft = f"{s.time_to_first_token_s * 1000:.0f} ms"
+    if kind == "static_batch":
+        return (
+            f"static batch of {s.batch}: TTFT {ttft} is the whole batch's prefill (every "
+            "prompt at once), "
+        )
+    return f"steady state, one arriving request at this concurrency, queueing aside: TTFT {ttft}, "
+
+
+def _load_notes(
+    load: LoadPoint | None, slo: Slo | None, slo_rate: float | None, replicas: int, fits: bool
+) -> tuple[UnderLoad | None, list[str], list[Breach]]:
+    """The figure under load, its reason line, and the p95 targets it misses."""
+    if load is None:
+        return None, [], []
+    figure = _under_load(load)
+    if figure is None:
+        return (
+            None,
+            [
+                f"under load: {load.rate_per_s:.3g} requests/s per replica is at or past the "
+                f"{load.saturation_rate_per_s:.3g} one replica can serve; the queue grows "
+                "without bound"
+            ],
+            [],
+        )
+    ft, fp = figure.time_to_first_token_s, figure.time_per_output_token_s
+    within_slo = (
+        f"; one replica sustains {slo_rate:.3g} requests/s within the SLO"
+        if slo_rate is not None
+        else ""
+    )
+    reasons = [
+        f"under load ({figure.requests_per_s:.3g} requests/s per replica, Poisson; "
+        f"{figure.utilization:.0%} of saturation, {figure.wait_probability:.0%} of "
+        f"arrivals queue for a slot): TTFT p50/p95/p99 {ft.p50 * 1000:.0f}/"
+        f"{ft.p95 * 1000:.0f}/{ft.p99 * 1000:.0f} ms, TPOT {fp.p50 * 1000:.1f}/"
+        f"{fp.p95 * 1000:.1f}/{fp.p99 * 1000:.1f} ms{within_slo}"
+    ]
+    breaches: list[Breach] = []
+    if slo is None or not fits:
+        return figure, reasons, breaches
+    for field, target, value in (
+        ("ttft_p95_s", slo.ttft_p95_s, ft.p95),
+        ("tpot_p95_s", slo.tpot_p95_s, fp.p95),
+    ):
+        if target is not None and value > target:
+            breaches.append(
+                breach(
+                    f"inference.slo.{field}",
+                    value,
+                    target,
+                    "s",
+                    f"p95 {value:.3g} s with {replicas} replica(s) at "
+                    f"{figure.requests_per_s:.3g} requests/s each, over slo.{field} {target:g} s",
+                )
+            )
+    return figure, reasons, breaches
+
+
+def _under_load(point: LoadPoint) -> UnderLoad | None:
+    """The schema's figure; None past saturation (the queue has no steady state)."""
+    if not math.isfinite(point.ttft_s.p99) or not math.isfinite(point.tpot_s.p99):
+        return None
+    return UnderLoad(
+        requests_per_s=point.rate_per_s,
+        utilization=point.rate_per_s / point.saturation_rate_per_s,
+        mean_in_flight=point.mean_in_flight,
+        wait_probability=point.wait_probability,
+        time_to_first_token_s=Percentiles(**point.ttft_s._asdict()),
+        time_per_output_token_s=Percentiles(**point.tpot_s._asdict()),
+    )
 
 
 def choose_concurrency(
@@ -385,7 +627,7 @@ MAX_MODEL_LEN = 10_000_000
 """The longest ``max_model_len`` searched when the model states no context."""
 
 
-def _model_len(job: Job, memory: ReplicaMemory, spec: EngineSpec, batch: int) -> tuple[int, bool]:
+def model_len(job: Job, memory: ReplicaMemory, spec: EngineSpec, batch: int) -> tuple[int, bool]:
     """The ``max_model_len`` the plan sets, and whether the engine's cache holds it: one
     sequence of it (vLLM refuses to start otherwise; a static cache: its whole batch).
     ``auto``: the longest that fits, at most the model's context (vLLM's
@@ -405,24 +647,10 @@ def _model_len(job: Job, memory: ReplicaMemory, spec: EngineSpec, batch: int) ->
     return length, fits(length)
 
 
-def serve_option(
-    job: Job,
-    ctx: GpuContext,
-    w: Workload,
-    *,
-    tp: int,
-    memory: ReplicaMemory,
-    c: Constraints,
-    replicas: int | None = None,
-) -> Option:
-    """Replicas of ``tp`` GPUs served as a server would, ``replicas`` of them (default:
-    as many as the request rate needs); timed even when they do not fit."""
-    gpu = ctx.gpu
-    assert ctx.rates is not None
-    iv = job.inference
+def serve_shape(job: Job, w: Workload, memory: ReplicaMemory) -> ServeShape:
+    """What of the model, its requests and one replica's memory the step time reads."""
     arch = job.arch
-    link = link_over(gpu, tp, c)
-    shape = ServeShape(
+    return ServeShape(
         prompt_tokens=job.prompt_tokens,
         output_tokens=job.output_tokens,
         hidden_size=arch.hidden_size if arch else 0,
@@ -440,6 +668,25 @@ def serve_option(
         kv_cache_16bit=w.kv_cache_dtype in ("bf16", "fp16")
         or (w.kv_cache_dtype == "auto" and w.precision in ("bf16", "fp16", "fp8")),
     )
+
+
+def serve_option(
+    job: Job,
+    ctx: GpuContext,
+    w: Workload,
+    *,
+    tp: int,
+    memory: ReplicaMemory,
+    c: Constraints,
+    replicas: int | None = None,
+) -> Option:
+    """Replicas of ``tp`` GPUs served as a server would, ``replicas`` of them (default:
+    as many as the request rate needs); timed even when they do not fit."""
+    gpu = ctx.gpu
+    assert ctx.rates is not None
+    iv = job.inference
+    link = link_over(gpu, tp, c)
+    shape = serve_shape(job, w, memory)
     replica = Replica(tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link)
     spec = engine_spec(iv.engine)
     static_batch = w.batch_size > 1 or not spec.paged
@@ -449,7 +696,7 @@ def serve_option(
 
     held = memory.sequences
     limit: ConcurrencyLimit
-    length, holds = _model_len(job, memory, spec, w.batch_size)
+    length, holds = model_len(job, memory, spec, w.batch_size)
     fits = memory.estimate_bytes <= gpu.usable_memory_bytes and holds
     if static_batch:
         s, limit = run(w.batch_size), "batch_size"
@@ -493,63 +740,34 @@ def serve_option(
         if job.requests_per_second
         else 1
     )
-    # A replica that does not fit is shown alone: how many it would take says nothing.
-    replicas = replicas or (_allowed_replicas(needed, tp, c) if fits else 1)
+
+    queue = None if static_batch else _Queue(job, shape, replica, s.batch)
+    replicas, needed, load = _scale(queue, needed, replicas, fits=fits, tp=tp, c=c)
+    slo_rate = queue.slo_rate() if queue is not None and fits else None
     count = replicas * tp
     layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
     if not fits:
         tokens = max(length, memory.full_tokens)
-        what = (
-            f"{w.batch_size} sequences of {tokens} tokens"
-            if static_batch
-            else f"one sequence of {tokens} tokens"
-        )
-        reasons.insert(
-            0,
-            f"does not fit: needs {required / 2**30:.1f} GiB per GPU at tensor parallel {tp} for the "
-            f"weights, runtime and the KV cache of {what} (at 95% confidence, and as "
-            f"{iv.engine} shares the GPU), {gpu.usable_memory_bytes / 2**30:.1f} GiB usable",
-        )
+        what = f"{w.batch_size} sequences" if static_batch else "one sequence"
+        reasons.insert(0, _misfit(required, tp, f"{what} of {tokens} tokens", iv.engine, gpu))
     reasons += list(memory.notes)
+    kind: LatencyKind = "static_batch" if static_batch and w.batch_size > 1 else "steady_state"
     reasons.append(
         f"{replicas} replica(s) of {tp} GPU(s), each {s.batch} sequences in flight "
         f"(limited by {limit}; the KV cache holds {held if held is not None else 'an unknown number'}): "
         f"{s.requests_per_s:.3g} requests/s, "
-        f"{s.output_tokens_per_s:,.0f} output tokens/s, TTFT {s.time_to_first_token_s * 1000:.0f} ms, "
+        f"{s.output_tokens_per_s:,.0f} output tokens/s; {_kind_words(kind, s)}"
         f"TPOT {s.time_per_output_token_s * 1000:.1f} ms; decode is {s.bound}-bound"
         + (f" (tensor parallel over {link.kind})" if tp > 1 else "")
     )
-    kernel_source, kernel_id = kernels_used(ctx.rates, arch is not None)
+    kernel_source, kernel_id = kernels_used(ctx.rates, job.arch is not None)
+    figure, load_reasons, load_breaches = _load_notes(load, iv.slo, slo_rate, replicas, fits)
+    reasons += load_reasons
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     breaches += layout_breaches(gpu, count, c)
-    if replicas < needed and job.requests_per_second and fits:
-        served = replicas * s.requests_per_s
-        breaches.append(
-            breach(
-                "inference.requests_per_second",
-                served,
-                job.requests_per_second,
-                "requests/s",
-                f"{replicas} replica(s) serve {served:.3g} requests/s, under the "
-                f"{job.requests_per_second:g} requested: {needed} needed",
-                at_least=True,
-            )
-        )
-    for name, value in zip(
-        _TARGETS, (s.time_to_first_token_s, s.time_per_output_token_s), strict=True
-    ):
-        target = getattr(iv, name)
-        if target is not None and value > target:
-            breaches.append(
-                breach(
-                    f"inference.{name}",
-                    value,
-                    target,
-                    "s",
-                    f"{value:.3g} s at {s.batch} sequence(s) in flight, over {name} {target:g} s",
-                )
-            )
+    breaches += _rate_breaches(job, s, replicas, needed, fits=fits)
+    breaches += load_breaches
     reasons += [b.detail for b in breaches if b.constraint != "memory"]
     request_latency = (
         s.time_to_first_token_s + max(job.output_tokens - 1, 0) * s.time_per_output_token_s
@@ -574,6 +792,9 @@ def serve_option(
             output_tokens_per_s=s.output_tokens_per_s,
             requests_per_s=s.requests_per_s,
             decode_bound=s.bound,
+            kind=kind,
+            under_load=figure,
+            max_requests_per_s_within_slo=slo_rate,
         ),
         launch=launch(
             Plan(

@@ -625,6 +625,10 @@
     { key: "mfu", label: "MFU", when: "training", value: (c) => c.mfu, text: (c) => (c.mfu === null || c.mfu === undefined ? "—" : pct(c.mfu)), range: pct },
     { key: "time_to_first_token_s", label: "TTFT s", when: "inference", value: (c) => (c.latency ? c.latency.time_to_first_token_s : null), text: (c) => sig(c.latency ? c.latency.time_to_first_token_s : null), range: sig },
     { key: "time_per_output_token_s", label: "TPOT s", when: "inference", value: (c) => (c.latency ? c.latency.time_per_output_token_s : null), text: (c) => sig(c.latency ? c.latency.time_per_output_token_s : null), range: sig },
+    // Under a request rate: p50 / p95 / p99 of a Poisson arrival (latency.under_load); the
+    // range under it is the p50's.
+    { key: "ttft_p50_s", label: "TTFT p50/p95/p99 s", when: "inference", value: (c) => underLoad(c, "time_to_first_token_s", "p50"), text: (c) => percentiles(c, "time_to_first_token_s"), range: sig },
+    { key: "tpot_p50_s", label: "TPOT p50/p95/p99 s", when: "inference", value: (c) => underLoad(c, "time_per_output_token_s", "p50"), text: (c) => percentiles(c, "time_per_output_token_s"), range: sig },
     { key: "time_hours", label: "hours", when: "training", value: (c) => c.time_hours, text: (c) => fixed(c.time_hours, 2), range: (v) => fixed(v, 2) },
     { key: "usd_per_hour", label: "USD/h", value: (c) => c.usd_per_hour, text: (c) => fixed(c.usd_per_hour, 2) },
     { key: "cost_usd", label: "cost USD", value: (c) => c.cost_usd, text: (c) => fixed(c.cost_usd, 2), range: (v) => fixed(v, 0) },
@@ -632,6 +636,25 @@
     { key: "energy_kwh", label: "kWh", value: (c) => c.energy_kwh, text: (c) => fixed(c.energy_kwh, 1), range: (v) => fixed(v, 1) },
     { key: "score", label: "score", value: (c) => c.score, text: (c) => fixed(c.score, 3) },
   ];
+  function underLoad(c, figure, q) {
+    const u = c.latency ? c.latency.under_load : null;
+    return u ? u[figure][q] : null;
+  }
+  function percentiles(c, figure) {
+    const u = c.latency ? c.latency.under_load : null;
+    return u ? ["p50", "p95", "p99"].map((q) => sig(u[figure][q])).join(" / ") : "—";
+  }
+  // The engine's command for the best fitting serving plan, as the API gave it.
+  function drawLaunch(answer) {
+    const top = answer.workload_kind === "inference" ? answer.recommendations.find((c) => c.fits && c.launch) : null;
+    $("launch-box").hidden = !top;
+    if (!top) return;
+    const l = top.launch, lat = top.latency;
+    const kind = lat && lat.kind === "static_batch" ? "a static batch: its TTFT is the whole batch's prefill" : "TTFT and TPOT in the table are one arriving request's (steady state; the percentiles include the queue)";
+    $("launch-caption").textContent = `${l.engine} on ${top.count}× ${top.name}: ${l.replicas} replica(s) of ${l.tensor_parallel} GPU(s), each pod's limits ${Object.entries(l.resources.limits).map(([k, v]) => `${k}: ${v}`).join(", ")}; ${kind}.` +
+      (lat && lat.max_requests_per_s_within_slo !== null && lat.max_requests_per_s_within_slo !== undefined ? ` One replica sustains ${sig(lat.max_requests_per_s_within_slo)} requests/s within the SLO.` : "");
+    $("launch-command").textContent = l.shell;
+  }
   const sorting = { key: "rank", dir: 1 };
   function drawTable(answer) {
     const rows = answer.recommendations.map((c, i) => ({ ...c, rank: i + 1 }));
@@ -676,6 +699,7 @@
     $("global-batch-note").textContent = batch ? (planned ? `Empty, so the ranking ${planned[0]} (see its warnings).` : batch) : "";
     drawScatter(answer);
     drawTable(answer);
+    drawLaunch(answer);
   }
 
   function renderMemory(answer, recommendation, trace) {

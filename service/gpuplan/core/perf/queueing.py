@@ -1,0 +1,307 @@
+"""Latency percentiles of one replica under Poisson arrivals: the engine's queue and its
+scheduler, in closed form.
+
+The engine (vLLM, SGLang, TensorRT-LLM) keeps at most ``cap`` sequences in flight and
+runs steps of at most ``budget`` tokens: a token for each decoding sequence, and chunks
+of waiting prompts beside them (chunked prefill). A request that arrives when ``cap``
+sequences are in flight waits for one to finish. Requests arrive at ``rate`` per second,
+as a Poisson process.
+
+The model, per replica, reads two kinds of step from the speed model's step function
+(:func:`gpuplan.core.perf.serve.step_seconds`), tabulated over the occupancy
+(:class:`StepTable`): a decode-only step, and one that also carries a chunk of prompt.
+
+- **Mean step.** Prompt tokens arrive at ``rate x s`` per second; a share of the steps
+  carries a chunk, so a prompt token adds ``(chunk step - decode step) / chunk`` to the
+  time: ``tau(n) = decode(n) / (1 - rate x s x per_token(n))``.
+- **Occupancy.** A request holds a slot for its prompt's chunks and ``o - 1`` decode
+  steps. Below the cap the engine shares its steps among all sequences in flight (a
+  symmetric queue, whose occupancy does not depend on the service time's distribution):
+  the others an arrival finds are Poisson with mean ``m = rate x T(m + 1)``
+  (M/G/infinity, ``T`` the slot time at that occupancy).
+- **Admission queue.** With the cap as ``c`` servers of the saturated slot time, an
+  arrival waits with Erlang C's probability (M/M/c); a wait is exponential with the mean
+  of M/M/c's times ``(1 + cs^2) / 2``, the Allen-Cunneen correction for a service time
+  that is nearly deterministic (``cs^2 = 0``: every request of a plan has the same prompt
+  and output length).
+- **Prefill queue.** Prompts go through chunk steps one after another: an M/D/1 queue of
+  utilization ``rate x prefill``, whose wait (Pollaczek-Khinchine mean, exponential tail)
+  comes before the prompt's own chunks.
+- **TTFT** = the heavier of the two waits at the percentile's tail plus the other's mean,
+  the rest of the decode step in progress, and the prompt's own chunk steps at the
+  occupancy's percentile.
+- **TPOT** = the mean step over a request's decode steps, at the percentile of the
+  occupancy averaged over its life (for M/G/infinity with a fixed service time, that
+  average has 2/3 of the instantaneous variance), plus the spread of the prompts that
+  arrive during its life (Poisson), each adding its chunk steps.
+
+Quantiles of occupancy come from a normal approximation of the Poisson (the latencies
+grow monotonically with occupancy, so a latency's quantile is the latency at the
+occupancy's quantile). ``bench/serving/queue_sim.py`` checks every percentile against a
+discrete-event simulation of the same scheduler and step function (docs/serving.md).
+"""
+
+import math
+from collections.abc import Callable
+from statistics import NormalDist
+from typing import NamedTuple
+
+StepFn = Callable[[float, float], float]
+"""Seconds of one engine step with ``n`` decoding sequences and ``p`` prompt tokens."""
+
+QUANTILES = (0.5, 0.95, 0.99)
+"""The percentiles reported: p50, p95, p99."""
+
+SERVICE_SCV = 0.0
+"""Squared coefficient of variation of a request's slot time and of a prompt's prefill:
+0, every request of a plan has the same prompt and output length (the queues' correction
+factor is (1 + cs^2) / 2)."""
+
+LIFETIME_VARIANCE = 2.0 / 3.0
+"""Variance of M/G/infinity's occupancy averaged over one fixed service time, over its
+instantaneous variance: (2 / T^2) x integral over 0..T of (T - h)(1 - h / T) dh."""
+
+_NORMAL = NormalDist()
+_Z = {q: _NORMAL.inv_cdf(q) for q in QUANTILES}
+
+
+class Percentiles(NamedTuple):
+    p50: float
+    p95: float
+    p99: float
+
+
+class LoadPoint(NamedTuple):
+    """One replica at an arrival rate: its load and its latency percentiles (infinite
+    when the rate is past what the replica can serve)."""
+
+    rate_per_s: float
+    saturation_rate_per_s: float
+    """Arrivals per second at which the queue grows without bound."""
+
+    mean_in_flight: float
+    """Sequences in flight an arriving request finds, on average (itself excluded)."""
+
+    wait_probability: float
+    """Chance an arrival finds ``cap`` sequences in flight and queues."""
+
+    ttft_s: Percentiles
+    tpot_s: Percentiles
+
+
+class Scheduler(NamedTuple):
+    """What the queue depends on besides the step function."""
+
+    cap: int
+    """Sequences in flight at most (``--max-num-seqs``, or what the KV cache holds)."""
+
+    budget: int
+    """Tokens one step takes at most (``--max-num-batched-tokens``)."""
+
+    prompt_tokens: int
+    output_tokens: int
+
+
+class StepTable:
+    """The two kinds of step the scheduler runs, at 0, a quarter, half and all of the cap
+    decodes, linear in between: a decode-only step, and a step that also carries a chunk
+    of prompt (as much of one prompt as the budget leaves). A search then asks for many
+    loads at the cost of eight steps."""
+
+    def __init__(self, step: StepFn, sched: Scheduler) -> None:
+        self.sched = sched
+        self.ns = sorted({0, sched.cap // 4, sched.cap // 2, sched.cap})
+        self.decode_s = [step(n, 0.0) for n in self.ns]
+        self.chunk_s = [step(n, self.chunk_tokens(n)) for n in self.ns]
+        self._points: dict[float, tuple[float, float, float, int]] = {}
+
+    def point(self, n: float) -> tuple[float, float, float, int]:
+        """At ``n`` decodes, in one look-up: the decode step, the chunk step, what a
+        prompt token adds, and the steps of one prompt (memoized: a search asks again)."""
+        hit = self._points.get(n)
+        if hit is None:
+            decode, chunk, tokens = self.decode(n), self.chunk(n), self.chunk_tokens(n)
+            per_token = max(chunk - decode, 0.0) / tokens
+            chunks = math.ceil(self.sched.prompt_tokens / tokens)
+            hit = self._points[n] = (decode, chunk, per_token, chunks)
+        return hit
+
+    def chunk_tokens(self, n: float) -> float:
+        """Prompt tokens a prompt-carrying step holds beside ``n`` decodes."""
+        return float(min(self.sched.prompt_tokens, max(self.sched.budget - math.floor(n), 1)))
+
+    def _at(self, values: list[float], n: float) -> float:
+        ns = self.ns
+        if len(ns) == 1:
+            return values[0]
+        n = min(max(n, 0.0), float(ns[-1]))
+        j = 1
+        while j < len(ns) - 1 and n > ns[j]:
+            j += 1
+        return values[j - 1] + (values[j] - values[j - 1]) * (n - ns[j - 1]) / (ns[j] - ns[j - 1])
+
+    def decode(self, n: float) -> float:
+        """A step of ``n`` decodes alone."""
+        return self._at(self.decode_s, n)
+
+    def chunk(self, n: float) -> float:
+        """A step of ``n`` decodes and a chunk of prompt."""
+        return self._at(self.chunk_s, n)
+
+    def per_prompt_token(self, n: float) -> float:
+        """What a prompt token adds to the steps beside ``n`` decodes."""
+        return self.point(n)[2]
+
+    def chunks(self, n: float) -> int:
+        """Steps one prompt takes beside ``n`` decodes."""
+        return self.point(n)[3]
+
+    def mean_step(self, n: float, rate: float) -> float:
+        """The mean step beside ``n`` decodes while prompts arrive at ``rate``: a share
+        ``f`` of the steps carries a chunk, so that ``f x chunk / step = rate x s``;
+        ``inf`` when the prompts alone outrun the steps."""
+        decode, _, per_token, _ = self.point(n)
+        busy = rate * self.sched.prompt_tokens * per_token
+        return decode / (1 - busy) if busy < 1 else math.inf
+
+
+def saturation_rate(steps: StepTable) -> float:
+    """Arrivals per second at which all ``cap`` slots are always busy: ``cap / (o x
+    step)`` where each step carries ``cap x s / o`` prompt tokens' worth of chunks."""
+    sched = steps.sched
+    cap, o, s = sched.cap, sched.output_tokens, sched.prompt_tokens
+    step = steps.decode(cap) + cap * s / o * steps.per_prompt_token(cap)
+    return cap / (o * step)
+
+
+def _erlang_c(servers: int, load: float) -> float:
+    """Erlang C: the chance an arrival waits in M/M/c with ``load`` = rate x service time.
+
+    Erlang B from its recursion for few servers, else from the Poisson probability of
+    ``servers`` over its distribution function (Wilson-Hilferty's approximation of the
+    gamma tail), O(1) so that a search can call it often."""
+    if load >= servers:
+        return 1.0
+    if load <= 0:
+        return 0.0
+    if servers <= 64:
+        b = 1.0
+        for k in range(1, servers + 1):
+            b = load * b / (k + load * b)
+    else:
+        pmf = math.exp(servers * math.log(load) - load - math.lgamma(servers + 1))
+        k = servers + 1
+        z = ((load / k) ** (1 / 3) - (1 - 1 / (9 * k))) / math.sqrt(1 / (9 * k))
+        cdf = max(1.0 - _NORMAL.cdf(z), pmf)
+        b = min(pmf / cdf, 1.0)
+    rho = load / servers
+    return b / (1 - rho * (1 - b))
+
+
+def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
+    """How long one request holds a slot at occupancy ``n``: its prompt's chunks and its
+    output's decode steps (the last chunk yields the first token)."""
+    o = steps.sched.output_tokens
+    _, chunk, _, chunks = steps.point(n)
+    return chunks * chunk + (o - 1) * steps.mean_step(n, rate)
+
+
+def _occupancy(steps: StepTable, rate: float) -> float:
+    """Mean sequences an arrival finds in flight below the cap: ``m = rate x T(m + 1)``,
+    the slot time growing with occupancy (one root; secant steps from both ends)."""
+    cap = float(steps.sched.cap)
+
+    def gap(m: float) -> float:
+        return rate * _slot_seconds(steps, min(m + 1, cap), rate) - m
+
+    low, high = 0.0, cap
+    g_low, g_high = gap(low), gap(high)
+    if g_high >= 0:
+        return cap
+    for _ in range(3):
+        m = low + (high - low) * g_low / (g_low - g_high)
+        g = gap(m)
+        if abs(g) < 1e-2 * max(m, 1.0):
+            return m
+        if g > 0:
+            low, g_low = m, g
+        else:
+            high, g_high = m, g
+    return low + (high - low) * g_low / (g_low - g_high)
+
+
+def _tail_wait(chance: float, mean_when: float, tail: float) -> float:
+    """The ``1 - tail`` quantile of a wait that is 0, or with ``chance`` exponential of
+    mean ``mean_when``."""
+    if tail >= chance or mean_when <= 0:
+        return 0.0
+    return mean_when * math.log(chance / tail)
+
+
+def under_load(steps: StepTable, rate: float) -> LoadPoint:
+    """The replica at ``rate`` arrivals per second: TTFT and TPOT percentiles."""
+    sched = steps.sched
+    sat = saturation_rate(steps)
+    inf = Percentiles(math.inf, math.inf, math.inf)
+    cap, o = sched.cap, sched.output_tokens
+    if rate >= sat or not math.isfinite(steps.mean_step(cap, rate)):
+        return LoadPoint(rate, sat, float(cap), 1.0, inf, inf)
+    m = _occupancy(steps, rate)
+    # Admission: cap servers of the saturated slot time (o steps, prompts inside them).
+    slot_full = o * steps.mean_step(cap, rate)
+    wait_p = _erlang_c(cap, rate * slot_full)
+    admit_mean = slot_full * (1 + SERVICE_SCV) / (2 * max(cap - rate * slot_full, 1e-9))
+    ttft: list[float] = []
+    tpot: list[float] = []
+    for q in QUANTILES:
+        tail = 1 - q
+        full = tail <= wait_p
+        level = min(q / (1 - wait_p), 0.9999) if not full else 0.5
+        n = min(max(m + _NORMAL.inv_cdf(level) * math.sqrt(m), 0.0), cap - 1.0)
+        n = cap - 1.0 if full else n
+        # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
+        decode, chunk, _, chunks = steps.point(n)
+        prefill = chunks * chunk
+        rho = min(rate * prefill, 0.999)
+        prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
+        admit = _tail_wait(wait_p, admit_mean, tail)
+        ahead = _tail_wait(rho, prefill_mean, tail)
+        # The heavier of the two waits at this tail, and the other one's mean.
+        waits = admit + rho * prefill_mean if admit >= ahead else ahead + wait_p * admit_mean
+        residual = (1 - rho) * decode / 2
+        ttft.append(prefill + residual + waits)
+        # TPOT: the mean step over the request's life, at its occupancy's quantile, and
+        # the prompts that arrive in that life (Poisson) each adding their chunk steps.
+        life = cap if full else min(1 + m + _Z[q] * math.sqrt(m * LIFETIME_VARIANCE), cap)
+        life = max(life, 1.0)
+        tau = steps.mean_step(life, rate)
+        span = (o - 1) * tau
+        extra = steps.per_prompt_token(life) * sched.prompt_tokens
+        spread = extra * math.sqrt(rate * span) / max(o - 1, 1)
+        tpot.append(tau + _Z[q] * spread)
+    return LoadPoint(rate, sat, m, wait_p, Percentiles(*ttft), Percentiles(*tpot))
+
+
+def within(point: LoadPoint, ttft_p95_s: float | None, tpot_p95_s: float | None) -> bool:
+    """Whether ``point`` keeps the p95 targets given."""
+    return (ttft_p95_s is None or point.ttft_s.p95 <= ttft_p95_s) and (
+        tpot_p95_s is None or point.tpot_s.p95 <= tpot_p95_s
+    )
+
+
+def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | None) -> float:
+    """The highest arrival rate the replica serves within the p95 targets (0 when not even
+    a trickle does): a bisection, the percentiles growing with the rate."""
+    sat = saturation_rate(steps)
+    if ttft_p95_s is None and tpot_p95_s is None:
+        return sat
+    low, high = sat * 1e-3, sat
+    if not within(under_load(steps, low), ttft_p95_s, tpot_p95_s):
+        return 0.0
+    for _ in range(8):
+        mid = (low + high) / 2
+        if within(under_load(steps, mid), ttft_p95_s, tpot_p95_s):
+            low = mid
+        else:
+            high = mid
+    return low

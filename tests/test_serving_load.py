@@ -1,0 +1,185 @@
+"""Latency under load: the queueing model of the engine (core/perf/queueing.py), the
+SLO search it drives, and the fields that carry it through the API."""
+
+import json
+import math
+import re
+from typing import Any
+
+from bench.serving.queue_sim import simulate
+from click.testing import CliRunner
+from litestar import Litestar
+from litestar.testing import TestClient
+
+from gpuplan.cli import main
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.ci import CiPlan, check
+from gpuplan.core.convert import convert
+from gpuplan.core.perf.queueing import (
+    Scheduler,
+    StepTable,
+    max_rate,
+    saturation_rate,
+    under_load,
+    within,
+)
+from tests.helpers import problem_at
+
+PATH = "/v1/recommendations"
+
+
+def _step(n: float, p: float) -> float:
+    """A roofline-shaped step: weight reads bound it until the GEMM rows outgrow them."""
+    return 0.004 + 0.00002 * n + max(0.01, 0.00003 * (n + p))
+
+
+SCHED = Scheduler(cap=64, budget=2048, prompt_tokens=512, output_tokens=64)
+
+
+def test_percentiles_grow_with_the_rate_and_order() -> None:
+    steps = StepTable(_step, SCHED)
+    sat = saturation_rate(steps)
+    previous = None
+    for load in (0.1, 0.5, 0.8, 0.95):
+        point = under_load(steps, load * sat)
+        for p in (point.ttft_s, point.tpot_s):
+            assert p.p50 <= p.p95 <= p.p99
+        if previous is not None:
+            assert point.ttft_s.p95 >= previous.ttft_s.p95
+            assert point.tpot_s.p95 >= previous.tpot_s.p95
+            assert point.mean_in_flight > previous.mean_in_flight
+        previous = point
+    past = under_load(steps, 1.01 * sat)
+    assert math.isinf(past.ttft_s.p95)
+    assert past.wait_probability == 1.0
+
+
+def test_model_against_the_simulation_at_half_load() -> None:
+    """The committed grid (bench/results/queue_model.json) is the full check; this is
+    one point of it on a small step function, seeded."""
+    steps = StepTable(_step, SCHED)
+    rate = 0.5 * saturation_rate(steps)
+    model = under_load(steps, rate)
+    sim = simulate(_step, SCHED, rate, requests=3000, seed=3)
+    ttft = sorted(sim["ttft_s"])
+    tpot = sorted(sim["tpot_s"])
+    assert abs(model.ttft_s.p50 / ttft[len(ttft) // 2] - 1) < 0.3
+    assert abs(model.tpot_s.p50 / tpot[len(tpot) // 2] - 1) < 0.2
+    assert abs(model.tpot_s.p95 / tpot[int(len(tpot) * 0.95)] - 1) < 0.3
+
+
+def test_max_rate_keeps_the_targets() -> None:
+    steps = StepTable(_step, SCHED)
+    loose = under_load(steps, 0.5 * saturation_rate(steps))
+    target = loose.ttft_s.p95
+    rate = max_rate(steps, target, None)
+    assert 0 < rate < saturation_rate(steps)
+    assert within(under_load(steps, rate), target, None)
+    assert not within(under_load(steps, rate * 1.1), target, None)
+    assert max_rate(steps, 1e-6, None) == 0.0
+
+
+def _body(slo: dict[str, float] | None = None, **inference: Any) -> dict[str, Any]:
+    iv: dict[str, Any] = {"requests_per_second": 5, **inference}
+    if slo is not None:
+        iv["slo"] = slo
+    return {
+        "model": {"name": "llama-3.1-70b"},
+        "workload": {"mode": "inference", "sequence_length": 2048, "max_new_tokens": 512},
+        "inference": iv,
+        "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [], "max_gpus_per_job": 64},
+        "objective": "cheapest",
+        "limit": 1,
+    }
+
+
+def _plan(client: TestClient[Litestar], slo: dict[str, float] | None) -> dict[str, Any]:
+    response = client.post(PATH, json=_body(slo))
+    assert response.status_code == 200, response.text
+    plan: dict[str, Any] = response.json()["recommendations"][0]
+    assert plan["fits"], plan["reasons"]
+    assert plan["score"] == 1.0, plan["reasons"]
+    return plan
+
+
+def test_a_tighter_p95_target_means_fewer_sequences_and_more_replicas(
+    client: TestClient[Litestar],
+) -> None:
+    loose = _plan(client, None)
+    tight = _plan(client, {"ttft_p95_s": 0.6, "tpot_p95_s": 0.04})
+    lat, tl = loose["latency"], tight["latency"]
+    assert lat["kind"] == tl["kind"] == "steady_state"
+    # Fewer sequences per replica (the cap the launch command sets, and those in flight)
+    # and more replicas, as the queue says: each replica's share of the rate falls.
+    assert tl["concurrency"] < lat["concurrency"]
+    assert tl["limited_by"] == "slo.tpot_p95_s"
+    assert tl["under_load"]["mean_in_flight"] < lat["under_load"]["mean_in_flight"]
+    assert tight["layout"]["data"] > loose["layout"]["data"]
+    assert tight["launch"]["max_concurrency"] == tl["concurrency"]
+    under = tl["under_load"]
+    assert under["time_to_first_token_s"]["p95"] <= 0.6
+    assert under["time_per_output_token_s"]["p95"] <= 0.04
+    assert under["requests_per_s"] * tight["layout"]["data"] == 5
+    assert 0 < tl["max_requests_per_s_within_slo"] < tl["requests_per_s"]
+    assert lat["max_requests_per_s_within_slo"] is None
+    assert any("p50/p95/p99" in r for r in tight["reasons"])
+    # The intervals cover the p50s too.
+    assert tight["intervals"]["ttft_p50_s"]["low"] < under["time_to_first_token_s"]["p50"]
+
+
+def test_a_static_batch_says_so(client: TestClient[Litestar]) -> None:
+    body = _body()
+    body["workload"]["batch_size"] = 64
+    body["constraints"] = {"include": ["h200-sxm-141gb"], "gpu_counts": [2]}
+    del body["inference"]["requests_per_second"]
+    response = client.post(PATH, json=body)
+    assert response.status_code == 200, response.text
+    plan = response.json()["recommendations"][0]
+    assert plan["latency"]["kind"] == "static_batch"
+    assert plan["latency"]["under_load"] is None
+    assert any("static batch of 64" in r for r in plan["reasons"])
+
+
+def test_bad_slo_names_the_field(client: TestClient[Litestar]) -> None:
+    for field, value in (("ttft_p95_s", 0), ("tpot_p95_s", -1), ("tpot_p95_s", 61)):
+        response = client.post(PATH, json=_body({field: value}))
+        assert response.status_code == 422
+        assert f"$.inference.slo.{field}" in response.json()["detail"]
+    no_rate = _body({"ttft_p95_s": 1})
+    del no_rate["inference"]["requests_per_second"]
+    problem_at(client.post(PATH, json=no_rate), "$.inference.slo")
+    batch = _body({"ttft_p95_s": 1})
+    batch["workload"]["batch_size"] = 8
+    problem_at(client.post(PATH, json=batch), "$.inference.slo")
+
+
+def test_the_cli_flags_and_a_plan_file_carry_the_slo() -> None:
+    args = ["recommend", "--model", "llama-3.1-8b", "--mode", "inference", "--seq-len", "1024",
+            "--output-tokens", "256", "--requests-per-second", "20", "--include", "h100-sxm5-80gb",
+            "--format", "json"]  # fmt: skip
+    loose = json.loads(CliRunner().invoke(main, args).output)["recommendations"][0]
+    result = CliRunner().invoke(main, [*args, "--slo-tpot-p95-s", "0.012"])
+    assert result.exit_code == 0, result.output
+    tight = json.loads(result.output)["recommendations"][0]
+    assert tight["latency"]["limited_by"] == "slo.tpot_p95_s"
+    assert tight["latency"]["concurrency"] < loose["latency"]["concurrency"]
+    assert tight["latency"]["under_load"]["time_per_output_token_s"]["p95"] <= 0.012
+    table = CliRunner().invoke(main, args[:-2])
+    assert re.search(
+        r"\n  under load \([0-9.]+ requests/s per replica, Poisson\): TTFT p50/p95/p99 \d",
+        table.output,
+    )
+    bad = CliRunner().invoke(main, [*args, "--slo-ttft-p95-s", "0"])
+    assert bad.exit_code == 2
+    assert "$.inference.slo.ttft_p95_s" in bad.output
+    # A plan file is a recommendation request: the SLO sizes the plan it checks.
+    plan = {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 1024, "max_new_tokens": 256},
+        "inference": {"requests_per_second": 20, "slo": {"tpot_p95_s": 0.012}},
+        "constraints": {"include": ["h100-sxm5-80gb"]},
+        "targets": {"max_cost_usd": 1e9},
+    }
+    report = check(convert(plan, CiPlan), builtin_catalog())
+    assert report.recommendations[0].latency is not None
+    assert report.recommendations[0].latency.limited_by == "slo.tpot_p95_s"
