@@ -5,6 +5,8 @@ Shared by fresh partitions (:mod:`gpuplan.core.mig.partition`) and incremental o
 (:mod:`gpuplan.core.mig.incremental`).
 """
 
+from collections.abc import Sequence
+
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
@@ -90,15 +92,17 @@ def assemble(
     optimal: bool,
     config_indices: set[int] | None = None,
     demand: Demand | None = None,
+    mig_disabled: Sequence[int] = (),
 ) -> PartitionResponse:
-    """Utilisation, mig-parted config, resources and strategy of placed GPUs."""
+    """Utilisation, mig-parted config, resources and strategy of placed GPUs;
+    ``mig_disabled``: indices of the whole GPUs (MIG off) the plan adds beside them."""
     table = geo.table
     devices: dict[str, tuple[Counts, list[int]]] = {}
     for gpu, c in zip(gpus, counts, strict=True):
         if config_indices is None or gpu.index in config_indices:
             devices.setdefault(gpu.layout, (c, []))[1].append(gpu.index)
     layouts = [(name, ids, parted.counts_of(table, c)) for name, (c, ids) in devices.items()]
-    config = parted.render(layouts, spec.pci_device_ids)
+    config = parted.render(layouts, spec.pci_device_ids, mig_disabled)
     per: dict[tuple[str, str], int] = {}
     used_profiles: set[str] = set()
     mem_used = compute_used = 0

@@ -94,7 +94,11 @@ def _order_for(table: MigGpu, new: list[tuple[int, int]], occupied: int) -> list
 
 
 def incremental(
-    request: PartitionRequest, spec: GpuSpec, table: MigGpu, reserved: frozenset[int] = frozenset()
+    request: PartitionRequest,
+    spec: GpuSpec,
+    table: MigGpu,
+    reserved: frozenset[int] = frozenset(),
+    whole_gpus: int = 0,
 ) -> PartitionResponse:
     geo = geometry(table)
     fleet = _current(table, request)
@@ -152,6 +156,8 @@ def incremental(
         lower_bound=_bound(geo, fleet, demand),
         optimal=False,
         config_indices=config_indices,
+        # Whole GPUs with MIG off (MPS hosts) are new: they follow the fleet's indices.
+        mig_disabled=range(max(fleet, default=-1) + 1, max(fleet, default=-1) + 1 + whole_gpus),
     )
     return msgspec.structs.replace(response, repartition=sorted(repartition, key=lambda r: r.index))
 

@@ -36,5 +36,5 @@ def attach(
         response,
         mig_parted_config=response.mig_parted_config if "mig-parted" in output else None,
         device_plugin=device_plugin_output(response) if "device-plugin" in output else None,
-        dra=dra_output(spec, response.resources) if "dra" in output else None,
+        dra=dra_output(spec, response.resources, response.sharing) if "dra" in output else None,
     )

@@ -35,19 +35,32 @@ def partition(
     outputs.check(request.output)
     # Shared workloads become host workloads; the MIG planner packs those beside the rest.
     shared = sharing.split(table, spec, request)
+    whole = shared.plan.whole_gpus if shared.plan is not None else 0
     if request.current is not None:
-        response = incremental(shared.request, spec, table, shared.reserved)
+        response = incremental(shared.request, spec, table, shared.reserved, whole)
     else:
-        response = _fresh(shared.request, spec, table, shared.reserved)
+        response = _fresh(shared.request, spec, table, shared.reserved, whole)
     if shared.plan is not None:
+        # The whole GPUs (MIG off) follow the plan's GPUs, as mig_parted_config lists them.
+        if request.current is not None:
+            first = max((g.index for g in request.current), default=-1) + 1
+        else:
+            first = response.gpus_used
+        plan = msgspec.structs.replace(
+            shared.plan, whole_gpu_indices=list(range(first, first + whole))
+        )
         response = msgspec.structs.replace(
-            response, sharing=shared.plan, unplaced=[*response.unplaced, *shared.unplaced]
+            response, sharing=plan, unplaced=[*response.unplaced, *shared.unplaced]
         )
     return outputs.attach(request.output, spec, response)
 
 
 def _fresh(
-    request: PartitionRequest, spec: GpuSpec, table: MigGpu, reserved: frozenset[int]
+    request: PartitionRequest,
+    spec: GpuSpec,
+    table: MigGpu,
+    reserved: frozenset[int],
+    whole_gpus: int = 0,
 ) -> PartitionResponse:
     """Pack the workloads onto empty GPUs."""
     geo = geometry(table)
@@ -88,4 +101,5 @@ def _fresh(
         lower_bound=packing.lower_bound,
         optimal=packing.proven_optimal,
         demand=demand,
+        mig_disabled=range(len(plans), len(plans) + whole_gpus),
     )

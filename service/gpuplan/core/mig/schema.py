@@ -228,7 +228,7 @@ class CurrentGpu(Record, kw_only=True):
 
 PlanOutput = Literal["mig-parted", "dra", "device-plugin"]
 """What a partition answer carries to apply it: the nvidia-mig-parted config
-(``mig-parted``), ResourceClaimTemplates for NVIDIA's DRA driver (``dra``), or the
+(``mig-parted``), ResourceClaim(Template)s for NVIDIA's DRA driver (``dra``), or the
 extended-resource names NVIDIA's device plugin exposes under each MIG strategy
 (``device-plugin``)."""
 
@@ -249,7 +249,7 @@ class PartitionRequest(Record, kw_only=True):
     """What the answer carries to apply the plan, each at most once: ``mig-parted`` (the
     nvidia-mig-parted config that creates the layouts: GPU Operator, or DRA without
     DynamicMIG), ``dra`` (a ``resource.k8s.io/v1`` ResourceClaimTemplate per workload for
-    NVIDIA's DRA driver), ``device-plugin`` (the resource names of NVIDIA's device plugin
+    NVIDIA's DRA driver, and a ResourceClaim per shared host), ``device-plugin`` (the resource names of NVIDIA's device plugin
     under ``migStrategy`` single and mixed). ``resources`` and ``single_strategy`` are
     always there; ``[]`` answers the placements alone."""
 
@@ -427,9 +427,52 @@ class DraClaimTemplate(Record, kw_only=True):
     ``productName`` and ``profile`` device attributes."""
 
 
+SharedMode = Literal["mps", "time-slicing"]
+
+
+class SharedClients(Record):
+    """Clients of one workload on a host group."""
+
+    workload: str
+    count: int
+
+
+class DraSharedClaim(Record, kw_only=True):
+    """One ResourceClaim of the answer: one host of the tier below MIG (a MIG device that
+    time-slicing shares, or a whole GPU that MPS shares), which every client pod names in
+    ``spec.resourceClaims[].resourceClaimName`` so that they all get the same device."""
+
+    name: str
+    """``metadata.name``: the host workload's name (``mps-gpu`` for MPS) and the host's
+    number, as a DNS label."""
+    mode: SharedMode
+    profile: str | None
+    """The host's MIG profile; null for a whole GPU (MPS)."""
+    request: str
+    """Name of the claim's one device request."""
+    device_class_name: str
+    """``mig.nvidia.com`` for a MIG host, ``gpu.nvidia.com`` for a whole GPU."""
+    selector: str | None
+    """CEL over the driver's ``productName`` (and ``profile``) attributes; null when the
+    catalog knows no NVML name for a whole GPU (any GPU then)."""
+    config_kind: str
+    """Kind of the driver's opaque config: ``MigDeviceConfig`` or ``GpuConfig``
+    (``resource.nvidia.com/v1beta1``)."""
+    strategy: Literal["TimeSlicing", "MPS"]
+    """The config's ``sharing.strategy``."""
+    active_thread_percentage: int | None
+    """MPS: ``mpsConfig.defaultActiveThreadPercentage``; null for time-slicing."""
+    pinned_memory_limit: str | None
+    """MPS: ``mpsConfig.defaultPinnedDeviceMemoryLimit`` (a quantity in ``Mi``); null for
+    time-slicing."""
+    clients: list[SharedClients]
+    """Pods of each workload that name the claim (at most the host's ``replicas``)."""
+
+
 class DraOutput(Record, kw_only=True):
     """The plan for NVIDIA's DRA driver (``gpu.nvidia.com``): a ResourceClaimTemplate per
-    workload and profile, and the DeviceClasses they rely on."""
+    workload and profile that runs alone, a ResourceClaim per shared host, and the
+    DeviceClasses they rely on."""
 
     api_version: str
     """``resource.k8s.io/v1`` (GA since Kubernetes 1.34)."""
@@ -440,19 +483,14 @@ class DraOutput(Record, kw_only=True):
     device_classes: list[DraDeviceClass]
     """The DeviceClasses the driver's Helm chart installs for GPUs."""
     claim_templates: list[DraClaimTemplate]
+    """Workloads that run alone: each pod gets a device of its own."""
+    shared_claims: list[DraSharedClaim] = []
+    """The tier below MIG: one ResourceClaim per host, shared by its client pods."""
+    feature_gates: list[str] = []
+    """Feature gates of the driver the shared claims' configs need (empty: none)."""
     manifests: str
-    """The ResourceClaimTemplates as one YAML stream (``kubectl apply -n NAMESPACE -f``);
-    a comment alone when the plan places no workload."""
-
-
-SharedMode = Literal["mps", "time-slicing"]
-
-
-class SharedClients(Record):
-    """Clients of one workload on a host group."""
-
-    workload: str
-    count: int
+    """The ResourceClaimTemplates and shared ResourceClaims as one YAML stream (``kubectl
+    apply -n NAMESPACE -f``); a comment alone when the plan places no workload."""
 
 
 class SharedHostGroup(Record, kw_only=True):
@@ -551,6 +589,9 @@ class SharingPlan(Record, kw_only=True):
     workloads: list[SharedWorkload]
     whole_gpus: int
     """GPUs with MIG disabled that MPS hosts take, beside the ``gpus_used`` MIG GPUs."""
+    whole_gpu_indices: list[int] = []
+    """Their indices: after the plan's GPUs (after ``current``'s in an incremental plan),
+    as ``mig_parted_config`` lists them with ``mig-enabled: false``."""
     host_slices_optimal: bool
     """True when the time-sliced hosts take the fewest memory slices (then compute slices,
     then hosts) any packing under the device plugin's rules takes (exact search finished)."""
@@ -578,7 +619,8 @@ class PartitionResponse(Record, kw_only=True):
     utilization: Utilization
     mig_parted_config: str | None
     """nvidia-mig-parted ``version: v1`` YAML: one named config per distinct layout,
-    with its device indices, and ``gpuplan-all`` holding every GPU; null unless
+    with its device indices, ``gpuplan-mig-disabled`` for the whole GPUs MPS shares
+    (``mig-enabled: false``), and ``gpuplan-all`` holding every GPU; null unless
     ``output`` asks for ``mig-parted``."""
     resources: list[Resource]
     single_strategy: SingleStrategy
