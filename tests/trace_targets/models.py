@@ -333,3 +333,25 @@ def widening() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         nn.Linear(1024, 3072), nn.GELU(), nn.Linear(3072, 5120), nn.GELU(), nn.Linear(5120, 1024)
     )
     return model, (torch.randn(384, 1024),)
+
+
+class LstmLanguageModel(nn.Module):
+    """Embedding, a 2-layer LSTM and a linear head over the vocabulary (issue 33: hidden 512):
+    the head reads the LSTM's transposed (batch-first) output, which ATen's linear cannot
+    flatten, and the summed loss hands its backward an expanded, stride-0 gradient."""
+
+    def __init__(self, vocab: int = 8000, hidden: int = 128) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, hidden)
+        self.lstm = nn.LSTM(hidden, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, vocab)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(ids))
+        logits: torch.Tensor = self.head(out)
+        return logits
+
+
+def lstm_lm() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The LSTM language model, its outputs dropped once the (summed) loss is taken."""
+    return LstmLanguageModel(), (torch.randint(0, 8000, (4, 32)),)

@@ -274,6 +274,7 @@ def trace(
         recorder,
         recorder.module_scopes(),
         recorder.storage_resizes(),
+        recorder.linear_bias_in_place(),
     ):
         recorder.phase(Phase.BUILD)
         try:

@@ -385,6 +385,7 @@ def _training(
         kinds = {
             key: LayerGrads(
                 mlp=0.0 if flat else layer.mlp / _split(layer, p) * per_param,
+                mlp_last=-1.0 if flat else _last_linear(arch, layer) / _split(layer, p) * per_param,
                 attention=(
                     (layer.attention / p.tensor + layer.norms)
                     + (layer.mlp / _split(layer, p) if flat else 0.0)
@@ -583,6 +584,12 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
         dropout=bool(lora and lora.dropout > 0),
         base_grads=shared,
     )
+
+
+def _last_linear(arch: Architecture, layer: LayerParameters) -> float:
+    """Parameters of the MLP's last linear (down_proj, c_proj, fc2; the routed experts'
+    down projection): the one MLP gradient born before the activation's backward."""
+    return layer.mlp / (3 if arch.mlp_gated or _is_moe(layer) else 2)
 
 
 def _is_moe(layer: LayerParameters) -> bool:

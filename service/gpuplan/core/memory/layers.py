@@ -215,6 +215,10 @@ def _core(
         # The gradient of the probabilities, then of the scores: two score-sized
         # tensors at once (dropout's backward replaces the first, it does not add one).
         backward = ((m + FP32) if fp32_softmax else 2 * m) * d.scores
+        if dropout and not step.selective:
+            # The dropped-out probabilities are kept for the value matmul's backward
+            # only: freed once it ran, before dropout's backward adds its gradient.
+            backward -= m * d.scores
         backward += m * (2 * d.query + d.key) + (forward if step.selective else 0.0)
         forward += m * d.query + (2 * m * d.query if repeated else 0.0)
         return saved, backward, forward
@@ -353,7 +357,7 @@ def llama_layer(
             mlp_half=mlp_half,
             mlp_bw=mlp_bw,
             core_bw=core_bw,
-            forward=max(core_fw, mlp_fw),
+            forward=max(core_fw, mlp_fw + num.residual * d.hidden),
         ),
         op_saved=op_saved,
     )
@@ -388,6 +392,9 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
         # SDPA keeps the views: c_attn's output (q and, with multi-query, one k and v head)
         v_storage = m * d.key if eager else m * (d.query + 2 * d.key)
         core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=v_storage)
+        # The query is a view of c_attn's output: its keys and values stay alive beside
+        # the cache's copies of them while the attention runs.
+        core_fw += 2 * m * d.key
         attn = r * e + qkv_in + core + m * d.query + mask
         mlp_half = r * e + fc_in + mlp + mask  # ln_2 input (residual sum)
     elif family == "neox":
@@ -412,14 +419,26 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
         core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=m * d.key)
         attn = qkv_in + core + m * d.query + mask + r * e  # + LN1 input
         mlp_half = fc_in + mlp + mask + r * e  # + LN2 input
-    mlp_bw = (3 if arch.activation == "gelu_new" else 2) * m * d.ffn
+    # The MLP's backward peaks in the activation's backward. By then the second linear's
+    # backward has freed its input (the activation's output, unless relu keeps it as its
+    # own) and the dropout after it its mask. Beside what is left: GPT-2's written-out
+    # GELU holds the incoming gradient and the two of its last product; GELU the
+    # incoming gradient and its own; relu both beside its kept output.
+    if step.fused_activation and t.full:
+        mlp_bw = 2 * m * d.ffn
+    elif arch.activation == "relu":
+        mlp_bw = 2 * m * d.ffn - (mask if family in ("gpt2", "opt", "bert") else 0.0)
+    else:
+        freed = m * d.ffn + (mask if family in ("gpt2", "opt", "bert") else 0.0)
+        mlp_bw = (3 if arch.activation == "gelu_new" else 2) * m * d.ffn - freed
     # No-grad MLP: fc1's output and the activation's (GPT-2's written-out GELU holds
     # x, 0.5x and two temporaries at its deepest).
     mlp_fw = (4 if arch.activation == "gelu_new" else 2) * m * d.ffn
     if family == "gpt2":
-        # GPT-2's block holds its attention output (a local) and the residual sum beside
-        # the MLP's input while the MLP runs.
-        mlp_fw += m * d.hidden_full + r * e
+        # GPT-2's block holds its attention output (a local) beside the MLP's input and
+        # the residual sum (the residual stream counted around either half) while the MLP
+        # runs.
+        mlp_fw += m * d.hidden_full
     return _cost(
         arch,
         d,
@@ -428,7 +447,7 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
         mlp_half=mlp_half,
         mlp_bw=mlp_bw,
         core_bw=core_bw,
-        forward=max(core_fw, mlp_fw),
+        forward=max(core_fw, mlp_fw + num.residual * d.hidden),
     )
 
 
@@ -450,8 +469,10 @@ def _cost(
         mlp_saved=mlp_half,
         mlp_backward=max(mlp_bw, norm_bw),
         attention_backward=max(core_bw, norm_bw) + num.matmul * d.hidden_full,
-        # Around either half: the residual stream and the norm's output the half reads.
-        forward_peak=forward + num.residual * d.hidden + num.matmul * d.hidden_full,
+        # Around either half: the norm's output the half reads; around the MLP's also
+        # the residual sum (the attention half's residual is the layer input itself,
+        # which the caller holds: LayerCost.input).
+        forward_peak=forward + num.matmul * d.hidden_full,
         input=num.residual * d.hidden,
     )
 

@@ -297,6 +297,20 @@ def _adapter_bytes(w: Workload) -> _Bytes:
     return _Bytes(weights=base, grads=adapter, states=adapter, master=0.0)
 
 
+def model_buffers(arch: Architecture) -> float:
+    """Bytes of the buffers a model registers beside its parameters, on every GPU.
+
+    GPT-BigCode keeps a causal mask of ``max_position_embeddings`` squared booleans
+    (transformers 5.24, models/gpt_bigcode/modeling_gpt_bigcode.py: ``self.bias =
+    nn.Buffer(torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)),
+    persistent=False)``): 1 MiB at 1,024 positions, 64 MiB at StarCoder's 8,192.
+    Rotary tables and the like are a few kB and not counted.
+    """
+    if arch.model_type == "gpt_bigcode":
+        return float(arch.learned_positions**2)
+    return 0.0
+
+
 def _buffers(
     w: Workload,
     *,
@@ -408,6 +422,7 @@ def model_states(
         optimizer = master = temp = partition = 0.0
     if p.cpu_offload.parameters and stage >= 3:
         weights = 0.0
+    weights += model_buffers(arch)
     states = ModelStates(
         parameters_local=local,
         trainable=trainable,
@@ -497,7 +512,7 @@ def _flat_parameters(
     )
     return msgspec.structs.replace(
         states,
-        weights=weights,
+        weights=weights + model_buffers(arch),
         gradients=gradients,
         optimizer=optimizer,
         master=0.0,

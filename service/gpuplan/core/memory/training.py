@@ -28,6 +28,13 @@ class LayerGrads(Record, kw_only=True):
 
     mlp: float
     attention: float
+    mlp_last: float = -1.0
+    """The part of ``mlp`` born by the MLP half's peak: its last linear's gradient (the
+    activation's backward, where the peak falls, runs before the first linear's). -1:
+    all of ``mlp``."""
+
+    def mlp_at_peak(self) -> float:
+        return self.mlp if self.mlp_last < 0 else self.mlp_last
 
 
 def training_peak(
@@ -52,7 +59,8 @@ def training_peak(
 
     ``in_flight``: micro-batches whose activations one GPU holds at once (1F1B pipeline
     schedules keep up to the pipeline depth on the first stage). ``held``: bytes the loop
-    keeps from the forward to the end of the step (the model's outputs). ``offload``:
+    keeps from the forward to the end of the step (the model's outputs), alive at every
+    moment of the backward, the layers' included. ``offload``:
     layers' saved activations wait in CPU memory; a layer's come back for its backward,
     the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
     the backward (these bytes of temporaries at a time), so gradients do not pile up.
@@ -112,19 +120,20 @@ def training_peak(
             fresh_mlp = lg.mlp if accumulating and not persistent_gradients else 0.0
             fresh_attn = lg.attention if accumulating and not persistent_gradients else 0.0
             mlp_grads = done + (0.0 if accumulating or stepping else lg.mlp)
+            at_mlp_peak = done + (0.0 if accumulating or stepping else lg.mlp_at_peak())
             # The MLP half of the layer's backward, then its attention half, then (FSDP1)
             # its flat gradient assembled once its activations are freed.
             # (The layer's shard is born after this moment: states.reduce_end holds it.)
             layer_done = (
                 mlp_grads,
                 below_here + head.embedding_saved,
-                residual_grad + gather + states.reduce_end + root,
+                residual_grad + gather + states.reduce_end + root + held,
             )
             for moment in (
                 (
-                    mlp_grads,
+                    at_mlp_peak,
                     below_here + own + head.embedding_saved,
-                    residual_grad + lc.mlp_backward + fresh_mlp + gather + reduce_mlp + root,
+                    residual_grad + lc.mlp_backward + fresh_mlp + gather + reduce_mlp + root + held,
                 ),
                 (
                     mlp_grads + (0.0 if accumulating else lg.attention),
@@ -134,7 +143,8 @@ def training_peak(
                     + fresh_attn
                     + gather
                     + states.reduce
-                    + root,
+                    + root
+                    + held,
                 ),
                 *((layer_done,) if states.reduce_end else ()),
             ):
