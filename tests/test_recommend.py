@@ -353,9 +353,13 @@ def test_the_search_keeps_the_gradient_reduce_dtype_where_the_framework_takes_it
         body = train("llama-2-13b", global_batch=64)
         body["workload"].update(
             precision="bf16",
-            parallelism={"framework": "megatron", "zero_stage": 1,
+            gradient_accumulation_steps=8,
+            parallelism={"framework": "megatron", "zero_stage": 1, "data": 8,
                          "gradient_reduce_dtype": dtype},
         )  # fmt: skip
+        # The data-parallel layout, given: with Megatron's tensor-parallel overlap the
+        # search may take tensor parallelism, which has no gradient reduce to type.
+        body["layout"] = "given"
         body["constraints"] = {"include": ["h100-sxm5-80gb"], "gpu_counts": [8]}
         (plans[dtype],) = recommend(req(**body), CATALOG).recommendations
     fp32, bf16 = plans["fp32"], plans["bf16"]

@@ -96,7 +96,13 @@ def test_more_sequences_in_flight_trade_latency_for_throughput() -> None:
     runs = []
     for n in (1, 8, 64):
         body = {**SEVENTY_B, "inference": {**SEVENTY_B["inference"], "max_concurrency": n}}
-        runs.append(latency(on(body, "h100-sxm5-80gb")))
+        # On one replica shape, given (TP 4, one replica): the cheapest plan's degree may
+        # change with the concurrency, and a wider replica has a shorter step.
+        body["workload"] = {**SEVENTY_B["workload"], "parallelism": {"tensor": 4}}
+        body["layout"] = "given"
+        c = on(body, "h100-sxm5-80gb")
+        assert c.layout is not None and c.layout.tensor == 4
+        runs.append(latency(c))
     tpot = [r.time_per_output_token_s for r in runs]
     tokens = [r.output_tokens_per_s for r in runs]
     assert tpot == sorted(tpot)

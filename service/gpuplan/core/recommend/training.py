@@ -373,11 +373,14 @@ def _link_of(gpu: GpuSpec, size: int, c: Constraints) -> Link:
 def _framework(job: Job, layout: ParallelLayout) -> Framework:
     """The framework a layout is timed with. Megatron's fused kernels are assumed only
     when the request names it: a tensor-parallel layout the search chose may run on
-    anything, and a job must not get faster per GPU by being spread over more of them."""
+    anything, and a job must not get faster per GPU by being spread over more of them.
+    For the same reason Megatron's tensor-parallel communication overlap
+    (``tensor_exposed``, fitted on Megatron runs) is assumed only then: without it a
+    tensor-parallel layout over PCIe would hide its all-reduces and beat one GPU per GPU."""
     chosen = framework(default_framework(layout))
-    if job.given.framework is None and chosen.elementwise_factor != 1.0:
-        return msgspec.structs.replace(chosen, elementwise_factor=1.0)
-    return chosen
+    if chosen.name != "megatron" or job.given.framework == "megatron":
+        return chosen
+    return msgspec.structs.replace(chosen, elementwise_factor=1.0, tensor_exposed=1.0)
 
 
 def time_training(
