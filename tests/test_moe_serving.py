@@ -122,6 +122,9 @@ def test_qwen3_moe_gets_an_expert_parallel_plan() -> None:
     assert "--enable-expert-parallel" in ep[0].launch.command
     # Each GPU holds 128 / 8 experts of each layer.
     assert "16 of the 128 experts" in " ".join(ep[0].reasons)
+    # Its step reads the measured kernel tables of the H200, as the other plans do.
+    assert ep[0].kernel_source == "measured"
+    assert ep[0].kernel_table is not None
 
 
 def test_a_dense_model_gets_no_expert_parallel_plan() -> None:

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 from gpuplan.core.record import Record
+from gpuplan.core.uncertainty.build import toml_line
 
 HIGH_P = 0.95
 LOW_P = 0.05
@@ -118,20 +119,14 @@ def build_quantiles(
     )
 
 
-def _line(name: str, value: object) -> str:
-    if isinstance(value, str):
-        return f'{name} = "{value}"'
-    if isinstance(value, float):
-        return f"{name} = {value:.6f}"
-    return f"{name} = {value}"
-
-
 def quantiles_toml(table: QuantileTable, header: Sequence[str]) -> str:
     """The table as the TOML the core reads, under ``header``'s comment lines (a group
     without a quantile of its own omits it)."""
     lines = [f"# {h}" if h else "#" for h in header]
-    lines += [_line(f, getattr(table, f)) for f in table.__struct_fields__ if f != "groups"]
+    lines += [toml_line(f, getattr(table, f)) for f in table.__struct_fields__ if f != "groups"]
     for g in table.groups:
         lines += ["", "[[groups]]"]
-        lines += [_line(f, getattr(g, f)) for f in g.__struct_fields__ if getattr(g, f) is not None]
+        lines += [
+            toml_line(f, getattr(g, f)) for f in g.__struct_fields__ if getattr(g, f) is not None
+        ]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ import msgspec
 
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.kernels import kernels_used
 from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve
 from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
@@ -242,6 +243,7 @@ def _option(
         served.time_to_first_token_s
         + max(job.output_tokens - 1, 0) * served.time_per_output_token_s
     )
+    kernel_source, kernel_id = kernels_used(ctx.rates, job.arch is not None)
     option = Option(
         gpu=gpu,
         count=count,
@@ -283,6 +285,8 @@ def _option(
             model=job.model_path,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
+        kernel_source=kernel_source,
+        kernel_table=kernel_id,
         reasons=reasons,
         breaches=breaches,
         unverified=ctx.unverified,

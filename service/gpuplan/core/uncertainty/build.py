@@ -68,7 +68,9 @@ def build_table(
     )
 
 
-def _line(name: str, value: object) -> str:
+def toml_line(name: str, value: object) -> str:
+    """One ``name = value`` line of the data files the bench scripts write (floats to six
+    places, so a rerun on the same inputs writes the same bytes)."""
     if isinstance(value, str):
         return f'{name} = "{value}"'
     if isinstance(value, float):
@@ -84,8 +86,8 @@ def tables_toml(tables: Sequence[ResidualTable], header: Sequence[str]) -> str:
         fields: Mapping[str, object] = {
             f: getattr(t, f) for f in t.__struct_fields__ if f != "groups"
         }
-        lines += ["", "[[table]]", *(_line(k, v) for k, v in fields.items())]
+        lines += ["", "[[table]]", *(toml_line(k, v) for k, v in fields.items())]
         for g in t.groups:
             lines += ["", "[[table.groups]]"]
-            lines += [_line(f, getattr(g, f)) for f in g.__struct_fields__]
+            lines += [toml_line(f, getattr(g, f)) for f in g.__struct_fields__]
     return "\n".join(lines) + "\n"
