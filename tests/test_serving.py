@@ -101,7 +101,8 @@ def test_more_sequences_in_flight_trade_latency_for_throughput() -> None:
         body["workload"] = {**SEVENTY_B["workload"], "parallelism": {"tensor": 4}}
         body["layout"] = "given"
         c = on(body, "h100-sxm5-80gb")
-        assert c.layout is not None and c.layout.tensor == 4
+        assert c.layout is not None
+        assert c.layout.tensor == 4
         runs.append(latency(c))
     tpot = [r.time_per_output_token_s for r in runs]
     tokens = [r.output_tokens_per_s for r in runs]
