@@ -342,7 +342,7 @@ def test_redis_restarted_mid_queue(persistent: bool, key_prefix: str, tmp_path: 
     try:
         settings = job_settings(server.url, key_prefix, trace_cache_ttl_seconds=0)
         with (
-            pool(server.url, key_prefix, tmp_path, "r1", "r2"),
+            pool(server.url, key_prefix, tmp_path, "r1", "r2") as workers,
             TestClient(app=create_app(settings)) as client,
         ):
             ids = [submit(client, body({**SMALL, "num_hidden_layers": 8}, batch_size=1 + i))
@@ -354,6 +354,11 @@ def test_redis_restarted_mid_queue(persistent: bool, key_prefix: str, tmp_path: 
             jobs = [wait_for(client, i, {"succeeded", "failed"}, 120) for i in ids]
     finally:
         server.stop()
+    # Both workers stopped on their SIGTERM (exit 0), none needed the SIGKILL that
+    # Pool.stop sends after 30 s: a stop that lands while a worker waits to restart its
+    # loop after the outage is a stop.
+    codes = {n: p.returncode for n, p in workers.processes.items()}
+    assert codes == {"r1": 0, "r2": 0}, codes
     if persistent:
         assert [j["status"] for j in jobs] == ["succeeded"] * 8, jobs
     else:

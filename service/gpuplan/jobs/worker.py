@@ -14,6 +14,7 @@ kernel's out-of-memory killer) is put back at once.
 import logging
 import os
 import secrets
+import signal
 import threading
 import time
 from typing import Any
@@ -242,5 +243,24 @@ def run(config: WorkerConfig, password: str | None = None) -> int:
         # The loop ended on an error (Redis went away mid-job): start again, gently.
         backoff = 1.0 if time.monotonic() - started > 60 else min(backoff * 2, 30.0)
         log.warning("worker loop stopped; restarting in %.0f s", backoff)
-        time.sleep(backoff)
+        if _stopped_while_waiting(backoff):
+            log.info("stop requested while restarting: exiting")
+            return 0
     return 1
+
+
+def _stopped_while_waiting(seconds: float) -> bool:
+    """Wait ``seconds``; True if a SIGTERM or SIGINT came meanwhile.
+
+    Between two loops the signal handlers RQ installed still belong to the worker that
+    ended: a SIGTERM then only sets that dead worker's flag (it thought itself busy when
+    Redis vanished mid-job), and the next loop would run on until the pod is killed. So
+    the wait takes the signals itself; the next loop's ``work()`` installs RQ's again.
+    """
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return stop.wait(seconds)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
