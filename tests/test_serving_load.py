@@ -183,3 +183,55 @@ def test_the_cli_flags_and_a_plan_file_carry_the_slo() -> None:
     report = check(convert(plan, CiPlan), builtin_catalog())
     assert report.recommendations[0].latency is not None
     assert report.recommendations[0].latency.limited_by == "slo.tpot_p95_s"
+
+
+def test_the_search_defers_the_figures_to_the_candidates_it_returns() -> None:
+    """A search times ~150 serving options; the percentiles under load, the rate within
+    the SLO and the launch command are computed only for the candidates returned, and
+    they read the same as if computed during the search (the recorded answers of
+    tests/test_recommend_identical.py hold them byte for byte)."""
+    from gpuplan.core.recommend import RecommendRequest, recommend
+    from gpuplan.core.recommend.context import gpu_context
+    from gpuplan.core.recommend.fit import MemoryOracle
+    from gpuplan.core.recommend.job import resolve_job
+    from gpuplan.core.recommend.option import finished
+    from gpuplan.core.recommend.serving import serving_options
+
+    catalog = builtin_catalog()
+    body = {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "inference", "sequence_length": 2048},
+        "inference": {
+            "output_tokens": 256,
+            "requests_per_second": 4,
+            "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.2},
+        },
+        "constraints": {"include": ["h100-sxm5-80gb"]},
+    }
+    request = convert(body, RecommendRequest)
+    job = resolve_job(request, catalog)
+    gpu = catalog.lookup("h100-sxm5-80gb", "$")
+    ctx = gpu_context(gpu, job, request.efficiency.mfu, request.efficiency.mbu, request.constraints)
+    oracle = MemoryOracle(request.model, catalog, job.given.fsdp1)
+    plans, _ = serving_options(job, ctx, oracle, request.constraints)
+    assert plans
+    for plan in plans:
+        assert plan.launch is None
+        assert plan.finish is not None
+        assert plan.latency is not None
+        assert plan.latency.max_requests_per_s_within_slo is None
+        done = finished(plan)
+        assert done.finish is None
+        assert done.launch is not None
+        assert done.latency is not None
+        assert done.latency.under_load is not None
+        assert done.latency.max_requests_per_s_within_slo is not None
+        line = next(i for i, r in enumerate(done.reasons) if r.startswith("under load"))
+        # where the search puts the load: after the replicas line, before the breaches
+        assert done.reasons[line - 1].startswith(f"{done.layout.data} replica(s)")  # type: ignore[union-attr]
+        assert done.reasons[:line] + done.reasons[line + 1 :] == plan.reasons
+        assert finished(done) is done
+    shown = recommend(request, catalog).recommendations[0]
+    assert shown.launch is not None
+    assert shown.latency is not None
+    assert shown.latency.under_load is not None

@@ -106,13 +106,15 @@ class StepTable:
     """The two kinds of step the scheduler runs, at 0, a quarter, half and all of the cap
     decodes, linear in between: a decode-only step, and a step that also carries a chunk
     of prompt (as much of one prompt as the budget leaves). A search then asks for many
-    loads at the cost of eight steps."""
+    loads at the cost of at most eight steps, each timed when first read."""
 
     def __init__(self, step: StepFn, sched: Scheduler) -> None:
         self.sched = sched
         self.ns = sorted({0, sched.cap // 4, sched.cap // 2, sched.cap})
-        self.decode_s = [step(n, 0.0) for n in self.ns]
-        self.chunk_s = [step(n, self.chunk_tokens(n)) for n in self.ns]
+        self._step = step
+        # Each step is timed when first read: the saturation rate alone reads two.
+        self._decode_s: list[float | None] = [None] * len(self.ns)
+        self._chunk_s: list[float | None] = [None] * len(self.ns)
         self._points: dict[float, tuple[float, float, float, int]] = {}
 
     def point(self, n: float) -> tuple[float, float, float, int]:
@@ -130,23 +132,31 @@ class StepTable:
         """Prompt tokens a prompt-carrying step holds beside ``n`` decodes."""
         return float(min(self.sched.prompt_tokens, max(self.sched.budget - math.floor(n), 1)))
 
-    def _at(self, values: list[float], n: float) -> float:
+    def _value(self, values: list[float | None], j: int, *, chunk: bool) -> float:
+        value = values[j]
+        if value is None:
+            n = self.ns[j]
+            value = values[j] = self._step(n, self.chunk_tokens(n) if chunk else 0.0)
+        return value
+
+    def _at(self, values: list[float | None], n: float, *, chunk: bool) -> float:
         ns = self.ns
         if len(ns) == 1:
-            return values[0]
+            return self._value(values, 0, chunk=chunk)
         n = min(max(n, 0.0), float(ns[-1]))
         j = 1
         while j < len(ns) - 1 and n > ns[j]:
             j += 1
-        return values[j - 1] + (values[j] - values[j - 1]) * (n - ns[j - 1]) / (ns[j] - ns[j - 1])
+        low, high = self._value(values, j - 1, chunk=chunk), self._value(values, j, chunk=chunk)
+        return low + (high - low) * (n - ns[j - 1]) / (ns[j] - ns[j - 1])
 
     def decode(self, n: float) -> float:
         """A step of ``n`` decodes alone."""
-        return self._at(self.decode_s, n)
+        return self._at(self._decode_s, n, chunk=False)
 
     def chunk(self, n: float) -> float:
         """A step of ``n`` decodes and a chunk of prompt."""
-        return self._at(self.chunk_s, n)
+        return self._at(self._chunk_s, n, chunk=True)
 
     def per_prompt_token(self, n: float) -> float:
         """What a prompt token adds to the steps beside ``n`` decodes."""

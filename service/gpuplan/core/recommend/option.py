@@ -5,6 +5,7 @@ each as a :class:`~gpuplan.core.recommend.schema.Candidate`.
 """
 
 import math
+from collections.abc import Callable
 
 import msgspec
 
@@ -56,6 +57,10 @@ class Option(Record, kw_only=True):
     reasons: list[str] = []
     breaches: list[Breach] = []
     unverified: list[str] = []
+    finish: "Callable[[Option], Option] | None" = None
+    """What the option leaves for the candidates a response shows (a serving plan's
+    percentiles under load and launch command: they change no ranking, and a search
+    times ~150 options): :func:`finished` applies it."""
 
     @property
     def gpu_hours(self) -> float:
@@ -74,6 +79,11 @@ class Option(Record, kw_only=True):
 UNSIZED_SEVERITY = math.log(1e6)
 UNKNOWN_FACTOR = 10.0
 """The factor of a breach whose size cannot be measured (no price, a zero limit)."""
+
+
+def finished(option: Option) -> Option:
+    """``option`` with the figures it deferred (itself when it deferred none)."""
+    return option.finish(option) if option.finish is not None else option
 
 
 def breach(

@@ -20,6 +20,7 @@ from gpuplan.core.recommend.moe_serving import expert_parallel_options
 from gpuplan.core.recommend.option import (
     COST_OBJECTIVES,
     Option,
+    finished,
     miss_key,
     objective_key,
     unpriced_key,
@@ -85,17 +86,24 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     apart = [p for p in meets if objective in COST_OBJECTIVES and p.cost_usd is None]
     scored = _score([p for p in meets if p not in apart], objective)
     scored.sort(key=lambda r: (-r[1], objective_key(r[0], objective), r[0].gpu.id))
-    spreads: dict[tuple[object, ...], Spread] = {}  # the intervals' spreads, shared
-    out = [_recommendation(p, job, s, spreads=spreads) for p, s in scored]
     apart.sort(key=lambda p: (*unpriced_key(p, objective), p.gpu.id))
+    misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
     by = "time" if objective == "balanced" else "GPU-hours"
     note = (
         f"unscored: no price on the basis ({basis_words(job)}); ranked after the priced "
         f"plans, by {by}"
     )
-    out.extend(_recommendation(p, job, None, note, spreads=spreads) for p in apart)
-    misses.sort(key=lambda p: (*miss_key(p, request.objective), p.gpu.id))
-    out.extend(_recommendation(p, job, 0.0, spreads=spreads) for p in misses)
+    ordered: list[tuple[Option, float | None, str | None]] = [
+        *((p, s, None) for p, s in scored),
+        *((p, None, note) for p in apart),
+        *((p, 0.0, None) for p in misses),
+    ]
+    spreads: dict[tuple[object, ...], Spread] = {}  # the intervals' spreads, shared
+    # Only the candidates returned get the figures their options deferred (finished).
+    out = [
+        _recommendation(finished(p), job, s, n, spreads=spreads)
+        for p, s, n in ordered[: request.limit]
+    ]
     target = advice_target(request, catalog, out[0].gpu if out else None)
     advice = advise(
         request, job, oracle=oracle, contexts=contexts, target=target.gpu, trainable=trainable
@@ -123,7 +131,7 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
     return RecommendResponse(
         objective=request.objective,
         workload_kind="inference" if job.kind == "inference" else "training",
-        recommendations=with_disaggregation(out[: request.limit], job, contexts, oracle, c),
+        recommendations=with_disaggregation(out, job, contexts, oracle, c),
         price_basis=price_basis(
             job, [g.id for g in candidates if contexts[g.id].price is None], c.deployment
         ),

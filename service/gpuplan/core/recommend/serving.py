@@ -413,10 +413,19 @@ def slo_replicas(
 
 
 def _scale(
-    queue: "_Queue | None", needed: int, given: int | None, *, fits: bool, tp: int, c: Constraints
+    queue: "_Queue | None",
+    needed: int,
+    given: int | None,
+    *,
+    fits: bool,
+    tp: int,
+    c: Constraints,
+    figures: bool = True,
 ) -> tuple[int, int, LoadPoint | None]:
     """The replicas (``given``, else what the rate and the SLO need), the replicas
-    needed, and one replica's load at its share of the rate."""
+    needed, and one replica's load at its share of the rate. ``figures`` False (only
+    without an SLO, whose search needs the percentiles): the load is left to
+    :func:`_load_at`, for the candidates a response shows."""
     search = queue is not None and fits and given is None
     load = None
     rate = queue.job.requests_per_second if queue is not None else None
@@ -425,13 +434,22 @@ def _scale(
         # step is compute-bound, a decode-only one reads the weights): past the queue's
         # own saturation rate, add replicas until the queue is stable.
         needed = max(needed, math.floor(rate / saturation_rate(queue.steps)) + 1)
-        needed, load = queue.replicas(needed)
+        if figures:
+            needed, load = queue.replicas(needed)
     # A replica that does not fit is shown alone: how many it would take says nothing.
     replicas = given or (_allowed_replicas(needed, tp, c) if fits else 1)
-    # A plan that does not fit has no load to speak of.
-    if queue is not None and rate and fits and (load is None or replicas != needed):
-        load = under_load(queue.steps, rate / replicas)
+    if figures and (load is None or replicas != needed):
+        load = _load_at(queue, replicas, fits=fits)
     return replicas, needed, load
+
+
+def _load_at(queue: "_Queue | None", replicas: int, *, fits: bool) -> LoadPoint | None:
+    """One replica's load at its share of the request rate; a plan that does not fit has
+    no load to speak of."""
+    rate = queue.job.requests_per_second if queue is not None else None
+    if queue is None or not rate or not fits:
+        return None
+    return under_load(queue.steps, rate / replicas)
 
 
 class _Queue:
@@ -511,6 +529,110 @@ def _rate_breaches(job: Job, s: Served, replicas: int, needed: int, *, fits: boo
                 )
             )
     return breaches
+
+
+def _concurrency(
+    run: "Callable[[int], Served]",
+    job: Job,
+    memory: ReplicaMemory,
+    *,
+    spec: EngineSpec,
+    gpu: GpuSpec,
+    shape: ServeShape,
+    w: Workload,
+    length: int,
+    static_batch: bool,
+) -> tuple[Served, ConcurrencyLimit, int]:
+    """The replica served at its concurrency, what limits it, and its resident bytes: a
+    static batch at ``batch_size``; else the largest concurrency the KV cache, the
+    server's cap and its token budget allow within the latency targets."""
+    if static_batch:
+        return (
+            run(w.batch_size),
+            "batch_size",
+            memory.resident(w.batch_size, static_batch=True),
+        )
+    held = memory.sequences
+    kv: list[tuple[int, ConcurrencyLimit]] = [] if held is None else [(held, "kv_cache")]
+    server_cap = sequence_cap(
+        spec,
+        gpu,
+        given=job.inference.max_concurrency,
+        batch=w.batch_size,
+        pool_tokens=memory.fits_length().tokens(),
+        length=length or memory.full_tokens,
+    )
+    limits: list[tuple[int, ConcurrencyLimit]] = [
+        *kv,
+        (server_cap, "max_concurrency"),
+        (budget_concurrency(shape), "token_budget"),
+    ]
+    cap, limit = min(limits, key=lambda pair: pair[0])
+    s, limit = choose_concurrency(run, max(cap, 1), limit, job.inference)
+    return s, limit, memory.resident(s.batch, static_batch=False)
+
+
+def _unfit_required(memory: ReplicaMemory, spec: EngineSpec, length: int, batch: int) -> int:
+    """What a replica that does not fit would need: the engine's total for the weights,
+    the runtime and the KV cache of one sequence at full length (a static batch: all)."""
+    return max(
+        memory.estimate_bytes,
+        math.ceil(
+            needed_total(
+                spec,
+                fraction=memory.fraction,
+                static=memory.static_bytes,
+                weights=memory.weights_bytes,
+                runtime=memory.runtime_bytes,
+                kv=memory.per_token_bytes
+                * whole_blocks(max(length, memory.full_tokens), memory.block_tokens)
+                * (1 if spec.paged else batch),
+            )
+        ),
+    )
+
+
+def _finisher(
+    queue: "_Queue | None",
+    load: LoadPoint | None,
+    *,
+    replicas: int,
+    at: int,
+    plan: Plan,
+    job: Job,
+    gpu: GpuSpec,
+    w: Workload,
+    fits: bool,
+) -> Callable[[Option], Option]:
+    """What a serving plan defers until it is shown: one replica's load (``load``, when
+    the SLO search already computed it), the rate it sustains within the SLO, their
+    reason line (at ``at``, where the reasons of the load belong) and the launch command.
+    None of them changes a ranking; the SLO's breaches were decided by the search."""
+
+    def finish(option: Option) -> Option:
+        iv = job.inference
+        slo_rate = queue.slo_rate() if queue is not None and fits else None
+        at_load = load if load is not None else _load_at(queue, replicas, fits=fits)
+        figure, load_reasons, _ = _load_notes(at_load, iv.slo, slo_rate, replicas, fits)
+        assert option.latency is not None
+        return msgspec.structs.replace(
+            option,
+            latency=msgspec.structs.replace(
+                option.latency, under_load=figure, max_requests_per_s_within_slo=slo_rate
+            ),
+            launch=launch(
+                plan,
+                engine=iv.engine,
+                version=iv.engine_version,
+                gpu=gpu,
+                w=w,
+                model=job.model_path,
+            ),
+            reasons=[*option.reasons[:at], *load_reasons, *option.reasons[at:]],
+            finish=None,
+        )
+
+    return finish
 
 
 def _kind_words(kind: LatencyKind, s: Served) -> str:
@@ -695,46 +817,21 @@ def serve_option(
         return serve(job.flops, shape, replica, batch, static=static_batch)
 
     held = memory.sequences
-    limit: ConcurrencyLimit
     length, holds = model_len(job, memory, spec, w.batch_size)
     fits = memory.estimate_bytes <= gpu.usable_memory_bytes and holds
-    if static_batch:
-        s, limit = run(w.batch_size), "batch_size"
-        required = memory.resident(w.batch_size, static_batch=True)
-    else:
-        kv: list[tuple[int, ConcurrencyLimit]] = [] if held is None else [(held, "kv_cache")]
-        server_cap = sequence_cap(
-            spec,
-            gpu,
-            given=iv.max_concurrency,
-            batch=w.batch_size,
-            pool_tokens=memory.fits_length().tokens(),
-            length=length or memory.full_tokens,
-        )
-        limits: list[tuple[int, ConcurrencyLimit]] = [
-            *kv,
-            (server_cap, "max_concurrency"),
-            (budget_concurrency(shape), "token_budget"),
-        ]
-        cap, limit = min(limits, key=lambda pair: pair[0])
-        s, limit = choose_concurrency(run, max(cap, 1), limit, iv)
-        required = memory.resident(s.batch, static_batch=False)
+    s, limit, required = _concurrency(
+        run,
+        job,
+        memory,
+        spec=spec,
+        gpu=gpu,
+        shape=shape,
+        w=w,
+        length=length,
+        static_batch=static_batch,
+    )
     if not fits:
-        required = max(
-            memory.estimate_bytes,
-            math.ceil(
-                needed_total(
-                    spec,
-                    fraction=memory.fraction,
-                    static=memory.static_bytes,
-                    weights=memory.weights_bytes,
-                    runtime=memory.runtime_bytes,
-                    kv=memory.per_token_bytes
-                    * whole_blocks(max(length, memory.full_tokens), memory.block_tokens)
-                    * (1 if spec.paged else w.batch_size),
-                )
-            ),
-        )
+        required = _unfit_required(memory, spec, length, w.batch_size)
     needed = (
         max(math.ceil(job.requests_per_second / s.requests_per_s - 1e-12), 1)
         if job.requests_per_second
@@ -742,8 +839,12 @@ def serve_option(
     )
 
     queue = None if static_batch else _Queue(job, shape, replica, s.batch)
-    replicas, needed, load = _scale(queue, needed, replicas, fits=fits, tp=tp, c=c)
-    slo_rate = queue.slo_rate() if queue is not None and fits else None
+    # The percentiles under load (but where the SLO needs them), the rate within the SLO
+    # and the launch command change no ranking: ``Option.finish`` adds them to the
+    # candidates a response shows (a search times ~150 options, a response shows a few).
+    replicas, needed, load = _scale(
+        queue, needed, replicas, fits=fits, tp=tp, c=c, figures=iv.slo is not None
+    )
     count = replicas * tp
     layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
@@ -762,8 +863,8 @@ def serve_option(
         + (f" (tensor parallel over {link.kind})" if tp > 1 else "")
     )
     kernel_source, kernel_id = kernels_used(ctx.rates, job.arch is not None)
-    figure, load_reasons, load_breaches = _load_notes(load, iv.slo, slo_rate, replicas, fits)
-    reasons += load_reasons
+    at = len(reasons)
+    load_breaches = _load_notes(load, iv.slo, None, replicas, fits)[2]
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     breaches += layout_breaches(gpu, count, c)
     breaches += _rate_breaches(job, s, replicas, needed, fits=fits)
@@ -771,6 +872,17 @@ def serve_option(
     reasons += [b.detail for b in breaches if b.constraint != "memory"]
     request_latency = (
         s.time_to_first_token_s + max(job.output_tokens - 1, 0) * s.time_per_output_token_s
+    )
+    plan = Plan(
+        tp=tp,
+        replicas=replicas,
+        max_model_len=length or memory.full_tokens,
+        concurrency=s.batch,
+        token_budget=memory.token_budget,
+        fraction=memory.fraction,
+        kv_cache_bytes=memory.kv_budget_bytes,
+        kv_cache_tokens=memory.fits_length().tokens(),
+        output_tokens=job.output_tokens,
     )
     option = Option(
         gpu=gpu,
@@ -793,26 +905,6 @@ def serve_option(
             requests_per_s=s.requests_per_s,
             decode_bound=s.bound,
             kind=kind,
-            under_load=figure,
-            max_requests_per_s_within_slo=slo_rate,
-        ),
-        launch=launch(
-            Plan(
-                tp=tp,
-                replicas=replicas,
-                max_model_len=length or memory.full_tokens,
-                concurrency=s.batch,
-                token_budget=memory.token_budget,
-                fraction=memory.fraction,
-                kv_cache_bytes=memory.kv_budget_bytes,
-                kv_cache_tokens=memory.fits_length().tokens(),
-                output_tokens=job.output_tokens,
-            ),
-            engine=iv.engine,
-            version=iv.engine_version,
-            gpu=gpu,
-            w=w,
-            model=job.model_path,
         ),
         source=ctx.rate.source if ctx.rate else "catalog",
         kernel_source=kernel_source,
@@ -820,5 +912,8 @@ def serve_option(
         reasons=reasons,
         breaches=breaches,
         unverified=ctx.unverified,
+        finish=_finisher(
+            queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=fits
+        ),
     )
     return priced(option, ctx, job, c, s.model_flops_per_s * replicas)
