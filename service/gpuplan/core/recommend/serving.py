@@ -712,10 +712,18 @@ def _under_load(point: LoadPoint) -> UnderLoad | None:
 
 
 def choose_concurrency(
-    run: Run, cap: int, limit: ConcurrencyLimit, iv: InferenceVolume
+    timed: Run, cap: int, limit: ConcurrencyLimit, iv: InferenceVolume
 ) -> tuple[Served, ConcurrencyLimit]:
     """The largest concurrency up to ``cap`` that keeps the latency targets; both
     latencies grow with the concurrency, so a bisection finds it. At 1 when none does."""
+    seen: dict[int, Served] = {}
+
+    def run(batch: int) -> Served:  # each concurrency timed once (the bisection's ends)
+        hit = seen.get(batch)
+        if hit is None:
+            hit = seen[batch] = timed(batch)
+        return hit
+
     top = run(cap)
     missed = _breach(top, iv)
     if missed is None:
