@@ -189,3 +189,48 @@ def test_an_mla_cache_moves_once_whatever_the_tensor_parallelism(
     assert tp
     t = tp[0]["disaggregation"]["kv_transfer"]
     assert t["bytes_per_request"] == 2048 * 61 * 576 * 2
+
+
+def _slo_body(rate: float, ttft_p95_s: float, tpot_p95_s: float = TPOT_S) -> dict[str, Any]:
+    payload = body(rate=rate, slo={"ttft_p95_s": ttft_p95_s, "tpot_p95_s": tpot_p95_s})
+    del payload["inference"]["max_time_per_output_token_s"]
+    del payload["inference"]["max_time_to_first_token_s"]
+    return payload
+
+
+def test_under_an_slo_both_sides_are_judged_on_their_p95s(client: TestClient[Litestar]) -> None:
+    """Issue 34 item 4, "for the same SLO": the aggregated side is judged on the
+    candidate's percentiles under load, the disaggregated pools are sized until their
+    own p95s (the prefill pool's queue, the transfer, the decode pool's admission and
+    pure decode steps) keep the targets."""
+    c = top(client, _slo_body(rate=40.0, ttft_p95_s=1.5))
+    d = c["disaggregation"]
+    agg, dis = d["aggregated"], d["disaggregated"]
+    under = c["latency"]["under_load"]
+    assert agg["time_to_first_token_p95_s"] == under["time_to_first_token_s"]["p95"]
+    assert agg["time_per_output_token_p95_s"] == under["time_per_output_token_s"]["p95"]
+    assert dis["meets_targets"], d["why"]
+    assert dis["time_to_first_token_p95_s"] <= 1.5
+    assert dis["time_per_output_token_p95_s"] <= TPOT_S
+    # A p95 sits above the steady state: the queues add to it, never take away.
+    assert dis["time_to_first_token_p95_s"] >= dis["time_to_first_token_s"]
+    # Without an SLO there are no p95s to report.
+    plain = top(client, body(rate=40.0))["disaggregation"]
+    assert plain["disaggregated"]["time_to_first_token_p95_s"] is None
+
+
+def test_a_tighter_ttft_p95_takes_more_prefill_capacity(client: TestClient[Litestar]) -> None:
+    """Tighter TTFT target: the prefill pool must run further from saturation (its wait
+    is M/D/1's), so its busy share falls, or smaller prefill batches are needed."""
+    loose = top(client, _slo_body(rate=40.0, ttft_p95_s=3.0))["disaggregation"]
+    tight = top(client, _slo_body(rate=40.0, ttft_p95_s=0.9))["disaggregation"]
+    for d in (loose, tight):
+        assert d["disaggregated"]["meets_targets"], d["why"]
+    assert tight["disaggregated"]["time_to_first_token_p95_s"] <= 0.9
+    assert tight["disaggregated"]["gpus"] >= loose["disaggregated"]["gpus"]
+    assert tight["prefill"]["busy"] <= loose["prefill"]["busy"] or (
+        tight["prefill"]["concurrency"] < loose["prefill"]["concurrency"]
+    )
+    assert loose["disaggregated"]["time_to_first_token_p95_s"] > 0.9 or (
+        tight["disaggregated"]["gpus"] == loose["disaggregated"]["gpus"]
+    )

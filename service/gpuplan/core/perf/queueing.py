@@ -248,8 +248,12 @@ def _tail_wait(chance: float, mean_when: float, tail: float) -> float:
     return mean_when * math.log(chance / tail)
 
 
-def under_load(steps: StepTable, rate: float) -> LoadPoint:
-    """The replica at ``rate`` arrivals per second: TTFT and TPOT percentiles."""
+def under_load(steps: StepTable, rate: float, *, serial_prompts: bool = True) -> LoadPoint:
+    """The replica at ``rate`` arrivals per second: TTFT and TPOT percentiles.
+
+    ``serial_prompts`` False: a disaggregated decode replica, whose "prompt" is a cache
+    that arrives prefilled and joins the next step (no queue of prefills; the step
+    function then ignores the prompt tokens, and the first token is one step)."""
     sched = steps.sched
     sat = saturation_rate(steps)
     inf = Percentiles(math.inf, math.inf, math.inf)
@@ -272,7 +276,7 @@ def under_load(steps: StepTable, rate: float) -> LoadPoint:
         # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
         decode, chunk, _, chunks = steps.point(n)
         prefill = chunks * chunk
-        rho = min(rate * prefill, 0.999)
+        rho = min(rate * prefill, 0.999) if serial_prompts else 0.0
         prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
         admit = _tail_wait(wait_p, admit_mean, tail)
         ahead = _tail_wait(rho, prefill_mean, tail)
@@ -315,3 +319,18 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
         else:
             high = mid
     return low
+
+
+def prefill_pool_wait(rate: float, batch_s: float, batch: int) -> tuple[float, Percentiles]:
+    """The wait of a prompt for a disaggregated prefill replica that runs batches of up
+    to ``batch`` whole prompts in ``batch_s`` each, at ``rate`` arrivals per second: an
+    M/D/1 queue of the batch's time per prompt (work-conserving: a busy replica fills
+    its batches), its mean and its p50/p95/p99 (the wait is 0 with probability
+    ``1 - rho``, else exponential of the Pollaczek-Khinchine mean, as the prefill queue
+    of :func:`under_load`). Infinite at or past saturation."""
+    per_prompt = batch_s / max(batch, 1)
+    rho = rate * per_prompt
+    if rho >= 1:
+        return math.inf, Percentiles(math.inf, math.inf, math.inf)
+    when = per_prompt * (1 + SERVICE_SCV) / (2 * (1 - rho))
+    return rho * when, Percentiles(*(_tail_wait(rho, when, 1 - q) for q in QUANTILES))

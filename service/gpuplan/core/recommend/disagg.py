@@ -24,6 +24,7 @@ Both are sized for the same rate; the winner keeps the targets at the lower pric
 """
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import msgspec
@@ -31,6 +32,14 @@ import msgspec
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.kv_transfer import KvTransfer, kv_transfer
+from gpuplan.core.perf.queueing import (
+    LoadPoint,
+    Scheduler,
+    StepTable,
+    prefill_pool_wait,
+    saturation_rate,
+    under_load,
+)
 from gpuplan.core.perf.serve import Replica, ServeShape, step_seconds
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.disagg_schema import (
@@ -44,17 +53,35 @@ from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.schema import Candidate, Constraints, InferenceVolume, ParallelLayout
-from gpuplan.core.recommend.serving import ReplicaMemory, replica_memory, serve_shape
+from gpuplan.core.recommend.serving import (
+    MAX_SLO_REPLICAS_FACTOR,
+    ReplicaMemory,
+    replica_memory,
+    serve_shape,
+)
 
 
-def missed_targets(ttft_s: float, tpot_s: float, iv: InferenceVolume) -> list[str]:
-    """The latency targets that a time to first token and a time per output token miss
-    (today the ``max_*`` targets; the one place a percentile target would join them)."""
+def missed_targets(
+    ttft_s: float,
+    tpot_s: float,
+    iv: InferenceVolume,
+    p95: tuple[float, float] | None = None,
+) -> list[str]:
+    """The latency targets that a time to first token and a time per output token miss:
+    the ``max_*`` targets on the steady-state figures, and ``slo``'s on ``p95`` (TTFT,
+    TPOT under the request rate; None: past what the replicas serve, every one missed)."""
     missed = []
     if iv.max_time_to_first_token_s is not None and ttft_s > iv.max_time_to_first_token_s:
         missed.append("inference.max_time_to_first_token_s")
     if iv.max_time_per_output_token_s is not None and tpot_s > iv.max_time_per_output_token_s:
         missed.append("inference.max_time_per_output_token_s")
+    slo = iv.slo
+    if slo is not None:
+        ttft95, tpot95 = p95 if p95 is not None else (math.inf, math.inf)
+        if slo.ttft_p95_s is not None and ttft95 > slo.ttft_p95_s:
+            missed.append("inference.slo.ttft_p95_s")
+        if slo.tpot_p95_s is not None and tpot95 > slo.tpot_p95_s:
+            missed.append("inference.slo.tpot_p95_s")
     return missed
 
 
@@ -70,6 +97,9 @@ class _Pool(NamedTuple):
     kv_bytes_per_token: float
     """The whole model's cache per token (every share)."""
 
+    steps: StepTable | None = None
+    """Decode, under an SLO: the replica's queue (pure decode steps, :func:`_queue`)."""
+
 
 class _Plan(NamedTuple):
     prefill: _Pool
@@ -79,6 +109,8 @@ class _Plan(NamedTuple):
     transfer: KvTransfer
     ttft_s: float
     missed: list[str]
+    p95: tuple[float, float] | None = None
+    """TTFT and TPOT p95 under the rate (with ``inference.slo``)."""
 
     @property
     def gpus(self) -> int:
@@ -96,14 +128,22 @@ def compare_disaggregated(
     per_gpu = candidate.usd_per_hour / candidate.count if candidate.usd_per_hour else None
     capacity = latency.requests_per_s * layout.data
     rate = job.requests_per_second or capacity
+    load = latency.under_load
+    agg_p95 = (
+        (load.time_to_first_token_s.p95, load.time_per_output_token_s.p95)
+        if load is not None and iv.slo is not None
+        else None
+    )
     agg_missed = missed_targets(
-        latency.time_to_first_token_s, latency.time_per_output_token_s, iv
+        latency.time_to_first_token_s, latency.time_per_output_token_s, iv, agg_p95
     ) + (["inference.requests_per_second"] if capacity < rate * (1 - 1e-9) else [])
     aggregated = ServingSide(
         gpus=candidate.count,
         usd_per_hour=candidate.usd_per_hour,
         time_to_first_token_s=latency.time_to_first_token_s,
         time_per_output_token_s=latency.time_per_output_token_s,
+        time_to_first_token_p95_s=agg_p95[0] if agg_p95 else None,
+        time_per_output_token_p95_s=agg_p95[1] if agg_p95 else None,
         requests_per_s=capacity,
         meets_targets=not agg_missed,
         missed=agg_missed,
@@ -137,6 +177,8 @@ def compare_disaggregated(
         time_to_first_token_s=plan.ttft_s,
         time_per_output_token_s=dec.step_s,
         requests_per_s=min(plan.x * pre.requests_per_s, plan.y * dec.requests_per_s),
+        time_to_first_token_p95_s=plan.p95[0] if plan.p95 else None,
+        time_per_output_token_p95_s=plan.p95[1] if plan.p95 else None,
         meets_targets=not dis_missed,
         missed=dis_missed,
     )
@@ -227,39 +269,173 @@ def _best_plan(
         replicas.append((tp, memory, shape, replica))
     decodes = [_decode(job, gpu, m, s, r) for _, m, s, r in replicas]
     prefills = [p for _, m, s, r in replicas for p in _prefills(job, m, s, r)]
+    if iv.slo is not None:
+        return _slo_plan(job, gpu, c, rate, decodes, prefills)
     best: tuple[tuple[int, int, float], _Plan] | None = None
     for d in decodes:
         y = max(math.ceil(rate / d.requests_per_s - 1e-12), 1)
         for p in prefills:
             x = max(math.ceil(rate / p.requests_per_s - 1e-12), 1)
-            gpus = x * p.tp + y * d.tp
-            if gpus > c.max_gpus_per_job:
+            if x * p.tp + y * d.tp > c.max_gpus_per_job:
                 continue
-            link = group_link(
-                gpu,
-                max(gpus, 2),
-                gpus_per_node=c.gpus_per_node,
-                network_bytes_per_s=c.network_bytes_per_s_per_gpu,
-            )
-            t = kv_transfer(
-                prompt_tokens=job.prompt_tokens,
-                kv_bytes_per_token=p.kv_bytes_per_token,
-                tp_prefill=p.tp,
-                tp_decode=d.tp,
-                link=link,
-                requests_per_s=rate,
-                prefill_gpus=x * p.tp,
-                decode_gpus=y * d.tp,
-            )
-            ttft = p.step_s + t.seconds + d.step_s
-            missed = missed_targets(ttft, d.step_s, iv)
-            if t.utilization > 1:
-                missed.append("inference.requests_per_second")
-            plan = _Plan(p, d, x, y, t, ttft, missed)
-            rank = (len(missed), gpus, ttft)
+            plan = _at(job, gpu, c, rate, p, d, x, y)
+            rank = (len(plan.missed), plan.gpus, plan.ttft_s)
             if best is None or rank < best[0]:
                 best = (rank, plan)
     return best[1] if best else None
+
+
+def _at(  # noqa: PLR0917 - the plan's pools and replicas
+    job: Job, gpu: GpuSpec, c: Constraints, rate: float, p: _Pool, d: _Pool, x: int, y: int
+) -> _Plan:
+    """The plan of ``x`` prefill and ``y`` decode replicas: its transfer over the link
+    its GPUs share, its steady-state TTFT and the ``max_*`` targets it misses."""
+    gpus = x * p.tp + y * d.tp
+    link = group_link(
+        gpu,
+        max(gpus, 2),
+        gpus_per_node=c.gpus_per_node,
+        network_bytes_per_s=c.network_bytes_per_s_per_gpu,
+    )
+    t = kv_transfer(
+        prompt_tokens=job.prompt_tokens,
+        kv_bytes_per_token=p.kv_bytes_per_token,
+        tp_prefill=p.tp,
+        tp_decode=d.tp,
+        link=link,
+        requests_per_s=rate,
+        prefill_gpus=x * p.tp,
+        decode_gpus=y * d.tp,
+    )
+    ttft = p.step_s + t.seconds + d.step_s
+    missed = missed_targets(ttft, d.step_s, job.inference)
+    if t.utilization > 1:
+        missed.append("inference.requests_per_second")
+    return _Plan(p, d, x, y, t, ttft, missed)
+
+
+def _slo_plan(  # noqa: PLR0917 - the search's inputs
+    job: Job,
+    gpu: GpuSpec,
+    c: Constraints,
+    rate: float,
+    decodes: list[_Pool],
+    prefills: list[_Pool],
+) -> _Plan | None:
+    """Under ``inference.slo``: the xPyD plan on the fewest GPUs whose p95s under
+    ``rate`` keep the targets (else the one that misses fewest). Each pool starts at the
+    replicas that keep its queue stable; the decode pool grows until its p95 TPOT holds,
+    then (a few more decode replicas shorten the admission wait too) the prefill pool
+    until the p95 TTFT does. Pairs are tried in the order of the fewest GPUs they could
+    take, and the search stops once no later pair can take fewer."""
+    loads: dict[tuple[int, int], LoadPoint] = {}
+
+    def decode_load(i: int, y: int) -> LoadPoint:
+        hit = loads.get((i, y))
+        if hit is None:
+            steps = decodes[i].steps
+            assert steps is not None
+            hit = loads[i, y] = under_load(steps, rate / y, serial_prompts=False)
+        return hit
+
+    starts = []
+    for i, d in enumerate(decodes):
+        assert d.steps is not None
+        y = max(math.floor(rate / saturation_rate(d.steps)) + 1, 1)
+        for p in prefills:
+            x = max(math.floor(rate * p.step_s / p.concurrency) + 1, 1)
+            starts.append((x * p.tp + y * d.tp, i, p, x, y))
+    starts.sort(key=lambda s: s[0])
+    best: tuple[tuple[int, int, float], _Plan] | None = None
+    for least, i, p, x, y in starts:
+        if least > c.max_gpus_per_job:
+            break
+        if best is not None and not best[1].missed and least > best[1].gpus:
+            break
+        plan = _fewest(job, gpu, c, rate, p, (i, decodes[i]), x, y, decode_load)
+        rank = (len(plan.missed), plan.gpus, plan.ttft_s)
+        if best is None or rank < best[0]:
+            best = (rank, plan)
+    return best[1] if best else None
+
+
+DECODE_EXTRA = (0, 1, 2)
+"""Decode replicas tried beyond the fewest that keep the p95 TPOT: each shortens the
+admission wait in the TTFT, so one more decode replica can save several prefill ones."""
+
+
+def _fewest(  # noqa: PLR0917 - the pair and the memo of decode loads
+    job: Job,
+    gpu: GpuSpec,
+    c: Constraints,
+    rate: float,
+    p: _Pool,
+    decode: tuple[int, _Pool],
+    x0: int,
+    y0: int,
+    decode_load: Callable[[int, int], LoadPoint],
+) -> _Plan:
+    """The pair's plan on the fewest GPUs that keeps the p95 targets, from ``x0`` prefill
+    and ``y0`` decode replicas (at those when none does, with what it misses)."""
+    slo = job.inference.slo
+    assert slo is not None
+    i, d = decode
+    bound = MAX_SLO_REPLICAS_FACTOR
+
+    def plan_at(x: int, y: int) -> _Plan:
+        plan = _at(job, gpu, c, rate, p, d, x, y)
+        load = decode_load(i, y)
+        mean_w, wait = prefill_pool_wait(rate / x, p.step_s, p.concurrency)
+        fixed = p.step_s + plan.transfer.seconds
+        dt = load.ttft_s
+        ttft95 = fixed + max(wait.p95 + dt.p50, dt.p95 + mean_w)
+        p95 = (ttft95, load.tpot_s.p95)
+        missed = [
+            *missed_targets(plan.ttft_s, d.step_s, job.inference, p95),
+            *(["inference.requests_per_second"] if plan.transfer.utilization > 1 else []),
+        ]
+        return plan._replace(missed=missed, p95=p95)
+
+    def keeps(plan: _Plan, target: str) -> bool:
+        return f"inference.slo.{target}" not in plan.missed
+
+    y = y0
+    if slo.tpot_p95_s is not None:
+        y = _least(lambda n: keeps(plan_at(x0, n), "tpot_p95_s"), y0, y0 * bound)
+    best = plan_at(x0, y)
+    if slo.ttft_p95_s is None:
+        return best
+    for extra in DECODE_EXTRA:
+        decoders = y + extra
+
+        def ttft_kept(n: int, decoders: int = decoders) -> bool:
+            return keeps(plan_at(n, decoders), "ttft_p95_s")
+
+        plan = plan_at(_least(ttft_kept, x0, x0 * bound), decoders)
+        if (len(plan.missed), plan.gpus) < (len(best.missed), best.gpus):
+            best = plan
+    return best
+
+
+def _least(ok: Callable[[int], bool], low: int, high: int) -> int:
+    """The least ``n`` in ``low..high`` with ``ok(n)`` (``ok`` monotone): doubling, then
+    a bisection; ``low`` when none is."""
+    if ok(low):
+        return low
+    n, last = low, low
+    while n < high:
+        last, n = n, min(n * 2, high)
+        if ok(n):
+            break
+    else:
+        return low
+    while n - last > 1:
+        mid = (n + last) // 2
+        if ok(mid):
+            n = mid
+        else:
+            last = mid
+    return n
 
 
 def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Replica) -> _Pool:
@@ -280,7 +456,11 @@ def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Repl
     def step(batch: int) -> float:
         return step_seconds(job.flops, shape, r, decode=batch, prompt=0)[0]
 
-    target = iv.max_time_per_output_token_s
+    # A decode-only step is the longest a sequence waits for a token at that occupancy,
+    # so a p95 target on TPOT caps the concurrency as the steady-state target does.
+    slo = iv.slo.tpot_p95_s if iv.slo is not None else None
+    targets = [t for t in (iv.max_time_per_output_token_s, slo) if t is not None]
+    target = min(targets) if targets else None
     batch = top
     if target is not None and step(top) > target:
         low, high = 1, top
@@ -299,6 +479,17 @@ def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Repl
         step_s=seconds,
         requests_per_s=batch / (seconds * o),
         kv_bytes_per_token=_whole_cache_per_token(job, m, r.tp),
+        steps=_queue(step, batch, o) if iv.slo is not None else None,
+    )
+
+
+def _queue(step: Callable[[int], float], cap: int, output_tokens: int) -> StepTable:
+    """A decode replica's queue: its steps are pure decode (a request's cache arrives
+    prefilled and joins the next step), so its "prompt" is one token that changes no
+    step, and its first token takes one step (``under_load(..., serial_prompts=False)``)."""
+    return StepTable(
+        lambda n, _p: step(max(round(n), 1)),
+        Scheduler(cap=cap, budget=cap + 1, prompt_tokens=1, output_tokens=output_tokens),
     )
 
 

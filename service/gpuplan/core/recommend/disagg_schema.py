@@ -28,6 +28,16 @@ class ServingSide(Record, kw_only=True):
     """The targets it misses (request field names), and ``inference.requests_per_second``
     when its replicas fall short of the rate."""
 
+    time_to_first_token_p95_s: float | None = None
+    """With ``inference.slo``: the 95th percentile of the time to first token under
+    Poisson arrivals at the rate (disaggregated: the prefill pool's queue and batch, the
+    transfer, and the decode pool's admission; docs/serving.md). None without an SLO, or
+    past what the replicas serve."""
+
+    time_per_output_token_p95_s: float | None = None
+    """With ``inference.slo``: the 95th percentile of the time per output token under the
+    rate (disaggregated: the decode pool's steps, which carry no prompt chunks)."""
+
 
 class ServingPool(Record, kw_only=True):
     """The prefill or the decode pool of a disaggregated plan."""
