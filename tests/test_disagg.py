@@ -234,3 +234,21 @@ def test_a_tighter_ttft_p95_takes_more_prefill_capacity(client: TestClient[Lites
     assert loose["disaggregated"]["time_to_first_token_p95_s"] > 0.9 or (
         tight["disaggregated"]["gpus"] == loose["disaggregated"]["gpus"]
     )
+
+
+def test_the_pools_queues_against_their_simulations() -> None:
+    """bench/serving/disagg_queue.py is the full check (bench/results/disagg_queue.json);
+    this is its mid-load point on the real step function of a 70B plan, seeded: the decode
+    pool's p95 TTFT and TPOT and the prefill pool's p95 TTFT within 15% of a discrete-event
+    simulation of the same replica."""
+    from bench.serving import disagg_queue as dq
+
+    step, sched = dq.replica_of(dq.CASES[dq.CASE])
+    decode = dq.decode_rows(step, sched.cap, sched.output_tokens, 6000, 3)
+    prefill = dq.prefill_rows(step, sched.prompt_tokens, 6000, 3)
+    for row in [*decode, *prefill]:
+        if row["load"] != 0.6:
+            continue
+        assert abs(row["ttft_s_p95_error"]) < 0.15, row
+        if row["pool"] == "decode":
+            assert abs(row["tpot_s_p95_error"]) < 0.15, row

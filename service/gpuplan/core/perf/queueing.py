@@ -282,7 +282,9 @@ def under_load(steps: StepTable, rate: float, *, serial_prompts: bool = True) ->
         ahead = _tail_wait(rho, prefill_mean, tail)
         # The heavier of the two waits at this tail, and the other one's mean.
         waits = admit + rho * prefill_mean if admit >= ahead else ahead + wait_p * admit_mean
-        residual = (1 - rho) * decode / 2
+        # The rest of the step in progress: its mean behind a queue of prompts; in a
+        # decode pool, where it is all the wait below the cap, its quantile (uniform).
+        residual = (1 - rho) * decode / 2 if serial_prompts else q * decode
         ttft.append(prefill + residual + waits)
         # TPOT: the mean step over the request's life, at its occupancy's quantile, and
         # the prompts that arrive in that life (Poisson) each adding their chunk steps.
@@ -321,16 +323,32 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
     return low
 
 
-def prefill_pool_wait(rate: float, batch_s: float, batch: int) -> tuple[float, Percentiles]:
-    """The wait of a prompt for a disaggregated prefill replica that runs batches of up
-    to ``batch`` whole prompts in ``batch_s`` each, at ``rate`` arrivals per second: an
-    M/D/1 queue of the batch's time per prompt (work-conserving: a busy replica fills
-    its batches), its mean and its p50/p95/p99 (the wait is 0 with probability
-    ``1 - rho``, else exponential of the Pollaczek-Khinchine mean, as the prefill queue
-    of :func:`under_load`). Infinite at or past saturation."""
+class PrefillWait(NamedTuple):
+    """A prompt at a disaggregated prefill replica: its wait and its own batch."""
+
+    mean_wait_s: float
+    wait_s: Percentiles
+    batch_s: float
+    """The batch the prompt runs in: the prompts that arrive during one full batch,
+    ``rho x batch``, between one and ``batch`` (below saturation a replica runs what is
+    waiting, mostly fewer than it could), timed between one prompt's and the full batch's."""
+
+
+def prefill_pool_wait(rate: float, batch_s: float, batch: int, single_s: float) -> PrefillWait:
+    """A prompt at a disaggregated prefill replica that runs, whenever it is free, the
+    waiting prompts (up to ``batch``: ``batch_s``; one alone: ``single_s``) as one batch,
+    at ``rate`` arrivals per second. The wait is an M/D/1 queue of the full batch's time
+    per prompt (a busy replica fills its batches): 0 with probability ``1 - rho``, else
+    exponential of the Pollaczek-Khinchine mean, as the prefill queue of
+    :func:`under_load`; p50/p95/p99 and the mean. Infinite at or past saturation.
+    ``bench/serving/disagg_queue.py`` checks it against a simulation of that replica."""
     per_prompt = batch_s / max(batch, 1)
     rho = rate * per_prompt
     if rho >= 1:
-        return math.inf, Percentiles(math.inf, math.inf, math.inf)
+        inf = math.inf
+        return PrefillWait(inf, Percentiles(inf, inf, inf), batch_s)
     when = per_prompt * (1 + SERVICE_SCV) / (2 * (1 - rho))
-    return rho * when, Percentiles(*(_tail_wait(rho, when, 1 - q) for q in QUANTILES))
+    waits = Percentiles(*(_tail_wait(rho, when, 1 - q) for q in QUANTILES))
+    size = min(max(rho * batch, 1.0), float(batch))
+    own = single_s + (batch_s - single_s) * (size - 1) / (batch - 1) if batch > 1 else batch_s
+    return PrefillWait(rho * when, waits, own)

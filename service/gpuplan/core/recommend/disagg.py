@@ -100,6 +100,9 @@ class _Pool(NamedTuple):
     steps: StepTable | None = None
     """Decode, under an SLO: the replica's queue (pure decode steps, :func:`_queue`)."""
 
+    single_s: float = 0.0
+    """Prefill: one prompt's batch alone (a replica below saturation runs smaller ones)."""
+
 
 class _Plan(NamedTuple):
     prefill: _Pool
@@ -385,10 +388,13 @@ def _fewest(  # noqa: PLR0917 - the pair and the memo of decode loads
     def plan_at(x: int, y: int) -> _Plan:
         plan = _at(job, gpu, c, rate, p, d, x, y)
         load = decode_load(i, y)
-        mean_w, wait = prefill_pool_wait(rate / x, p.step_s, p.concurrency)
-        fixed = p.step_s + plan.transfer.seconds
+        pw = prefill_pool_wait(rate / x, p.step_s, p.concurrency, p.single_s)
         dt = load.ttft_s
-        ttft95 = fixed + max(wait.p95 + dt.p50, dt.p95 + mean_w)
+        ttft95 = (
+            pw.batch_s
+            + plan.transfer.seconds
+            + max(pw.wait_s.p95 + dt.p50, dt.p95 + pw.mean_wait_s)
+        )
         p95 = (ttft95, load.tpot_s.p95)
         missed = [
             *missed_targets(plan.ttft_s, d.step_s, job.inference, p95),
@@ -515,15 +521,12 @@ def _prefills(job: Job, m: ReplicaMemory, shape: ServeShape, r: Replica) -> list
         chunks = math.ceil(s / budget)
         step, _ = step_seconds(job.flops, shape, r, decode=0, prompt=s / chunks)
         seconds = chunks * step
-        return [_Pool(r.tp, 1, seconds, 1 / seconds, whole)]
+        return [_Pool(r.tp, 1, seconds, 1 / seconds, whole, single_s=seconds)]
     held = int(m.kv_budget_bytes // max(m.per_token_bytes * s, 1e-9))
     most = max(min(budget // s, held), 1)
     sizes = sorted({min(1 << i, most) for i in range(most.bit_length() + 1)} | {most})
-    out = []
-    for k in sizes:
-        seconds, _ = step_seconds(job.flops, shape, r, decode=0, prompt=k * s)
-        out.append(_Pool(r.tp, k, seconds, k / seconds, whole))
-    return out
+    times = {k: step_seconds(job.flops, shape, r, decode=0, prompt=k * s)[0] for k in sizes}
+    return [_Pool(r.tp, k, t, k / t, whole, single_s=times[1]) for k, t in times.items()]
 
 
 def _why(  # noqa: PLR0917 - the figures the sentence is made of
