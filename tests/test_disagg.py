@@ -242,8 +242,9 @@ def test_the_pools_queues_against_their_simulations() -> None:
     pool's p95 TTFT and TPOT and the prefill pool's p95 TTFT within 15% of a discrete-event
     simulation of the same replica."""
     from bench.serving import disagg_queue as dq
+    from bench.serving.queue_sim import CASES, replica_of
 
-    step, sched = dq.replica_of(dq.CASES[dq.CASE])
+    step, sched = replica_of(CASES[dq.CASE])
     decode = dq.decode_rows(step, sched.cap, sched.output_tokens, 6000, 3)
     prefill = dq.prefill_rows(step, sched.prompt_tokens, 6000, 3)
     for row in [*decode, *prefill]:

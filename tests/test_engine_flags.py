@@ -161,7 +161,7 @@ def test_a_tensor_parallel_gpt_fast_run_parses_with_torchruns_own_parser() -> No
     assert "--compile" in script
 
 
-@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
 def test_expert_parallel_commands_use_the_engines_names_and_carry_the_plan(engine: Engine) -> None:
     # DeepSeek-V3 on H200s at a rate one expert-parallel replica of 8 serves.
     body = {
@@ -188,13 +188,21 @@ def test_expert_parallel_commands_use_the_engines_names_and_carry_the_plan(engin
     assert unknown_flags(engine, launch.command[len(prefix) :]) == []
     flags = engines_data().engines[engine].flags
     got = values(launch.command)
-    assert int(got[flags["data_parallel"]]) == 8
+    if engine != "trtllm":  # TensorRT-LLM has no flag for the attention ranks
+        assert int(got[flags["data_parallel"]]) == 8
     assert int(got[flags["max_concurrency"]]) == launch.max_concurrency
     if engine == "vllm":
         assert int(got[flags["tensor_parallel"]]) == 1  # EP size = TP x DP
         assert flags["expert_parallel"] in launch.command  # a switch
-    else:  # SGLang: tp_size counts every GPU, dp_size equals it under DP attention
+    elif engine == "sglang":  # tp_size counts every GPU, dp_size equals it under DP attention
         assert int(got[flags["tensor_parallel"]]) == 8
         assert int(got[flags["expert_parallel"]]) == 8
         assert flags["dp_attention"] in launch.command
+    else:  # TensorRT-LLM: tp_size counts every GPU; attention DP is an option of its YAML
+        assert int(got[flags["tensor_parallel"]]) == 8
+        assert int(got[flags["expert_parallel"]]) == 8
+        config = got[flags["config"]]
+        assert launch.config_files == {config: "enable_attention_dp: true\n"}
+    if engine != "trtllm":
+        assert launch.config_files == {}
     assert launch.resources.limits == {"nvidia.com/gpu": "8"}

@@ -24,6 +24,7 @@ import argparse
 import json
 import random
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def decode_rows(
 
 
 def simulate_prefill(
-    batch_step: "Any", batch: int, rate: float, requests: int, seed: int
+    batch_step: Callable[[int], float], batch: int, rate: float, requests: int, seed: int
 ) -> list[float]:
     """Arrival to the end of the prompt's batch, for every request after the warm-up."""
     rng = random.Random(seed)
@@ -79,7 +80,8 @@ def simulate_prefill(
     for _ in range(requests):
         t += rng.expovariate(rate)
         arrivals.append(t)
-    free, i, out = 0.0, 0, []
+    free, i = 0.0, 0
+    out: list[float] = []
     while i < requests:
         start = max(free, arrivals[i])
         j = i

@@ -20,6 +20,18 @@ from gpuplan.core.recommend.schema import Engine, KubernetesResources, Launch
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 """A workload's precision as transformers' ``--dtype`` names it (others: ``auto``)."""
 
+RANK_CAP = {
+    "vllm": "--max-num-seqs is each rank's (every rank schedules its own)",
+    "sglang": "--max-running-requests is the replica's (its scheduler divides it by --dp-size)",
+    "trtllm": "--max_batch_size is each rank's (the ranks admit tp_size x max_batch_size: "
+    "tensorrt_llm/_torch/pyexecutor/executor_request_queue.py at a98a9061, "
+    "_fetch_new_requests_attention_dp)",
+}
+"""What an expert-parallel replica's sequence cap counts, engine by engine."""
+
+TRTLLM_CONFIG = "extra-llm-api-options.yaml"
+"""The file TensorRT-LLM's ``--config`` names, for the LLM API options no flag sets."""
+
 FP8_KV = {"vllm": "fp8", "sglang": "fp8_e4m3"}
 """``workload.kv_cache_dtype: fp8`` as each engine's ``--kv-cache-dtype`` names it."""
 
@@ -53,12 +65,14 @@ def launch(
     """The launch of one plan on ``gpu``."""
     spec = engine_spec(engine)
     command, notes = _command(engine, spec, w, model, plan)
+    files: dict[str, str] = {}
     if plan.expert > 1:
         notes.append(
             f"{plan.expert} data-parallel attention ranks, each with {plan.concurrency} sequences "
-            "in flight: vLLM's --max-num-seqs is each rank's (every rank schedules its own), "
-            "SGLang's --max-running-requests the replica's (its scheduler divides it by --dp-size)"
+            f"in flight: {RANK_CAP[engine]}"
         )
+        if engine == "trtllm":
+            files[TRTLLM_CONFIG] = "enable_attention_dp: true\n"
     return Launch(
         engine=engine,
         engine_version=version,
@@ -77,6 +91,7 @@ def launch(
         resources=KubernetesResources(
             limits={kubernetes_resource(gpu): str(plan.tp * plan.expert)}
         ),
+        config_files=files,
         notes=notes,
     )
 
@@ -123,8 +138,8 @@ def _command(
     assert plan.fraction is not None
     command += [
         f("tensor_parallel"),
-        # SGLang's tp_size counts every GPU of a DP-attention replica.
-        str(plan.tp * plan.expert if engine == "sglang" else plan.tp),
+        # SGLang's and TensorRT-LLM's tp_size count every GPU of a DP-attention replica.
+        str(plan.tp * plan.expert if engine in ("sglang", "trtllm") else plan.tp),
         f("memory_fraction"),
         fraction_text(plan.fraction),
         f("max_model_len"),
@@ -157,7 +172,9 @@ def _command(
 def _expert_flags(engine: Engine, spec: EngineSpec, expert: int) -> list[str]:
     """Experts split ``expert`` ways, attention data-parallel over the same GPUs: vLLM
     ``--data-parallel-size N --enable-expert-parallel`` (EP size = TP x DP), SGLang
-    ``--dp-size N --enable-dp-attention --ep-size N`` (its ``--tp-size`` is N too)."""
+    ``--dp-size N --enable-dp-attention --ep-size N`` (its ``--tp-size`` is N too),
+    TensorRT-LLM ``--ep_size N --config FILE`` with ``enable_attention_dp: true`` in the
+    file (its ``--tp_size`` is N too)."""
     if expert <= 1:
         return []
     f = spec.flag
@@ -171,6 +188,8 @@ def _expert_flags(engine: Engine, spec: EngineSpec, expert: int) -> list[str]:
             f("expert_parallel"),
             str(expert),
         ]
+    if engine == "trtllm":
+        return [f("expert_parallel"), str(expert), f("config"), TRTLLM_CONFIG]
     return []
 
 

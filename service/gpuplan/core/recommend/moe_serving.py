@@ -52,7 +52,7 @@ from gpuplan.core.recommend.serving import (
     serve_shape,
 )
 
-EP_ENGINES = ("vllm", "sglang")
+EP_ENGINES = ("vllm", "sglang", "trtllm")
 """Engines whose launch command can say expert parallelism with DP attention."""
 
 

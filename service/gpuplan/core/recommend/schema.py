@@ -482,7 +482,8 @@ class Launch(Record, kw_only=True):
 
     expert_parallel: int = 1
     """GPUs the routed experts are split over (vLLM ``--enable-expert-parallel``, SGLang
-    ``--ep-size``); 1: experts sharded by tensor parallelism like the other layers."""
+    ``--ep-size``, TensorRT-LLM ``--ep_size``); 1: experts sharded by tensor parallelism
+    like the other layers."""
 
     max_model_len: int
     """The longest sequence the command lets the engine accept (``--max-model-len`` …)."""
@@ -502,6 +503,11 @@ class Launch(Record, kw_only=True):
     its share of every token's keys and values), in whole blocks."""
 
     resources: KubernetesResources
+    config_files: dict[str, str] = {}
+    """Files the command names, by name, with their content: TensorRT-LLM's ``--config``
+    YAML of the LLM API options that no flag sets (``enable_attention_dp`` for expert
+    parallelism). Write each beside the command (a ConfigMap in Kubernetes)."""
+
     notes: list[str] = []
     """What the command does not pin, and why."""
 
