@@ -142,3 +142,39 @@ def test_max_model_len_auto_fills_an_expert_parallel_gpus_cache() -> None:
     # The longest sequence one GPU's cache holds, at most the model's 163,840 tokens.
     assert 2048 + 512 < ep.launch.max_model_len <= 163_840
     assert ep.launch.kv_cache_tokens >= ep.launch.max_model_len
+
+
+def _expert_parallel(body: dict[str, Any]) -> Candidate:
+    body = {**body, "all_counts": True}
+    (ep,) = [c for c in plans(body) if c.layout is not None and c.layout.expert > 1][:1]
+    return ep
+
+
+def test_an_expert_parallel_plan_has_percentiles_under_load_and_keeps_an_slo() -> None:
+    """Each attention rank admits and steps its own sequences: the plan's queue is one
+    per rank at its share of the rate, as a tensor-parallel replica's is per replica."""
+    loose = _expert_parallel(deepseek(rate=20))
+    assert loose.latency is not None
+    under = loose.latency.under_load
+    assert under is not None
+    assert loose.layout is not None
+    ranks = loose.layout.expert
+    replicas = loose.layout.data // ranks
+    assert under.requests_per_s == pytest.approx(20 / (ranks * replicas))
+    assert under.time_to_first_token_s.p95 >= under.time_to_first_token_s.p50
+    assert any(r.startswith("under load") and "per attention rank" in r for r in loose.reasons)
+    # A tight p95 TPOT: fewer sequences per rank, so more replicas for the same rate.
+    tpot = 0.8 * loose.latency.time_per_output_token_s
+    body = deepseek(rate=20)
+    body["inference"]["slo"] = {"tpot_p95_s": tpot}
+    tight = _expert_parallel(body)
+    assert tight.latency is not None
+    assert tight.layout is not None
+    if tight.fits and not tight.breaches:
+        assert tight.latency.concurrency < loose.latency.concurrency
+        assert tight.layout.data >= loose.layout.data
+        assert tight.latency.under_load is not None
+        assert tight.latency.under_load.time_per_output_token_s.p95 <= tpot
+        assert tight.latency.max_requests_per_s_within_slo is not None
+    else:
+        assert any(b.constraint.startswith("inference.slo") for b in tight.breaches)

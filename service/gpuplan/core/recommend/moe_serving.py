@@ -30,14 +30,16 @@ import msgspec
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kernels import kernels_used
-from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve
+from gpuplan.core.perf.queueing import LoadPoint
+from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve, step_seconds
 from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.launch import Plan, launch
+from gpuplan.core.recommend.launch import Plan
 from gpuplan.core.recommend.option import Option, breach, layout_breaches, priced
 from gpuplan.core.recommend.schema import (
+    Breach,
     ConcurrencyLimit,
     Constraints,
     Latency,
@@ -45,10 +47,14 @@ from gpuplan.core.recommend.schema import (
     Throughput,
 )
 from gpuplan.core.recommend.serving import (
+    EngineQueue,
     ReplicaMemory,
     choose_concurrency,
+    finisher,
+    load_notes,
     model_len,
     replica_memory,
+    scale,
     serve_shape,
 )
 
@@ -129,6 +135,51 @@ def _expert_bytes(job: Job, memory: ReplicaMemory, ranks: int) -> float:
     return experts / ranks * per_parameter
 
 
+def _breaches(
+    job: Job,
+    served: Served,
+    *,
+    load: LoadPoint | None,
+    replicas: int,
+    needed: int,
+    per_replica: float,
+) -> list[Breach]:
+    """The latency targets the plan misses (the ``max_*`` ones on the steady state, the
+    SLO's on an attention rank's p95s under load) and the rate its replicas fall short of."""
+    iv = job.inference
+    out = []
+    for name, value in (
+        ("max_time_to_first_token_s", served.time_to_first_token_s),
+        ("max_time_per_output_token_s", served.time_per_output_token_s),
+    ):
+        target = getattr(iv, name)
+        if target is not None and value > target:
+            out.append(
+                breach(
+                    f"inference.{name}",
+                    value,
+                    target,
+                    "s",
+                    f"{value:.3g} s at {served.batch} sequence(s) in flight per GPU, over {name} {target:g} s",
+                )
+            )
+    out += load_notes(load, iv.slo, None, replicas, True, "attention rank")[2]
+    if replicas < needed and job.requests_per_second:
+        served_rate = replicas * per_replica
+        out.append(
+            breach(
+                "inference.requests_per_second",
+                served_rate,
+                job.requests_per_second,
+                "requests/s",
+                f"{replicas} replica(s) serve {served_rate:.3g} requests/s, under the "
+                f"{job.requests_per_second:g} requested: {needed} needed",
+                at_least=True,
+            )
+        )
+    return out
+
+
 def _option(
     job: Job,
     ctx: GpuContext,
@@ -152,6 +203,20 @@ def _option(
     experts = _expert_bytes(job, memory, ranks)
     others = max(memory.weights_bytes - experts, 0.0)
     s, o = job.prompt_tokens, max(job.output_tokens, 1)
+
+    def step(n: float, p: float) -> float:
+        """One rank's engine step with ``n`` decodes and ``p`` prompt tokens: the experts
+        the replica's tokens touch, and the dispatch and combine of this rank's tokens
+        (every rank steps alike)."""
+        tokens = n + p
+        touched = distinct_experts(ranks * tokens, moe.num_experts, moe.experts_per_token)
+        shape = msgspec.structs.replace(
+            base, weights_bytes=others + experts * touched / moe.num_experts
+        )
+        seconds = step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
+        return seconds + job.moe_layers * all_to_all_seconds(
+            tokens, hidden=arch.hidden_size, per_token=moe.experts_per_token, ranks=ranks, link=link
+        )
 
     def run(batch: int) -> Served:
         tokens = batch * (1 + s / o)  # a step's decodes and prompt tokens on one GPU
@@ -198,7 +263,12 @@ def _option(
         if job.requests_per_second
         else 1
     )
-    replicas = needed
+    # Each attention rank admits and steps its own sequences: ``ranks`` queues per
+    # replica, each at its share of the rate (the SLO search and the percentiles).
+    queue = EngineQueue(job, step, served.batch, base.token_budget, ways=ranks)
+    replicas, needed, load = scale(
+        queue, needed, None, fits=True, tp=ranks, c=c, figures=iv.slo is not None
+    )
     count = replicas * ranks
     touched = distinct_experts(
         ranks * served.batch * (1 + s / o), moe.num_experts, moe.experts_per_token
@@ -222,23 +292,23 @@ def _option(
         f"{per_replica:.3g} requests/s per replica, TTFT {served.time_to_first_token_s * 1000:.0f} ms, "
         f"TPOT {served.time_per_output_token_s * 1000:.1f} ms; decode is {served.bound}-bound",
     ]
-    breaches = layout_breaches(gpu, count, c)
-    for name, value in (
-        ("max_time_to_first_token_s", served.time_to_first_token_s),
-        ("max_time_per_output_token_s", served.time_per_output_token_s),
-    ):
-        target = getattr(iv, name)
-        if target is not None and value > target:
-            breaches.append(
-                breach(
-                    f"inference.{name}",
-                    value,
-                    target,
-                    "s",
-                    f"{value:.3g} s at {served.batch} sequence(s) in flight per GPU, over {name} {target:g} s",
-                )
-            )
+    breaches = layout_breaches(gpu, count, c) + _breaches(
+        job, served, load=load, replicas=replicas, needed=needed, per_replica=per_replica
+    )
+    at = len(reasons)
     reasons += [b.detail for b in breaches]
+    plan = Plan(
+        tp=1,
+        replicas=replicas,
+        max_model_len=length,
+        concurrency=served.batch,
+        token_budget=memory.token_budget,
+        fraction=memory.fraction,
+        kv_cache_bytes=memory.kv_budget_bytes,
+        kv_cache_tokens=memory.fits_length().tokens() * ranks,
+        output_tokens=job.output_tokens,
+        expert=ranks,
+    )
     request_latency = (
         served.time_to_first_token_s
         + max(job.output_tokens - 1, 0) * served.time_per_output_token_s
@@ -265,30 +335,14 @@ def _option(
             requests_per_s=per_replica,
             decode_bound=served.bound,
         ),
-        launch=launch(
-            Plan(
-                tp=1,
-                replicas=replicas,
-                max_model_len=length,
-                concurrency=served.batch,
-                token_budget=memory.token_budget,
-                fraction=memory.fraction,
-                kv_cache_bytes=memory.kv_budget_bytes,
-                kv_cache_tokens=memory.fits_length().tokens() * ranks,
-                output_tokens=job.output_tokens,
-                expert=ranks,
-            ),
-            engine=iv.engine,
-            version=iv.engine_version,
-            gpu=gpu,
-            w=w,
-            model=job.model_path,
-        ),
         source=ctx.rate.source if ctx.rate else "catalog",
         kernel_source=kernel_source,
         kernel_table=kernel_id,
         reasons=reasons,
         breaches=breaches,
         unverified=ctx.unverified,
+        finish=finisher(
+            queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=True
+        ),
     )
     return priced(option, ctx, job, c, served.model_flops_per_s * count)

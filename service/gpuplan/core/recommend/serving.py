@@ -412,8 +412,8 @@ def slo_replicas(
     return high, point
 
 
-def _scale(
-    queue: "_Queue | None",
+def scale(
+    queue: "EngineQueue | None",
     needed: int,
     given: int | None,
     *,
@@ -425,10 +425,10 @@ def _scale(
     """The replicas (``given``, else what the rate and the SLO need), the replicas
     needed, and one replica's load at its share of the rate. ``figures`` False (only
     without an SLO, whose search needs the percentiles): the load is left to
-    :func:`_load_at`, for the candidates a response shows."""
+    :func:`load_at`, for the candidates a response shows."""
     search = queue is not None and fits and given is None
     load = None
-    rate = queue.job.requests_per_second if queue is not None else None
+    rate = queue.rate if queue is not None else None
     if queue is not None and rate and search:
         # Chunked prefill's steps are slower than their average share (a prompt-carrying
         # step is compute-bound, a decode-only one reads the weights): past the queue's
@@ -439,55 +439,75 @@ def _scale(
     # A replica that does not fit is shown alone: how many it would take says nothing.
     replicas = given or (_allowed_replicas(needed, tp, c) if fits else 1)
     if figures and (load is None or replicas != needed):
-        load = _load_at(queue, replicas, fits=fits)
+        load = load_at(queue, replicas, fits=fits)
     return replicas, needed, load
 
 
-def _load_at(queue: "_Queue | None", replicas: int, *, fits: bool) -> LoadPoint | None:
+def load_at(queue: "EngineQueue | None", replicas: int, *, fits: bool) -> LoadPoint | None:
     """One replica's load at its share of the request rate; a plan that does not fit has
     no load to speak of."""
-    rate = queue.job.requests_per_second if queue is not None else None
+    rate = queue.rate if queue is not None else None
     if queue is None or not rate or not fits:
         return None
     return under_load(queue.steps, rate / replicas)
 
 
-class _Queue:
-    """One replica's engine as the queueing model sees it (``core/perf/queueing.py``)."""
+class EngineQueue:
+    """An engine's scheduler as the queueing model sees it (``core/perf/queueing.py``):
+    its step function, its caps, and the share of the request rate one scheduler takes.
+    ``ways``: schedulers per replica, each taking an even share of the replica's
+    arrivals (the data-parallel attention ranks of an expert-parallel replica, each of
+    which admits and steps its own sequences); 1 for a tensor-parallel replica."""
 
-    def __init__(self, job: Job, shape: ServeShape, replica: Replica, cap: int) -> None:
+    def __init__(
+        self, job: Job, step: Callable[[float, float], float], cap: int, budget: int, ways: int = 1
+    ) -> None:
         self.job = job
-        self.shape = shape
-        self.replica = replica
+        self.step = step
+        self.ways = ways
         self.sched = Scheduler(
             cap=cap,
-            budget=shape.token_budget,
+            budget=budget,
             prompt_tokens=job.prompt_tokens,
             output_tokens=max(job.output_tokens, 1),
         )
 
+    @property
+    def rate(self) -> float | None:
+        """Arrivals per second of one replica's worth of schedulers, per scheduler: the
+        request rate over ``ways`` (a replica count divides it further)."""
+        rps = self.job.requests_per_second
+        return rps / self.ways if rps else None
+
     @functools.cached_property
     def steps(self) -> StepTable:
         """The step function tabulated, built only for a plan under a rate or an SLO."""
-        return StepTable(self._step, self.sched)
-
-    def _step(self, n: float, p: float) -> float:
-        """The speed model's engine step (the same function the saturated plan uses)."""
-        return step_seconds(self.job.flops, self.shape, self.replica, decode=round(n), prompt=p)[0]
+        return StepTable(self.step, self.sched)
 
     def replicas(self, needed: int) -> tuple[int, LoadPoint | None]:
         """Replicas for the request rate within ``inference.slo`` (at least ``needed``)."""
-        rate, iv = self.job.requests_per_second, self.job.inference
+        rate, iv = self.rate, self.job.inference
         if not rate or iv.slo is None:
             return needed, under_load(self.steps, rate / needed) if rate else None
         return slo_replicas(self.steps, rate, needed, iv)
 
     def slo_rate(self) -> float | None:
-        """The highest rate one replica serves within ``inference.slo``."""
+        """The highest rate one replica serves within ``inference.slo`` (all its
+        schedulers)."""
         slo = self.job.inference.slo
         if slo is None:
             return None
-        return max_rate(self.steps, slo.ttft_p95_s, slo.tpot_p95_s)
+        return max_rate(self.steps, slo.ttft_p95_s, slo.tpot_p95_s) * self.ways
+
+
+def engine_queue(job: Job, shape: ServeShape, replica: Replica, cap: int) -> EngineQueue:
+    """A tensor-parallel replica's queue: the speed model's engine step (the same
+    function the saturated plan uses)."""
+
+    def step(n: float, p: float) -> float:
+        return step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
+
+    return EngineQueue(job, step, cap, shape.token_budget)
 
 
 def _misfit(required: int, tp: int, what: str, engine: str, gpu: GpuSpec) -> str:
@@ -592,8 +612,8 @@ def _unfit_required(memory: ReplicaMemory, spec: EngineSpec, length: int, batch:
     )
 
 
-def _finisher(
-    queue: "_Queue | None",
+def finisher(
+    queue: EngineQueue | None,
     load: LoadPoint | None,
     *,
     replicas: int,
@@ -612,8 +632,9 @@ def _finisher(
     def finish(option: Option) -> Option:
         iv = job.inference
         slo_rate = queue.slo_rate() if queue is not None and fits else None
-        at_load = load if load is not None else _load_at(queue, replicas, fits=fits)
-        figure, load_reasons, _ = _load_notes(at_load, iv.slo, slo_rate, replicas, fits)
+        at_load = load if load is not None else load_at(queue, replicas, fits=fits)
+        per = "attention rank" if queue is not None and queue.ways > 1 else "replica"
+        figure, load_reasons, _ = load_notes(at_load, iv.slo, slo_rate, replicas, fits, per)
         assert option.latency is not None
         return msgspec.structs.replace(
             option,
@@ -646,10 +667,16 @@ def _kind_words(kind: LatencyKind, s: Served) -> str:
     return f"steady state, one arriving request at this concurrency, queueing aside: TTFT {ttft}, "
 
 
-def _load_notes(
-    load: LoadPoint | None, slo: Slo | None, slo_rate: float | None, replicas: int, fits: bool
+def load_notes(  # noqa: PLR0917 - the load and what it is judged against
+    load: LoadPoint | None,
+    slo: Slo | None,
+    slo_rate: float | None,
+    replicas: int,
+    fits: bool,
+    per: str = "replica",
 ) -> tuple[UnderLoad | None, list[str], list[Breach]]:
-    """The figure under load, its reason line, and the p95 targets it misses."""
+    """The figure under load, its reason line, and the p95 targets it misses; ``per``:
+    what one queue is (a replica, or an attention rank of an expert-parallel one)."""
     if load is None:
         return None, [], []
     figure = _under_load(load)
@@ -657,8 +684,8 @@ def _load_notes(
         return (
             None,
             [
-                f"under load: {load.rate_per_s:.3g} requests/s per replica is at or past the "
-                f"{load.saturation_rate_per_s:.3g} one replica can serve; the queue grows "
+                f"under load: {load.rate_per_s:.3g} requests/s per {per} is at or past the "
+                f"{load.saturation_rate_per_s:.3g} one {per} can serve; the queue grows "
                 "without bound"
             ],
             [],
@@ -670,7 +697,7 @@ def _load_notes(
         else ""
     )
     reasons = [
-        f"under load ({figure.requests_per_s:.3g} requests/s per replica, Poisson; "
+        f"under load ({figure.requests_per_s:.3g} requests/s per {per}, Poisson; "
         f"{figure.utilization:.0%} of saturation, {figure.wait_probability:.0%} of "
         f"arrivals queue for a slot): TTFT p50/p95/p99 {ft.p50 * 1000:.0f}/"
         f"{ft.p95 * 1000:.0f}/{ft.p99 * 1000:.0f} ms, TPOT {fp.p50 * 1000:.1f}/"
@@ -679,6 +706,7 @@ def _load_notes(
     breaches: list[Breach] = []
     if slo is None or not fits:
         return figure, reasons, breaches
+    each = "each" if per == "replica" else f"per {per}"
     for field, target, value in (
         ("ttft_p95_s", slo.ttft_p95_s, ft.p95),
         ("tpot_p95_s", slo.tpot_p95_s, fp.p95),
@@ -691,7 +719,7 @@ def _load_notes(
                     target,
                     "s",
                     f"p95 {value:.3g} s with {replicas} replica(s) at "
-                    f"{figure.requests_per_s:.3g} requests/s each, over slo.{field} {target:g} s",
+                    f"{figure.requests_per_s:.3g} requests/s {each}, over slo.{field} {target:g} s",
                 )
             )
     return figure, reasons, breaches
@@ -846,11 +874,11 @@ def serve_option(
         else 1
     )
 
-    queue = None if static_batch else _Queue(job, shape, replica, s.batch)
+    queue = None if static_batch else engine_queue(job, shape, replica, s.batch)
     # The percentiles under load (but where the SLO needs them), the rate within the SLO
     # and the launch command change no ranking: ``Option.finish`` adds them to the
     # candidates a response shows (a search times ~150 options, a response shows a few).
-    replicas, needed, load = _scale(
+    replicas, needed, load = scale(
         queue, needed, replicas, fits=fits, tp=tp, c=c, figures=iv.slo is not None
     )
     count = replicas * tp
@@ -872,7 +900,7 @@ def serve_option(
     )
     kernel_source, kernel_id = kernels_used(ctx.rates, job.arch is not None)
     at = len(reasons)
-    load_breaches = _load_notes(load, iv.slo, None, replicas, fits)[2]
+    load_breaches = load_notes(load, iv.slo, None, replicas, fits)[2]
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     breaches += layout_breaches(gpu, count, c)
     breaches += _rate_breaches(job, s, replicas, needed, fits=fits)
@@ -920,7 +948,7 @@ def serve_option(
         reasons=reasons,
         breaches=breaches,
         unverified=ctx.unverified,
-        finish=_finisher(
+        finish=finisher(
             queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=fits
         ),
     )
