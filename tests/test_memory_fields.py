@@ -19,6 +19,7 @@ FIELDS = [
     ("$.cuda_version", "12", "--cuda-version", False),
     ("$.module_loading", "sometimes", "--module-loading", False),
     ("$.workload.kv_cache_layout", "paged", "--kv-cache-layout", True),
+    ("$.workload.rotary_cache", "global", "--rotary-cache", True),
     ("$.workload.weight_quantization", "fp3", "--weight-quantization", True),
     ("$.workload.double_quantization", "yes", "--double-quantization", True),
     ("$.workload.quantize_lm_head", 3, "--quantize-lm-head", True),

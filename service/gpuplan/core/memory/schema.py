@@ -26,6 +26,7 @@ KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
 ModelHead = Literal["causal_lm", "masked_lm", "sequence_classification", "token_classification"]
 KvCacheLayout = Literal["preallocated", "tuple_per_step"]
+RotaryCache = Literal["none", "per_layer"]
 ModuleLoading = Literal["lazy", "eager"]
 CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
@@ -380,6 +381,18 @@ class Workload(Record):
     tuple of concatenated keys and values while the loop still holds the previous one
     (the cache is held twice at the end of a step), and whose prefill returns fp32
     logits of every position."""
+
+    rotary_cache: RotaryCache = "none"
+    """Where a rotary model's cos and sin come from. ``none``: computed for the positions
+    of each forward (transformers since its rotary embedding moved to the model, and
+    vLLM's few-kB table). ``per_layer``: every attention layer builds its own
+    ``*RotaryEmbedding`` that precomputes cos and sin tables of ``max_position_embeddings``
+    rows × the rotary width in the default dtype at construction (the weights' dtype under
+    ``from_pretrained(torch_dtype=...)``) and keeps them on the GPU as buffers:
+    transformers 4.38.2's Qwen2 (``Qwen2RotaryEmbedding._set_cos_sin_cache``, one per
+    ``Qwen2Attention``) and Llama (``_cos_cached``/``_sin_cached``). 448 MiB for a
+    Qwen2-7B of 28 layers, head width 128 and 32,768 positions in bf16. Needs the
+    model's ``max_position_embeddings``."""
 
 
 class EstimateRequest(Record):
