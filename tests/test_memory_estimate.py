@@ -344,6 +344,27 @@ def test_per_layer_rotary_tables_need_rotary_positions_and_their_rows() -> None:
     assert "max_position_embeddings" in refused.value.errors[0][1]
 
 
+def test_exllama_keeps_a_dequantization_buffer_of_the_largest_layer() -> None:
+    """AutoGPTQ 0.7.1's autogptq_post_init: temp_dq of the largest qweight.numel() * 8
+    fp16 elements and temp_state of one row (no act-order). optimum's GPTQ benchmark
+    (tests/benchmark/README.md, Llama-2-13B, batch 1) measured exllama 139.7 MB above
+    AutoGPTQ's cuda-old kernel, which keeps none."""
+    base: dict[str, Any] = {
+        "mode": "inference", "sequence_length": 512, "max_new_tokens": 512,
+        "precision": "fp16", "weight_quantization": "int4",
+    }  # fmt: skip
+    plain = run({"name": "llama-2-13b"}, **base)
+    exllama = run({"name": "llama-2-13b"}, **base, gptq_kernel="exllama")
+    temp_dq = 5120 * 13824 * 2  # the MLP's largest weight, dequantized to fp16
+    temp_state = 13824 * 2  # one row of the widest dimension
+    assert exllama.breakdown.weights_bytes - plain.breakdown.weights_bytes == temp_dq + temp_state
+    assert abs(temp_dq + temp_state - 139.7e6) / 139.7e6 < 0.02
+    # exllamav2 adds a forward scratch of 2048 tokens x 8 sequences of fp32 outputs.
+    v2 = run({"name": "llama-2-13b"}, **base, gptq_kernel="exllamav2")
+    scratch = 5120 * 13824 * 2 + 128 + 13824 * 2048 * 8 * 4 + 128
+    assert v2.breakdown.weights_bytes - plain.breakdown.weights_bytes == scratch
+
+
 def test_a_tuple_per_step_cache_is_held_twice_and_its_prefill_keeps_every_logit() -> None:
     """transformers < 4.36: each forward returns a new tuple while the loop holds the
     previous one; the prefill returns fp32 logits of every position."""

@@ -43,6 +43,8 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
         errors.append(
             ("$.workload.double_quantization", "applies to bitsandbytes 4-bit weights (nf4, fp4)")
         )
+    if w.gptq_kernel != "none" and (w.mode != "inference" or w.weight_quantization != "int4"):
+        errors.append(("$.workload.gptq_kernel", "exllama kernels run inference on int4 weights"))
     if w.quantize_lm_head and quantization_of(w) == "none":
         errors.append(("$.workload.quantize_lm_head", "needs quantized weights"))
     errors.extend(_check_rotary_cache(arch, w))

@@ -27,6 +27,7 @@ Runtime = Literal["cuda", "rocm", "cpu"]
 ModelHead = Literal["causal_lm", "masked_lm", "sequence_classification", "token_classification"]
 KvCacheLayout = Literal["preallocated", "tuple_per_step"]
 RotaryCache = Literal["none", "per_layer"]
+GptqKernel = Literal["none", "exllama", "exllamav2"]
 ModuleLoading = Literal["lazy", "eager"]
 CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
@@ -366,6 +367,15 @@ class Workload(Record):
     """Quantize the output head too. transformers keeps ``lm_head`` in 16-bit
     (``modules_to_not_convert = ["lm_head"]``); a tied head is the embedding and is never
     quantized."""
+
+    gptq_kernel: GptqKernel = "none"
+    """Inference on ``int4`` GPTQ weights: the AutoGPTQ kernel, whose scratch buffers
+    stay on the GPU beside the weights. ``exllama``: transformers' default for 4-bit
+    GPTQ (``GPTQConfig``'s ``exllama_config = {"version": 1}``, transformers 4.38 to
+    4.46): a dequantization buffer of the largest layer's weight in fp16 (130 MiB for a
+    7B's MLP). ``exllamav2``: that and a forward scratch for 2,048 tokens × 8 sequences
+    of the widest output in fp32. ``none``: kernels that keep none (AutoGPTQ's CUDA
+    kernels of 8-bit weights, AutoAWQ's GEMM, vLLM's own)."""
 
     kv_cache_dtype: KvCacheDtype = "auto"
     """``auto``: the activation type."""

@@ -11,6 +11,7 @@ import msgspec
 
 from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.gptq import exllama_buffer_bytes
 from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, half_dtype
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
@@ -305,9 +306,10 @@ def model_buffers(arch: Architecture, w: Workload) -> float:
     nn.Buffer(torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)),
     persistent=False)``): 1 MiB at 1,024 positions, 64 MiB at StarCoder's 8,192.
     Rotary tables are a few kB, unless the request says every layer precomputes its own
-    (``rotary_cache``: :func:`rotary_table_bytes`).
+    (``rotary_cache``: :func:`rotary_table_bytes`). AutoGPTQ's exllama kernels keep
+    their scratch beside the model (``gptq_kernel``: gptq.exllama_buffer_bytes).
     """
-    table = rotary_table_bytes(arch, w)
+    table = rotary_table_bytes(arch, w) + exllama_buffer_bytes(arch, w)
     if arch.model_type == "gpt_bigcode":
         return float(arch.learned_positions**2) + table
     return table
