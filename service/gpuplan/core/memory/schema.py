@@ -400,7 +400,8 @@ class Workload(Record):
     rows × the rotary width in the default dtype at construction (the weights' dtype under
     ``from_pretrained(torch_dtype=...)``) and keeps them on the GPU as buffers:
     transformers 4.38.2's Qwen2 (``Qwen2RotaryEmbedding._set_cos_sin_cache``, one per
-    ``Qwen2Attention``) and Llama (``_cos_cached``/``_sin_cached``). 448 MiB for a
+    ``Qwen2Attention``) and Llama (``_cos_cached``/``_sin_cached``), and 4.35.2's Llama
+    (``cos_cached``/``sin_cached``). 448 MiB for a
     Qwen2-7B of 28 layers, head width 128 and 32,768 positions in bf16. Needs the
     model's ``max_position_embeddings``."""
 

@@ -328,7 +328,8 @@ def rotary_table_bytes(arch: Architecture, w: Workload) -> float:
     builds the model, so the tables take the weights' width (fp32 under autocast, whose
     weights are fp32); the model's move to the GPU takes the buffers along. Llama's
     ``LlamaRotaryEmbedding`` of the same release keeps ``_cos_cached``/``_sin_cached``
-    the same way.
+    the same way, and 4.35.2's (models/llama/modeling_llama.py) ``cos_cached`` and
+    ``sin_cached`` through the same ``_set_cos_sin_cache``.
     """
     if w.rotary_cache != "per_layer" or arch.position != "rotary":
         return 0.0
