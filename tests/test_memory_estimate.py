@@ -300,6 +300,71 @@ def test_the_measures_by_their_tools_names() -> None:
     assert cpu.peak_bytes == cpu.reserved_bytes == cpu.device_bytes
 
 
+def test_per_layer_rotary_tables_are_kept_with_the_weights() -> None:
+    """transformers 4.38.2: every Qwen2Attention's Qwen2RotaryEmbedding keeps cos and sin
+    of max_position_embeddings rows x head_dim in the weights' dtype (the Qwen2 speed
+    benchmark ran it: 0.5B at 1 token measured 1.17 GiB, 16.5% over the estimate without
+    them)."""
+    qwen2_05b = {
+        "hf_config": {
+            "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
+            "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+            "num_key_value_heads": 2, "max_position_embeddings": 32768,
+            "tie_word_embeddings": True,
+        }
+    }  # fmt: skip
+    base: dict[str, Any] = {
+        "mode": "inference", "sequence_length": 1, "max_new_tokens": 2048, "precision": "bf16",
+    }  # fmt: skip
+    modern = run(qwen2_05b, **base)
+    legacy = run(qwen2_05b, **base, rotary_cache="per_layer")
+    tables = 24 * 2 * 32768 * 64 * 2  # layers x (cos, sin) x positions x head_dim x bf16
+    assert tables == 192 * MiB
+    assert legacy.breakdown.weights_bytes - modern.breakdown.weights_bytes == tables
+    assert legacy.peak_bytes - modern.peak_bytes == tables
+    # fp32 weights build fp32 tables; a pipeline stage keeps its own layers' only.
+    fp32 = run(qwen2_05b, **{**base, "precision": "fp32"}, rotary_cache="per_layer")
+    fp32_modern = run(qwen2_05b, **{**base, "precision": "fp32"})
+    assert fp32.breakdown.weights_bytes - fp32_modern.breakdown.weights_bytes == 2 * tables
+
+
+def test_per_layer_rotary_tables_need_rotary_positions_and_their_rows() -> None:
+    with pytest.raises(InvalidModel) as refused:
+        run({"name": "gpt2"}, mode="inference", sequence_length=8, rotary_cache="per_layer")
+    assert [e[0] for e in refused.value.errors] == ["$.workload.rotary_cache"]
+    no_rows = {
+        "hf_config": {
+            "model_type": "llama", "vocab_size": 1000, "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        }
+    }  # fmt: skip
+    with pytest.raises(InvalidModel) as refused:
+        run(no_rows, mode="inference", sequence_length=8, rotary_cache="per_layer")
+    assert [e[0] for e in refused.value.errors] == ["$.workload.rotary_cache"]
+    assert "max_position_embeddings" in refused.value.errors[0][1]
+
+
+def test_exllama_keeps_a_dequantization_buffer_of_the_largest_layer() -> None:
+    """AutoGPTQ 0.7.1's autogptq_post_init: temp_dq of the largest qweight.numel() * 8
+    fp16 elements and temp_state of one row (no act-order). optimum's GPTQ benchmark
+    (tests/benchmark/README.md, Llama-2-13B, batch 1) measured exllama 139.7 MB above
+    AutoGPTQ's cuda-old kernel, which keeps none."""
+    base: dict[str, Any] = {
+        "mode": "inference", "sequence_length": 512, "max_new_tokens": 512,
+        "precision": "fp16", "weight_quantization": "int4",
+    }  # fmt: skip
+    plain = run({"name": "llama-2-13b"}, **base)
+    exllama = run({"name": "llama-2-13b"}, **base, gptq_kernel="exllama")
+    temp_dq = 5120 * 13824 * 2  # the MLP's largest weight, dequantized to fp16
+    temp_state = 13824 * 2  # one row of the widest dimension
+    assert exllama.breakdown.weights_bytes - plain.breakdown.weights_bytes == temp_dq + temp_state
+    assert abs(temp_dq + temp_state - 139.7e6) / 139.7e6 < 0.02
+    # exllamav2 adds a forward scratch of 2048 tokens x 8 sequences of fp32 outputs.
+    v2 = run({"name": "llama-2-13b"}, **base, gptq_kernel="exllamav2")
+    scratch = 5120 * 13824 * 2 + 128 + 13824 * 2048 * 8 * 4 + 128
+    assert v2.breakdown.weights_bytes - plain.breakdown.weights_bytes == scratch
+
+
 def test_a_tuple_per_step_cache_is_held_twice_and_its_prefill_keeps_every_logit() -> None:
     """transformers < 4.36: each forward returns a new tuple while the loop holds the
     previous one; the prefill returns fp32 logits of every position."""

@@ -65,6 +65,10 @@ class Architecture(Record, kw_only=True):
     learned_positions: int = 0
     """Rows of a learned position table (GPT-2 ``n_positions``; OPT adds 2)."""
 
+    rotary_positions: int = 0
+    """A rotary model's ``max_position_embeddings`` (0: the config does not say): the rows
+    of the cos and sin tables older transformers precompute (``rotary_cache``)."""
+
     token_types: int = 0
     """BERT token-type embeddings."""
 

@@ -43,8 +43,11 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
         errors.append(
             ("$.workload.double_quantization", "applies to bitsandbytes 4-bit weights (nf4, fp4)")
         )
+    if w.gptq_kernel != "none" and (w.mode != "inference" or w.weight_quantization != "int4"):
+        errors.append(("$.workload.gptq_kernel", "exllama kernels run inference on int4 weights"))
     if w.quantize_lm_head and quantization_of(w) == "none":
         errors.append(("$.workload.quantize_lm_head", "needs quantized weights"))
+    errors.extend(_check_rotary_cache(arch, w))
     errors.extend(_check_techniques(arch, w))
     lora_mode = w.mode in ("finetune_lora", "finetune_qlora")
     if w.lora is not None and not lora_mode:
@@ -56,6 +59,24 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
             errors.extend(refused.errors)
     if errors:
         raise InvalidModel(errors)
+
+
+def _check_rotary_cache(arch: Architecture | None, w: Workload) -> list[tuple[str, str]]:
+    """Per-layer rotary tables need a rotary model and the rows it precomputes."""
+    if w.rotary_cache == "none":
+        return []
+    path = "$.workload.rotary_cache"
+    if arch is None or arch.position != "rotary":
+        return [(path, "per_layer applies to a model with rotary positions")]
+    if arch.rotary_positions == 0:
+        return [
+            (
+                path,
+                "per_layer needs the model's max_position_embeddings (the tables' rows): "
+                "give it in the hf_config",
+            )
+        ]
+    return []
 
 
 def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str, str]]:

@@ -523,6 +523,7 @@ def _architecture(r: _Reader, model_type: str) -> Architecture:
         moe=s.moe,
         mla=s.mla,
         encoder=d.encoder,
+        rotary_positions=_rotary_positions(r, d.positions),
     )
 
 
@@ -578,6 +579,14 @@ def _learned_positions(r: _Reader, positions: Positions | None) -> int:
     if positions is None:
         return 0
     return r.int(*positions.keys, default=positions.default) + positions.extra
+
+
+def _rotary_positions(r: _Reader, positions: Positions | None) -> int:
+    """``max_position_embeddings`` of a model without a learned table (0: not given), the
+    rows older transformers precomputed its rotary tables for."""
+    if positions is not None:
+        return 0
+    return r.int("max_position_embeddings", default=0, minimum=0)
 
 
 def _sliding_window(r: _Reader, absent: int | None) -> int:

@@ -26,6 +26,8 @@ KvCacheDtype = Literal["auto", "fp32", "fp16", "bf16", "fp8"]
 Runtime = Literal["cuda", "rocm", "cpu"]
 ModelHead = Literal["causal_lm", "masked_lm", "sequence_classification", "token_classification"]
 KvCacheLayout = Literal["preallocated", "tuple_per_step"]
+RotaryCache = Literal["none", "per_layer"]
+GptqKernel = Literal["none", "exllama", "exllamav2"]
 ModuleLoading = Literal["lazy", "eager"]
 CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
@@ -366,6 +368,15 @@ class Workload(Record):
     (``modules_to_not_convert = ["lm_head"]``); a tied head is the embedding and is never
     quantized."""
 
+    gptq_kernel: GptqKernel = "none"
+    """Inference on ``int4`` GPTQ weights: the AutoGPTQ kernel, whose scratch buffers
+    stay on the GPU beside the weights. ``exllama``: transformers' default for 4-bit
+    GPTQ (``GPTQConfig``'s ``exllama_config = {"version": 1}``, transformers 4.38 to
+    4.46): a dequantization buffer of the largest layer's weight in fp16 (130 MiB for a
+    7B's MLP). ``exllamav2``: that and a forward scratch for 2,048 tokens × 8 sequences
+    of the widest output in fp32. ``none``: kernels that keep none (AutoGPTQ's CUDA
+    kernels of 8-bit weights, AutoAWQ's GEMM, vLLM's own)."""
+
     kv_cache_dtype: KvCacheDtype = "auto"
     """``auto``: the activation type."""
 
@@ -380,6 +391,19 @@ class Workload(Record):
     tuple of concatenated keys and values while the loop still holds the previous one
     (the cache is held twice at the end of a step), and whose prefill returns fp32
     logits of every position."""
+
+    rotary_cache: RotaryCache = "none"
+    """Where a rotary model's cos and sin come from. ``none``: computed for the positions
+    of each forward (transformers since its rotary embedding moved to the model, and
+    vLLM's few-kB table). ``per_layer``: every attention layer builds its own
+    ``*RotaryEmbedding`` that precomputes cos and sin tables of ``max_position_embeddings``
+    rows × the rotary width in the default dtype at construction (the weights' dtype under
+    ``from_pretrained(torch_dtype=...)``) and keeps them on the GPU as buffers:
+    transformers 4.38.2's Qwen2 (``Qwen2RotaryEmbedding._set_cos_sin_cache``, one per
+    ``Qwen2Attention``) and Llama (``_cos_cached``/``_sin_cached``), and 4.35.2's Llama
+    (``cos_cached``/``sin_cached``). 448 MiB for a
+    Qwen2-7B of 28 layers, head width 128 and 32,768 positions in bf16. Needs the
+    model's ``max_position_embeddings``."""
 
 
 class EstimateRequest(Record):

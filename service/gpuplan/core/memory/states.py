@@ -11,6 +11,7 @@ import msgspec
 
 from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.architecture import Architecture
+from gpuplan.core.memory.gptq import exllama_buffer_bytes
 from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, half_dtype
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
@@ -297,18 +298,49 @@ def _adapter_bytes(w: Workload) -> _Bytes:
     return _Bytes(weights=base, grads=adapter, states=adapter, master=0.0)
 
 
-def model_buffers(arch: Architecture) -> float:
+def model_buffers(arch: Architecture, w: Workload) -> float:
     """Bytes of the buffers a model registers beside its parameters, on every GPU.
 
     GPT-BigCode keeps a causal mask of ``max_position_embeddings`` squared booleans
     (transformers 5.24, models/gpt_bigcode/modeling_gpt_bigcode.py: ``self.bias =
     nn.Buffer(torch.tril(torch.ones((max_positions, max_positions), dtype=torch.bool)),
     persistent=False)``): 1 MiB at 1,024 positions, 64 MiB at StarCoder's 8,192.
-    Rotary tables and the like are a few kB and not counted.
+    Rotary tables are a few kB, unless the request says every layer precomputes its own
+    (``rotary_cache``: :func:`rotary_table_bytes`). AutoGPTQ's exllama kernels keep
+    their scratch beside the model (``gptq_kernel``: gptq.exllama_buffer_bytes).
     """
+    table = rotary_table_bytes(arch, w) + exllama_buffer_bytes(arch, w)
     if arch.model_type == "gpt_bigcode":
-        return float(arch.learned_positions**2)
-    return 0.0
+        return float(arch.learned_positions**2) + table
+    return table
+
+
+def rotary_table_bytes(arch: Architecture, w: Workload) -> float:
+    """The cos and sin tables of ``rotary_cache: per_layer``, this GPU's layers' worth.
+
+    transformers 4.38.2, models/qwen2/modeling_qwen2.py: each ``Qwen2Attention`` builds
+    ``Qwen2RotaryEmbedding(self.head_dim, max_position_embeddings=...)``, whose
+    ``__init__`` calls ``_set_cos_sin_cache(seq_len=max_position_embeddings, ...,
+    dtype=torch.get_default_dtype())``: ``emb = torch.cat((freqs, freqs), dim=-1)``
+    (positions × the rotary width) and ``register_buffer("cos_cached",
+    emb.cos().to(dtype), persistent=False)``, the same for ``sin_cached``.
+    ``from_pretrained(torch_dtype=...)`` sets the default dtype to the weights' while it
+    builds the model, so the tables take the weights' width (fp32 under autocast, whose
+    weights are fp32); the model's move to the GPU takes the buffers along. Llama's
+    ``LlamaRotaryEmbedding`` of the same release keeps ``_cos_cached``/``_sin_cached``
+    the same way, and 4.35.2's (models/llama/modeling_llama.py) ``cos_cached`` and
+    ``sin_cached`` through the same ``_set_cos_sin_cache``.
+    """
+    if w.rotary_cache != "per_layer" or arch.position != "rotary":
+        return 0.0
+    width = (
+        arch.mla.qk_rope_head_dim
+        if arch.mla is not None
+        else int(arch.head_dim * arch.rotary_fraction)
+    )
+    layers = -(-arch.num_layers // w.parallelism.pipeline)
+    dtype = 4 if w.precision == "fp32" or w.precision.startswith("amp_") else 2
+    return 2.0 * arch.rotary_positions * width * dtype * layers
 
 
 def _buffers(
@@ -422,7 +454,7 @@ def model_states(
         optimizer = master = temp = partition = 0.0
     if p.cpu_offload.parameters and stage >= 3:
         weights = 0.0
-    weights += model_buffers(arch)
+    weights += model_buffers(arch, w)
     states = ModelStates(
         parameters_local=local,
         trainable=trainable,
@@ -512,7 +544,7 @@ def _flat_parameters(
     )
     return msgspec.structs.replace(
         states,
-        weights=weights + model_buffers(arch),
+        weights=weights + model_buffers(arch, w),
         gradients=gradients,
         optimizer=optimizer,
         master=0.0,
