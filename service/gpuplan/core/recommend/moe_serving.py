@@ -24,6 +24,8 @@ One engine step on one GPU with ``b`` sequences in flight (the replica's ``B = D
 """
 
 import math
+from collections.abc import Callable
+from typing import NamedTuple
 
 import msgspec
 
@@ -31,7 +33,14 @@ from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kernels import kernels_used
 from gpuplan.core.perf.queueing import LoadPoint
-from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve, step_seconds
+from gpuplan.core.perf.serve import (
+    Replica,
+    Served,
+    ServeShape,
+    budget_concurrency,
+    serve,
+    step_seconds,
+)
 from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
@@ -81,11 +90,28 @@ def all_to_all_seconds(
     return 2 * (nbytes / link.bytes_per_s + link.latency_s)
 
 
-def expert_parallel_options(
+class ExpertReplica(NamedTuple):
+    """The expert-parallel replica of one scale-up domain on a GPU model: its ranks, one
+    rank's memory and workload, and one rank's engine step."""
+
+    ranks: int
+    memory: ReplicaMemory
+    w: Workload
+    length: int
+    """The ``max_model_len`` the plan sets."""
+
+    link: Link
+    base: ServeShape
+    replica: Replica
+    step: Callable[[float, float], float]
+    """One rank's step with ``n`` decodes and ``p`` prompt tokens (every rank alike)."""
+
+
+def expert_replica(
     job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints
-) -> list[Option]:
+) -> ExpertReplica | None:
     """The expert-parallel replica of one scale-up domain (the experts split over every
-    GPU of a node, up to 8) for an MoE model on a paged engine that can run it; empty
+    GPU of a node, up to 8) for an MoE model on a paged engine that can run it; None
     when the model, engine, GPU or constraints rule it out."""
     arch, gpu = job.arch, ctx.gpu
     iv = job.inference
@@ -96,23 +122,51 @@ def expert_parallel_options(
         or job.workload.batch_size > 1
         or ctx.rates is None
     ):
-        return []
+        return None
     link_cap = gpu.interconnect.gpu_link.max_gpus if gpu.interconnect.gpu_link else 1
     ranks = min(8, c.gpus_per_node, c.max_gpus_per_job, link_cap)
     if ranks < 2 or arch.moe.num_experts % ranks or not multi_gpu_allowed(gpu, ranks, c):
-        return []
+        return None
     if c.gpu_counts and not any(n % ranks == 0 for n in c.gpu_counts):
-        return []
+        return None
     layout = ParallelLayout(tensor=1, pipeline=1, data=ranks, zero_stage=0, expert=ranks)
     w, key = oracle.laid_out(job.workload, layout)
     memory = replica_memory(job, oracle, w, gpu, 1, key=key)
     if memory is None or memory.estimate_bytes > gpu.usable_memory_bytes:
-        return []
-    held = memory.sequences
+        return None
     length, holds = model_len(job, memory, engine_spec(iv.engine), 1)
-    if not held or not holds:
-        return []
-    return [_option(job, ctx, memory, w=w, ranks=ranks, held=held, length=length, c=c)]
+    if not memory.sequences or not holds:
+        return None
+    moe = arch.moe
+    link = link_over(gpu, ranks, c)
+    replica = Replica(tp=1, rates=ctx.rates, mbu=ctx.mbu, link=link)
+    base = serve_shape(job, w, memory)
+    experts = _expert_bytes(job, memory, ranks)
+    others = max(memory.weights_bytes - experts, 0.0)
+    hidden = arch.hidden_size
+
+    def step(n: float, p: float) -> float:
+        """One rank's engine step with ``n`` decodes and ``p`` prompt tokens: the experts
+        the replica's tokens touch, and the dispatch and combine of this rank's tokens."""
+        tokens = n + p
+        touched = distinct_experts(ranks * tokens, moe.num_experts, moe.experts_per_token)
+        shape = msgspec.structs.replace(
+            base, weights_bytes=others + experts * touched / moe.num_experts
+        )
+        seconds = step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
+        return seconds + job.moe_layers * all_to_all_seconds(
+            tokens, hidden=hidden, per_token=moe.experts_per_token, ranks=ranks, link=link
+        )
+
+    return ExpertReplica(ranks, memory, w, length, link, base, replica, step)
+
+
+def expert_parallel_options(
+    job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints
+) -> list[Option]:
+    """The expert-parallel plan (:func:`expert_replica`), empty when there is none."""
+    ep = expert_replica(job, ctx, oracle, c)
+    return [] if ep is None else [_option(job, ctx, ep, c=c)]
 
 
 def _expert_bytes(job: Job, memory: ReplicaMemory, ranks: int) -> float:
@@ -180,43 +234,20 @@ def _breaches(
     return out
 
 
-def _option(
-    job: Job,
-    ctx: GpuContext,
-    memory: ReplicaMemory,
-    *,
-    w: Workload,
-    ranks: int,
-    held: int,
-    length: int,
-    c: Constraints,
-) -> Option:
+def _option(job: Job, ctx: GpuContext, ep: ExpertReplica, *, c: Constraints) -> Option:
     arch = job.arch
     assert arch is not None
     assert arch.moe is not None
     assert ctx.rates is not None
     moe, gpu, iv = arch.moe, ctx.gpu, job.inference
+    memory, w, ranks, length, link = ep.memory, ep.w, ep.ranks, ep.length, ep.link
+    held = memory.sequences
+    assert held is not None
     spec = engine_spec(iv.engine)
-    link = link_over(gpu, ranks, c)
-    replica = Replica(tp=1, rates=ctx.rates, mbu=ctx.mbu, link=link)
-    base = serve_shape(job, w, memory)
+    replica, base = ep.replica, ep.base
     experts = _expert_bytes(job, memory, ranks)
     others = max(memory.weights_bytes - experts, 0.0)
     s, o = job.prompt_tokens, max(job.output_tokens, 1)
-
-    def step(n: float, p: float) -> float:
-        """One rank's engine step with ``n`` decodes and ``p`` prompt tokens: the experts
-        the replica's tokens touch, and the dispatch and combine of this rank's tokens
-        (every rank steps alike)."""
-        tokens = n + p
-        touched = distinct_experts(ranks * tokens, moe.num_experts, moe.experts_per_token)
-        shape = msgspec.structs.replace(
-            base, weights_bytes=others + experts * touched / moe.num_experts
-        )
-        seconds = step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
-        return seconds + job.moe_layers * all_to_all_seconds(
-            tokens, hidden=arch.hidden_size, per_token=moe.experts_per_token, ranks=ranks, link=link
-        )
 
     def run(batch: int) -> Served:
         tokens = batch * (1 + s / o)  # a step's decodes and prompt tokens on one GPU
@@ -265,7 +296,7 @@ def _option(
     )
     # Each attention rank admits and steps its own sequences: ``ranks`` queues per
     # replica, each at its share of the rate (the SLO search and the percentiles).
-    queue = EngineQueue(job, step, served.batch, base.token_budget, ways=ranks)
+    queue = EngineQueue(job, ep.step, served.batch, base.token_budget, ways=ranks)
     replicas, needed, load = scale(
         queue, needed, None, fits=True, tp=ranks, c=c, figures=iv.slo is not None
     )
