@@ -253,3 +253,56 @@ def test_the_pools_queues_against_their_simulations() -> None:
         assert abs(row["ttft_s_p95_error"]) < 0.15, row
         if row["pool"] == "decode":
             assert abs(row["tpot_s_p95_error"]) < 0.15, row
+
+
+def test_an_moe_model_gets_expert_parallel_pools() -> None:
+    """DeepSeek-V3 on H200s: the expert-parallel candidate gets its comparison too, and
+    the pools may be expert-parallel replicas, each attention rank with its own
+    sequences: a request's cache then crosses one GPU's link (the rank that holds it)."""
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.convert import convert
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    payload = {
+        "model": {"name": "deepseek-v3"},
+        "workload": {
+            "mode": "inference",
+            "sequence_length": 2048,
+            "precision": "fp8",
+            "weight_quantization": "fp8",
+        },
+        "inference": {
+            "prompt_tokens": 2048,
+            "output_tokens": 512,
+            "requests_per_second": 40,
+            "max_time_per_output_token_s": 0.1,
+            "compare_disaggregated": True,
+        },
+        "constraints": {"include": ["h200-sxm-141gb"]},
+        "all_counts": True,
+    }
+    answer = recommend(convert(payload, RecommendRequest), builtin_catalog())
+    expert = [c for c in answer.recommendations if c.layout and c.layout.expert > 1]
+    assert expert
+    for c in answer.recommendations:
+        assert c.disaggregation is not None
+    pools = [
+        pool
+        for c in answer.recommendations
+        if c.disaggregation is not None
+        for pool in (c.disaggregation.prefill, c.disaggregation.decode)
+        if pool is not None and pool.expert_parallel > 1
+    ]
+    assert pools, "no expert-parallel pool was chosen"
+    for pool in pools:
+        assert pool.tensor_parallel == 1
+        assert pool.gpus == pool.replicas * pool.expert_parallel
+    # The aggregated side of the expert-parallel candidate counts its replicas, not its GPUs.
+    ep = expert[0]
+    assert ep.disaggregation is not None
+    assert ep.latency is not None
+    assert ep.layout is not None
+    replicas = ep.layout.data // ep.layout.expert
+    assert ep.disaggregation.aggregated.requests_per_s == pytest.approx(
+        ep.latency.requests_per_s * replicas
+    )

@@ -52,6 +52,7 @@ from gpuplan.core.recommend.disagg_schema import (
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
+from gpuplan.core.recommend.moe_serving import ExpertReplica, expert_replica
 from gpuplan.core.recommend.schema import Candidate, Constraints, InferenceVolume, ParallelLayout
 from gpuplan.core.recommend.serving import (
     MAX_SLO_REPLICAS_FACTOR,
@@ -103,6 +104,16 @@ class _Pool(NamedTuple):
     single_s: float = 0.0
     """Prefill: one prompt's batch alone (a replica below saturation runs smaller ones)."""
 
+    expert: int = 1
+    """Expert-parallel ranks of one replica (data-parallel attention; ``tp`` is then its
+    GPUs, each with its own sequences): 1 for a tensor-parallel replica."""
+
+    @property
+    def lanes(self) -> int:
+        """GPUs a request's cache crosses in parallel: its shares under tensor
+        parallelism; one under data-parallel attention (a rank holds its sequences whole)."""
+        return 1 if self.expert > 1 else self.tp
+
 
 class _Plan(NamedTuple):
     prefill: _Pool
@@ -129,7 +140,7 @@ def compare_disaggregated(
     assert latency is not None
     assert layout is not None
     per_gpu = candidate.usd_per_hour / candidate.count if candidate.usd_per_hour else None
-    capacity = latency.requests_per_s * layout.data
+    capacity = latency.requests_per_s * (layout.data // max(layout.expert, 1))
     rate = job.requests_per_second or capacity
     load = latency.under_load
     agg_p95 = (
@@ -188,7 +199,8 @@ def compare_disaggregated(
     prefill = ServingPool(
         role="prefill",
         replicas=plan.x,
-        tensor_parallel=pre.tp,
+        tensor_parallel=pre.tp // pre.expert,
+        expert_parallel=pre.expert,
         gpus=plan.x * pre.tp,
         concurrency=pre.concurrency,
         requests_per_s=pre.requests_per_s,
@@ -197,7 +209,8 @@ def compare_disaggregated(
     decode = ServingPool(
         role="decode",
         replicas=plan.y,
-        tensor_parallel=dec.tp,
+        tensor_parallel=dec.tp // dec.expert,
+        expert_parallel=dec.expert,
         gpus=plan.y * dec.tp,
         concurrency=dec.concurrency,
         requests_per_s=dec.requests_per_s,
@@ -272,6 +285,10 @@ def _best_plan(
         replicas.append((tp, memory, shape, replica))
     decodes = [_decode(job, gpu, m, s, r) for _, m, s, r in replicas]
     prefills = [p for _, m, s, r in replicas for p in _prefills(job, m, s, r)]
+    ep = expert_replica(job, ctx, oracle, c)
+    if ep is not None:
+        decodes.append(_expert_decode(job, gpu, ep))
+        prefills += _expert_prefills(job, ep)
     if iv.slo is not None:
         return _slo_plan(job, gpu, c, rate, decodes, prefills)
     best: tuple[tuple[int, int, float], _Plan] | None = None
@@ -303,8 +320,8 @@ def _at(  # noqa: PLR0917 - the plan's pools and replicas
     t = kv_transfer(
         prompt_tokens=job.prompt_tokens,
         kv_bytes_per_token=p.kv_bytes_per_token,
-        tp_prefill=p.tp,
-        tp_decode=d.tp,
+        tp_prefill=p.lanes,
+        tp_decode=d.lanes,
         link=link,
         requests_per_s=rate,
         prefill_gpus=x * p.tp,
@@ -338,7 +355,8 @@ def _slo_plan(  # noqa: PLR0917 - the search's inputs
         if hit is None:
             steps = decodes[i].steps
             assert steps is not None
-            hit = loads[i, y] = under_load(steps, rate / y, serial_prompts=False)
+            ways = decodes[i].expert
+            hit = loads[i, y] = under_load(steps, rate / (y * ways), serial_prompts=False)
         return hit
 
     starts = []
@@ -445,8 +463,36 @@ def _least(ok: Callable[[int], bool], low: int, high: int) -> int:
 
 
 def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Replica) -> _Pool:
-    """A decode replica: the most sequences its cache, the engine's cap and a step's
-    token budget allow whose pure decode step keeps the TPOT target (at least one)."""
+    """A tensor-parallel decode replica (:func:`_decode_pool`)."""
+
+    def step(batch: int) -> float:
+        return step_seconds(job.flops, shape, r, decode=batch, prompt=0)[0]
+
+    return _decode_pool(
+        job,
+        gpu,
+        m,
+        step,
+        budget=shape.token_budget,
+        tp=r.tp,
+        whole=_whole_cache_per_token(job, m, r.tp),
+    )
+
+
+def _decode_pool(
+    job: Job,
+    gpu: GpuSpec,
+    m: ReplicaMemory,
+    step: Callable[[int], float],
+    *,
+    budget: int,
+    tp: int,
+    whole: float,
+    expert: int = 1,
+) -> _Pool:
+    """A decode replica: the most sequences (per attention rank, ``expert`` of them) its
+    cache, the engine's cap and a step's token budget allow whose pure decode step keeps
+    the TPOT target (at least one)."""
     iv = job.inference
     spec = engine_spec(iv.engine)
     cap = sequence_cap(
@@ -457,11 +503,7 @@ def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Repl
         pool_tokens=m.fits_length().tokens(),
         length=m.full_tokens,
     )
-    top = max(min(m.sequences or 1, cap, shape.token_budget), 1)
-
-    def step(batch: int) -> float:
-        return step_seconds(job.flops, shape, r, decode=batch, prompt=0)[0]
-
+    top = max(min(m.sequences or 1, cap, budget), 1)
     # A decode-only step is the longest a sequence waits for a token at that occupancy,
     # so a p95 target on TPOT caps the concurrency as the steady-state target does.
     slo = iv.slo.tpot_p95_s if iv.slo is not None else None
@@ -480,12 +522,13 @@ def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Repl
     seconds = step(batch)
     o = max(job.output_tokens, 1)
     return _Pool(
-        tp=r.tp,
-        concurrency=batch,
+        tp=tp,
+        concurrency=batch * expert,
         step_s=seconds,
-        requests_per_s=batch / (seconds * o),
-        kv_bytes_per_token=_whole_cache_per_token(job, m, r.tp),
+        requests_per_s=batch * expert / (seconds * o),
+        kv_bytes_per_token=whole,
         steps=_queue(step, batch, o) if iv.slo is not None else None,
+        expert=expert,
     )
 
 
@@ -496,6 +539,45 @@ def _queue(step: Callable[[int], float], cap: int, output_tokens: int) -> StepTa
     return StepTable(
         lambda n, _p: step(max(round(n), 1)),
         Scheduler(cap=cap, budget=cap + 1, prompt_tokens=1, output_tokens=output_tokens),
+    )
+
+
+def _expert_decode(job: Job, gpu: GpuSpec, ep: ExpertReplica) -> _Pool:
+    """An expert-parallel decode replica: each attention rank decodes its own sequences
+    in pure decode steps (the experts they touch, the dispatch and combine)."""
+    m = ep.memory
+
+    def step(batch: int) -> float:
+        return ep.step(float(batch), 0.0)
+
+    return _decode_pool(
+        job,
+        gpu,
+        m,
+        step,
+        budget=ep.base.token_budget,
+        tp=ep.ranks,
+        whole=m.per_token_bytes,
+        expert=ep.ranks,
+    )
+
+
+def _expert_prefills(job: Job, ep: ExpertReplica) -> list[_Pool]:
+    """Expert-parallel prefill replicas: every attention rank prefills its own batch of
+    prompts in the same steps (their tokens route to every rank's experts)."""
+
+    def step(tokens: float) -> float:
+        return ep.step(0.0, tokens)
+
+    m = ep.memory
+    return _prefill_pools(
+        job,
+        m,
+        step,
+        budget=ep.base.token_budget,
+        tp=ep.ranks,
+        whole=m.per_token_bytes,
+        expert=ep.ranks,
     )
 
 
@@ -511,22 +593,44 @@ def _whole_cache_per_token(job: Job, m: ReplicaMemory, tp: int) -> float:
 
 
 def _prefills(job: Job, m: ReplicaMemory, shape: ServeShape, r: Replica) -> list[_Pool]:
-    """A prefill replica at each batch of whole prompts (powers of two up to the step's
-    token budget, and the cache that holds their prompts): the batch's time is what a
-    prompt waits for its cache. A prompt longer than the budget goes in chunks alone."""
-    s = job.prompt_tokens
-    budget = shape.token_budget
+    """Tensor-parallel prefill replicas (:func:`_prefill_pools`)."""
+
+    def step(tokens: float) -> float:
+        return step_seconds(job.flops, shape, r, decode=0, prompt=tokens)[0]
+
     whole = _whole_cache_per_token(job, m, r.tp)
+    return _prefill_pools(job, m, step, budget=shape.token_budget, tp=r.tp, whole=whole)
+
+
+def _prefill_pools(
+    job: Job,
+    m: ReplicaMemory,
+    step: Callable[[float], float],
+    *,
+    budget: int,
+    tp: int,
+    whole: float,
+    expert: int = 1,
+) -> list[_Pool]:
+    """A prefill replica at each batch of whole prompts (powers of two up to the step's
+    token budget, and the cache that holds their prompts; per attention rank, ``expert``
+    of them stepping together): the batch's time is what a prompt waits for its cache. A
+    prompt longer than the budget goes in chunks alone."""
+    s = job.prompt_tokens
     if s >= budget:
         chunks = math.ceil(s / budget)
-        step, _ = step_seconds(job.flops, shape, r, decode=0, prompt=s / chunks)
-        seconds = chunks * step
-        return [_Pool(r.tp, 1, seconds, 1 / seconds, whole, single_s=seconds)]
+        seconds = chunks * step(s / chunks)
+        return [
+            _Pool(tp, expert, seconds, expert / seconds, whole, single_s=seconds, expert=expert)
+        ]
     held = int(m.kv_budget_bytes // max(m.per_token_bytes * s, 1e-9))
     most = max(min(budget // s, held), 1)
     sizes = sorted({min(1 << i, most) for i in range(most.bit_length() + 1)} | {most})
-    times = {k: step_seconds(job.flops, shape, r, decode=0, prompt=k * s)[0] for k in sizes}
-    return [_Pool(r.tp, k, t, k / t, whole, single_s=times[1]) for k, t in times.items()]
+    times = {k: step(k * s) for k in sizes}
+    return [
+        _Pool(tp, k * expert, t, k * expert / t, whole, single_s=times[1], expert=expert)
+        for k, t in times.items()
+    ]
 
 
 def _why(  # noqa: PLR0917 - the figures the sentence is made of
@@ -545,8 +649,8 @@ def _why(  # noqa: PLR0917 - the figures the sentence is made of
     )
     split = (
         f"{prefill.replicas}P{decode.replicas}D: {prefill.replicas} prefill replica(s) of "
-        f"{prefill.tensor_parallel} GPU(s) ({prefill.busy:.0%} busy), {decode.replicas} decode "
-        f"replica(s) of {decode.tensor_parallel} ({decode.busy:.0%} busy)"
+        f"{_shape(prefill)} ({prefill.busy:.0%} busy), {decode.replicas} decode "
+        f"replica(s) of {_shape(decode)} ({decode.busy:.0%} busy)"
     )
     if winner == "disaggregated":
         if not agg.meets_targets:
@@ -576,6 +680,14 @@ def _why(  # noqa: PLR0917 - the figures the sentence is made of
     )
 
 
+def _shape(pool: ServingPool) -> str:
+    """A pool's replica in words: its GPUs, and its expert parallelism when it has one."""
+    gpus = pool.tensor_parallel * pool.expert_parallel
+    if pool.expert_parallel > 1:
+        return f"{gpus} GPU(s) with expert parallelism {pool.expert_parallel}"
+    return f"{gpus} GPU(s)" if pool.role == "prefill" else f"{gpus}"
+
+
 def with_disaggregation(
     candidates: list[Candidate],
     job: Job,
@@ -591,10 +703,7 @@ def with_disaggregation(
         msgspec.structs.replace(
             cand, disaggregation=compare_disaggregated(cand, job, contexts[cand.gpu], oracle, c)
         )
-        if cand.fits
-        and cand.latency is not None
-        and cand.layout is not None
-        and cand.layout.expert == 1  # expert-parallel pools: not modelled yet
+        if cand.fits and cand.latency is not None and cand.layout is not None
         else cand
         for cand in candidates
     ]

@@ -45,7 +45,11 @@ class ServingPool(Record, kw_only=True):
     role: Literal["prefill", "decode"]
     replicas: int
     tensor_parallel: int
-    """GPUs of one replica."""
+    """Tensor-parallel GPUs of one replica (1 for an expert-parallel one)."""
+
+    expert_parallel: int = 1
+    """Expert-parallel ranks of one replica, each a data-parallel attention rank with its
+    own sequences (its GPUs: ``tensor_parallel`` x ``expert_parallel``)."""
 
     gpus: int
     concurrency: int
