@@ -2,6 +2,7 @@
 every matmul parameter timed from a measured kernel table, the wait for the step in
 progress before a prompt is admitted."""
 
+import msgspec
 import pytest
 
 from gpuplan.core.catalog import builtin_catalog
@@ -58,15 +59,20 @@ def test_amd_gpus_run_rccl() -> None:
         assert "tuning.cc" in lib.source
 
 
-def _replica(gpu_id: str, tp: int, *, table: bool, collectives: str = "nccl") -> Replica:
+def _replica(
+    gpu_id: str, tp: int, *, table: bool, collectives: str = "nccl", share: float | None = None
+) -> Replica:
     gpu = builtin_catalog().get(gpu_id)
     data = efficiency_data()
+    kernels = data.kernels
+    if share is not None:
+        kernels = msgspec.structs.replace(kernels, measured_kernel_share=share)
     rates = Rates(
         peak_flops=float(gpu.peak_flops["bf16"]),
         attention_peak_flops=float(gpu.peak_flops["bf16"]),
         bandwidth_bytes_per_s=float(gpu.memory_bandwidth_bytes_per_s),
         generation=generation(gpu),
-        kernels=data.kernels,
+        kernels=kernels,
         kernel_table=gpu_id if table else None,
     )
     return Replica(
@@ -131,3 +137,18 @@ def test_an_arriving_prompt_waits_for_the_step_in_progress() -> None:
     chunk, _ = step_seconds(t, SHAPE, r, decode=15, prompt=512)
     # Beside 15 decoding sequences: half the step in progress, then its own step.
     assert busy == pytest.approx(steady / 2 + chunk)
+
+
+def test_the_kernel_share_slows_arithmetic_not_weight_reads() -> None:
+    # The measured share (clocks under sustained load) halved: a prefill of 8,192 tokens,
+    # tensor-core bound, takes much longer; a batch-1 decode step, which reads the
+    # weights and the KV cache, hardly changes.
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    full = _replica("h100-sxm5-80gb", 1, table=True, share=1.0)
+    half = _replica("h100-sxm5-80gb", 1, table=True, share=0.5)
+    prefill_full, _ = step_seconds(t, SHAPE, full, decode=0, prompt=8192)
+    prefill_half, _ = step_seconds(t, SHAPE, half, decode=0, prompt=8192)
+    assert prefill_half > 1.5 * prefill_full
+    decode_full, _ = step_seconds(t, SHAPE, full, decode=1, prompt=0)
+    decode_half, _ = step_seconds(t, SHAPE, half, decode=1, prompt=0)
+    assert decode_half < 1.05 * decode_full

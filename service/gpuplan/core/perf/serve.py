@@ -194,8 +194,13 @@ def _measured(
     width, so its shapes' own FLOPs would leave a SwiGLU gate out (a quarter of a
     Llama's matmuls). Each at the share of the isolated kernels'
     speed a real step realizes (``kernels.measured_kernel_share``, fitted with the
-    training runs: serving engines launch, schedule and synchronize between kernels as
-    trainers do). ``roofline``: the decode and prompt attention of the roofline model,
+    training runs) where the tensor cores bound it: the share stands for the clocks of
+    a sustained load, which slow arithmetic and leave the memory's bandwidth as it is,
+    so a GEMM's isolated time is split by its rate (``rate / peak`` of it at the
+    tensor-core roofline, slowed by the share; the rest reading memory, not), and the
+    decode attention, which streams each sequence's KV cache once, keeps the measured
+    time. The launches, host work and gaps between kernels are timed apart
+    (``decode_overhead_seconds``, ``layer_overhead_seconds``). ``roofline``: the decode and prompt attention of the roofline model,
     kept where the table cannot time them."""
     rates, tp = r.rates, r.tp
     table = rates.kernel_table
@@ -212,7 +217,11 @@ def _measured(
         layers=shape.num_layers,
     )
     rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
-    gemm = gemm_flops / (rate * share)
+    # The share slows what the tensor cores bound (clocks under sustained load), not the
+    # weight reads of a skinny GEMM: of the isolated kernel's time, ``rate / peak`` is
+    # arithmetic at the peak, the rest the memory's.
+    tensor_bound = min(rate / rates.peak_flops, 1.0)
+    gemm = gemm_flops / rate * (1 + tensor_bound * (1 / share - 1))
     measured = kernel_tables()[table]
     if shape.head_dim > 0 and shape.num_heads > 0:
         heads = max(shape.num_heads / tp, 1.0)
@@ -221,7 +230,7 @@ def _measured(
             one = generation_attention_seconds(
                 table, float(decode), context, kv_heads, float(shape.head_dim)
             )
-            kv = shape.num_layers * one / share
+            kv = shape.num_layers * one  # KV reads: memory-bound, no share
         if prompt > 0 and s > 0 and shape.causal_skip and measured.context_attention is not None:
             one = context_attention_seconds(
                 table, prompt / s, float(s), heads, float(shape.head_dim)
