@@ -114,6 +114,7 @@ def test_a_tighter_p95_target_means_fewer_sequences_and_more_replicas(
     assert tl["concurrency"] < lat["concurrency"]
     assert tl["limited_by"] == "slo.tpot_p95_s"
     assert tl["under_load"]["mean_in_flight"] < lat["under_load"]["mean_in_flight"]
+
     def gpus(plan: dict[str, Any]) -> int:
         return int(plan["layout"]["tensor"] * plan["layout"]["data"])
 
