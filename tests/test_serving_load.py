@@ -110,11 +110,15 @@ def test_a_tighter_p95_target_means_fewer_sequences_and_more_replicas(
     lat, tl = loose["latency"], tight["latency"]
     assert lat["kind"] == tl["kind"] == "steady_state"
     # Fewer sequences per replica (the cap the launch command sets, and those in flight)
-    # and more replicas, as the queue says: each replica's share of the rate falls.
+    # and more GPUs, as the queue says: wider or more replicas, each with less to do.
     assert tl["concurrency"] < lat["concurrency"]
     assert tl["limited_by"] == "slo.tpot_p95_s"
     assert tl["under_load"]["mean_in_flight"] < lat["under_load"]["mean_in_flight"]
-    assert tight["layout"]["data"] > loose["layout"]["data"]
+
+    def gpus(plan: dict[str, Any]) -> int:
+        return int(plan["layout"]["tensor"] * plan["layout"]["data"])
+
+    assert gpus(tight) > gpus(loose)
     assert tight["launch"]["max_concurrency"] == tl["concurrency"]
     under = tl["under_load"]
     assert under["time_to_first_token_s"]["p95"] <= 0.6

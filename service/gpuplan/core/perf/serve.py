@@ -24,7 +24,8 @@ The concurrency ``B`` is chosen by :mod:`gpuplan.core.recommend.serving`.
 import math
 from typing import Literal, NamedTuple
 
-from gpuplan.core.perf.comm import Link, all_reduce_seconds
+from gpuplan.core.perf.collectives import Library, small_all_reduce_seconds
+from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
     context_attention_seconds,
@@ -83,6 +84,8 @@ class Replica(NamedTuple):
     """Share of the bandwidth a step's reads reach."""
 
     link: Link
+    collectives: Library = "nccl"
+    """The library whose all-reduce the engine's tensor parallelism runs (RCCL on AMD)."""
 
 
 class Served(NamedTuple):
@@ -150,7 +153,7 @@ def step_seconds(
             * k.compile_elementwise_factor
         )
     message = (decode + prompt) * shape.hidden_size * shape.activation_bytes
-    comm = shape.num_layers * 2 * all_reduce_seconds(message, tp, r.link)
+    comm = shape.num_layers * 2 * small_all_reduce_seconds(message, tp, r.link, r.collectives)
     bound: Bound = "memory" if weights + kv >= gemm + attention else "compute"
     if rates.kernel_source == "measured" and shape.hidden_size > 0:
         gemm, kv, attention = _measured(
@@ -161,6 +164,7 @@ def step_seconds(
             prompt=prompt,
             context=context,
             roofline=(kv, attention),
+            gemm_flops=gemm_flops,
         )
     seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
     return seconds, bound
@@ -175,16 +179,28 @@ def _measured(
     prompt: float,
     context: float,
     roofline: tuple[float, float],
+    gemm_flops: float,
 ) -> tuple[float, float, float]:
     """(GEMMs, decode attention, prompt attention) of one engine step from the measured
     kernel table: the GEMMs over the step's rows (forward only; a skinny decode GEMM's
     measured time is its weight reads, so the weights still bound it), each decoding
     sequence's attention over its mean context from the generation table (where the KV
     cache is 16-bit, as measured), the prompt tokens' causal attention from the prefill
-    table as their share of whole prompts. Each at the share of the isolated kernels'
+    table as their share of whole prompts. The GEMMs' FLOPs are the model's
+    (``gemm_flops``: every matmul parameter, a gated MLP's gate and an MoE's experts
+    included) at the rate the table gives the typical shapes over the step's rows, as
+    the training step times them (``step._measured_gemm_rate``):
+    :func:`gpuplan.core.perf.kernels.model_gemms` lists one MLP up-projection of the MLP
+    width, so its shapes' own FLOPs would leave a SwiGLU gate out (a quarter of a
+    Llama's matmuls). Each at the share of the isolated kernels'
     speed a real step realizes (``kernels.measured_kernel_share``, fitted with the
-    training runs: serving engines launch, schedule and synchronize between kernels as
-    trainers do). ``roofline``: the decode and prompt attention of the roofline model,
+    training runs) where the tensor cores bound it: the share stands for the clocks of
+    a sustained load, which slow arithmetic and leave the memory's bandwidth as it is,
+    so a GEMM's isolated time is split by its rate (``rate / peak`` of it at the
+    tensor-core roofline, slowed by the share; the rest reading memory, not), and the
+    decode attention, which streams each sequence's KV cache once, keeps the measured
+    time. The launches, host work and gaps between kernels are timed apart
+    (``decode_overhead_seconds``, ``layer_overhead_seconds``). ``roofline``: the decode and prompt attention of the roofline model,
     kept where the table cannot time them."""
     rates, tp = r.rates, r.tp
     table = rates.kernel_table
@@ -201,7 +217,11 @@ def _measured(
         layers=shape.num_layers,
     )
     rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
-    gemm = 2 * (decode + prompt) * sum(c * n * k for c, n, k in gemms) / (rate * share)
+    # The share slows what the tensor cores bound (clocks under sustained load), not the
+    # weight reads of a skinny GEMM: of the isolated kernel's time, ``rate / peak`` is
+    # arithmetic at the peak, the rest the memory's.
+    tensor_bound = min(rate / rates.peak_flops, 1.0)
+    gemm = gemm_flops / rate * (1 + tensor_bound * (1 / share - 1))
     measured = kernel_tables()[table]
     if shape.head_dim > 0 and shape.num_heads > 0:
         heads = max(shape.num_heads / tp, 1.0)
@@ -210,7 +230,7 @@ def _measured(
             one = generation_attention_seconds(
                 table, float(decode), context, kv_heads, float(shape.head_dim)
             )
-            kv = shape.num_layers * one / share
+            kv = shape.num_layers * one  # KV reads: memory-bound, no share
         if prompt > 0 and s > 0 and shape.causal_skip and measured.context_attention is not None:
             one = context_attention_seconds(
                 table, prompt / s, float(s), heads, float(shape.head_dim)
@@ -222,14 +242,24 @@ def _measured(
 def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> float:
     """A new prompt in chunks of the budget left beside the decodes, one step each; in
     steady state each of those steps also carries the other arrivals' prompt tokens, and
-    the first token comes at the end of the last."""
+    the first token comes at the end of the last.
+
+    Before its first chunk the prompt waits for the step in progress: an engine admits
+    new requests only between steps (vLLM's and SGLang's loops schedule, run the step,
+    then take what arrived meanwhile), and a request arriving at a random moment of a
+    step of length ``T`` finds ``T / 2`` of it left on average (the residual life of
+    equal steps; the queueing model's ``residual``, ``core/perf/queueing.py``). With no
+    other sequence in flight the engine is idle and the prompt starts at once."""
     s, o = shape.prompt_tokens, max(shape.output_tokens, 1)
     others = max(batch - 1, 0)
     room = max(shape.token_budget - others, 1)
     chunks = math.ceil(s / room)
     prompt = max(s / chunks, others * s / o)
     step, _ = step_seconds(t, shape, r, decode=others, prompt=prompt)
-    return chunks * step
+    in_progress = 0.0
+    if others > 0:
+        in_progress, _ = step_seconds(t, shape, r, decode=others, prompt=others * s / o)
+    return in_progress / 2 + chunks * step
 
 
 def serve(

@@ -30,6 +30,7 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.catalog import GpuSpec
+from gpuplan.core.perf.collectives import library_for
 from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.kv_transfer import KvTransfer, kv_transfer
 from gpuplan.core.perf.queueing import (
@@ -281,7 +282,13 @@ def _best_plan(
         if not memory.sequences or memory.per_token_bytes <= 0:
             continue
         shape = serve_shape(job, w, memory)
-        replica = Replica(tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link_over(gpu, tp, c))
+        replica = Replica(
+            tp=tp,
+            rates=ctx.rates,
+            mbu=ctx.mbu,
+            link=link_over(gpu, tp, c),
+            collectives=library_for(gpu.vendor),
+        )
         replicas.append((tp, memory, shape, replica))
     decodes = [_decode(job, gpu, m, s, r) for _, m, s, r in replicas]
     prefills = [p for _, m, s, r in replicas for p in _prefills(job, m, s, r)]

@@ -18,6 +18,7 @@ from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.response import Measures
 from gpuplan.core.memory.schema import EstimateResponse, Workload
+from gpuplan.core.perf.collectives import library_for
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.kernels import kernels_used
 from gpuplan.core.perf.queueing import (
@@ -845,7 +846,9 @@ def serve_option(
     iv = job.inference
     link = link_over(gpu, tp, c)
     shape = serve_shape(job, w, memory)
-    replica = Replica(tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link)
+    replica = Replica(
+        tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link, collectives=library_for(gpu.vendor)
+    )
     spec = engine_spec(iv.engine)
     static_batch = w.batch_size > 1 or not spec.paged
 

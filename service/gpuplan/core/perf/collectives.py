@@ -1,0 +1,80 @@
+"""The tensor-parallel all-reduce of a serving step, timed as NCCL's and RCCL's tuners
+time a small message (data/collectives.toml).
+
+A serving step all-reduces each layer's output twice, over only the step's tokens: a
+decode step of a few sequences moves a few kilobytes, where the start-up of the
+collective is everything. :func:`gpuplan.core.perf.comm.all_reduce_seconds` charges the
+α-β model's start-up ``α`` at each of a ring's ``2(k−1)`` steps (or a tree's
+``2·log2 k``), with ``α`` of the order of a whole collective's latency: at 8 GPUs that is
+6x what the libraries' own tuners say. NCCL (and RCCL, its ROCm fork) time an all-reduce
+as ``baseLat + nsteps·hwLat + bytes / bandwidth`` per algorithm and protocol and run the
+fastest; for these messages that is the LL protocol on a ring: one ``baseLat`` (6.6 µs
+NCCL, 12 µs RCCL) and ``2(k−1)`` hops of well under a microsecond over NVLink or
+Infinity Fabric, at a quarter of the bus bandwidth. A large message (a long prompt's
+chunk) still goes at the full bandwidth of the simple protocol: the step takes the
+faster of the two, as the tuner would.
+"""
+
+import tomllib
+from functools import cache
+from importlib import resources
+from typing import Literal
+
+import msgspec
+
+from gpuplan.core.perf.comm import Link, all_reduce_seconds
+
+Library = Literal["nccl", "rccl"]
+
+
+class CollectiveLibrary(msgspec.Struct, kw_only=True, frozen=True):
+    name: Library
+    base_latency_seconds: float
+    """``baseLat`` of the ring LL all-reduce."""
+
+    hop_latency_seconds: dict[str, float]
+    """``hwLat`` of one ring step by link kind (nvlink, pcie, network)."""
+
+    ll_bandwidth_share: float
+    """LL's bus bandwidth as a share of the link's."""
+
+    ll_max_bus_bytes_per_s: float
+    source: str
+
+
+class _Data(msgspec.Struct, kw_only=True, frozen=True):
+    library: list[CollectiveLibrary]
+
+
+@cache
+def collective_libraries() -> dict[Library, CollectiveLibrary]:
+    """The shipped tuner constants by library, validated at first use."""
+    text = resources.files("gpuplan.core.perf.data").joinpath("collectives.toml").read_text("utf-8")
+    data = msgspec.convert(tomllib.loads(text), _Data)
+    out = {lib.name: lib for lib in data.library}
+    for lib in out.values():
+        if set(lib.hop_latency_seconds) != {"nvlink", "pcie", "network"}:
+            raise ValueError(f"collectives.toml: {lib.name} needs nvlink, pcie and network hops")
+    return out
+
+
+def library_for(vendor: str) -> Library:
+    """RCCL on AMD GPUs, NCCL on the others."""
+    return "rccl" if vendor == "amd" else "nccl"
+
+
+def small_all_reduce_seconds(nbytes: float, size: int, link: Link, library: Library) -> float:
+    """One all-reduce of ``nbytes`` over ``size`` GPUs on ``link``: the faster of the LL
+    ring the library's tuner times for small messages and the bandwidth-bound model of
+    :func:`gpuplan.core.perf.comm.all_reduce_seconds` for large ones."""
+    if size <= 1 or link.kind == "none":
+        return 0.0
+    lib = collective_libraries()[library]
+    steps = 2 * (size - 1)
+    bus = min(link.bytes_per_s * lib.ll_bandwidth_share, lib.ll_max_bus_bytes_per_s)
+    ll = (
+        lib.base_latency_seconds
+        + steps * lib.hop_latency_seconds[link.kind]
+        + steps / size * nbytes / bus
+    )
+    return min(ll, all_reduce_seconds(nbytes, size, link))

@@ -1,0 +1,154 @@
+"""The serving step's physical terms: the collective libraries' small-message all-reduce,
+every matmul parameter timed from a measured kernel table, the wait for the step in
+progress before a prompt is admitted."""
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.perf.collectives import (
+    collective_libraries,
+    library_for,
+    small_all_reduce_seconds,
+)
+from gpuplan.core.perf.comm import Link, all_reduce_seconds
+from gpuplan.core.perf.efficiency import efficiency_data, generation
+from gpuplan.core.perf.flops import TokenFlops
+from gpuplan.core.perf.serve import Replica, ServeShape, step_seconds, time_to_first_token
+from gpuplan.core.perf.step import Rates
+
+NVLINK = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
+
+
+def test_a_decode_all_reduce_costs_what_nccls_tuner_says() -> None:
+    # 8 KB (one token's hidden state in 16 bits) over 8 GPUs: NCCL's ring LL, one
+    # baseLat of 6.6 us and 2 x 7 NVLink hops of 0.6 us (src/graph/tuning.cc).
+    small = small_all_reduce_seconds(8192, 8, NVLINK, "nccl")
+    assert small == pytest.approx(6.6e-6 + 14 * 0.6e-6, rel=0.02)
+    # The alpha-beta model's per-step start-up charges several times that.
+    assert all_reduce_seconds(8192, 8, NVLINK) > 2.5 * small
+    # More ranks, more hops.
+    assert small_all_reduce_seconds(8192, 2, NVLINK, "nccl") < small
+
+
+def test_rccl_starts_slower_than_nccl() -> None:
+    nccl = small_all_reduce_seconds(8192, 8, NVLINK, "nccl")
+    rccl = small_all_reduce_seconds(8192, 8, NVLINK, "rccl")
+    assert rccl == pytest.approx(12.0e-6 + 14 * 0.8e-6, rel=0.02)
+    assert rccl > nccl
+
+
+def test_a_large_message_goes_at_the_bandwidth() -> None:
+    # A long prompt's chunk: LL's quarter bandwidth loses to the simple protocol's.
+    big = 256 * 2**20
+    assert small_all_reduce_seconds(big, 8, NVLINK, "nccl") == pytest.approx(
+        all_reduce_seconds(big, 8, NVLINK)
+    )
+
+
+def test_one_gpu_has_no_all_reduce() -> None:
+    assert small_all_reduce_seconds(8192, 1, NVLINK, "nccl") == 0.0
+    none = Link(kind="none", bytes_per_s=float("inf"), latency_s=0.0)
+    assert small_all_reduce_seconds(8192, 4, none, "nccl") == 0.0
+
+
+def test_amd_gpus_run_rccl() -> None:
+    assert library_for("amd") == "rccl"
+    assert library_for("nvidia") == "nccl"
+    for lib in collective_libraries().values():
+        assert "tuning.cc" in lib.source
+
+
+def _replica(
+    gpu_id: str, tp: int, *, table: bool, collectives: str = "nccl", share: float | None = None
+) -> Replica:
+    gpu = builtin_catalog().get(gpu_id)
+    data = efficiency_data()
+    kernels = data.kernels
+    if share is not None:
+        kernels = msgspec.structs.replace(kernels, measured_kernel_share=share)
+    rates = Rates(
+        peak_flops=float(gpu.peak_flops["bf16"]),
+        attention_peak_flops=float(gpu.peak_flops["bf16"]),
+        bandwidth_bytes_per_s=float(gpu.memory_bandwidth_bytes_per_s),
+        generation=generation(gpu),
+        kernels=kernels,
+        kernel_table=gpu_id if table else None,
+    )
+    return Replica(
+        tp=tp,
+        rates=rates,
+        mbu=0.8,
+        link=NVLINK if tp > 1 else Link(kind="none", bytes_per_s=float("inf"), latency_s=0.0),
+        collectives=collectives,  # type: ignore[arg-type]
+    )
+
+
+# Llama 3.1 8B's shape (hidden 4096, SwiGLU width 14336, GQA 8 x 128).
+SHAPE = ServeShape(
+    prompt_tokens=512,
+    output_tokens=128,
+    hidden_size=4096,
+    mlp_width=14336,
+    num_layers=32,
+    activation_bytes=2,
+    causal_skip=True,
+    weights_bytes=16e9,
+    kv_bytes_per_token=131072,
+    token_budget=8192,
+    num_heads=32,
+    kv_width=1024,
+    head_dim=128,
+    vocab_size=128256,
+    kv_cache_16bit=True,
+)
+
+
+def test_measured_gemms_count_every_matmul_parameter() -> None:
+    # The table's shapes list one MLP up-projection; the gate's FLOPs are the model's all
+    # the same: a step's GEMM time follows the model's matmul parameters.
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    gated = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    ungated = TokenFlops(matmul_parameters=5_700_000_000, attention_per_context_token=0.0)
+    prefill_gated, _ = step_seconds(gated, SHAPE, r, decode=0, prompt=8192)
+    prefill_ungated, _ = step_seconds(ungated, SHAPE, r, decode=0, prompt=8192)
+    assert prefill_gated > 1.2 * prefill_ungated
+
+
+def test_rccl_makes_a_tensor_parallel_decode_step_slower() -> None:
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    nccl, _ = step_seconds(t, SHAPE, _replica("h100-sxm5-80gb", 8, table=False), decode=1, prompt=0)
+    rccl, _ = step_seconds(
+        t, SHAPE, _replica("h100-sxm5-80gb", 8, table=False, collectives="rccl"), decode=1, prompt=0
+    )
+    # Two all-reduces per layer, each about 8.6 us slower.
+    assert rccl - nccl == pytest.approx(32 * 2 * (23.2e-6 - 15.0e-6), rel=0.05)
+
+
+def test_an_arriving_prompt_waits_for_the_step_in_progress() -> None:
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    alone = time_to_first_token(t, SHAPE, r, 1)
+    prefill_alone, _ = step_seconds(t, SHAPE, r, decode=0, prompt=512)
+    # Nothing else in flight: the prompt's own step.
+    assert alone == pytest.approx(prefill_alone)
+    busy = time_to_first_token(t, SHAPE, r, 16)
+    steady, _ = step_seconds(t, SHAPE, r, decode=15, prompt=15 * 512 / 128)
+    chunk, _ = step_seconds(t, SHAPE, r, decode=15, prompt=512)
+    # Beside 15 decoding sequences: half the step in progress, then its own step.
+    assert busy == pytest.approx(steady / 2 + chunk)
+
+
+def test_the_kernel_share_slows_arithmetic_not_weight_reads() -> None:
+    # The measured share (clocks under sustained load) halved: a prefill of 8,192 tokens,
+    # tensor-core bound, takes much longer; a batch-1 decode step, which reads the
+    # weights and the KV cache, hardly changes.
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    full = _replica("h100-sxm5-80gb", 1, table=True, share=1.0)
+    half = _replica("h100-sxm5-80gb", 1, table=True, share=0.5)
+    prefill_full, _ = step_seconds(t, SHAPE, full, decode=0, prompt=8192)
+    prefill_half, _ = step_seconds(t, SHAPE, half, decode=0, prompt=8192)
+    assert prefill_half > 1.5 * prefill_full
+    decode_full, _ = step_seconds(t, SHAPE, full, decode=1, prompt=0)
+    decode_half, _ = step_seconds(t, SHAPE, half, decode=1, prompt=0)
+    assert decode_half < 1.05 * decode_full
