@@ -30,6 +30,7 @@ from typing import NamedTuple
 import msgspec
 
 from gpuplan.core.memory.schema import Workload
+from gpuplan.core.perf.collectives import library_for
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kernels import kernels_used
 from gpuplan.core.perf.queueing import LoadPoint
@@ -139,7 +140,9 @@ def expert_replica(
         return None
     moe = arch.moe
     link = link_over(gpu, ranks, c)
-    replica = Replica(tp=1, rates=ctx.rates, mbu=ctx.mbu, link=link)
+    replica = Replica(
+        tp=1, rates=ctx.rates, mbu=ctx.mbu, link=link, collectives=library_for(gpu.vendor)
+    )
     base = serve_shape(job, w, memory)
     experts = _expert_bytes(job, memory, ranks)
     others = max(memory.weights_bytes - experts, 0.0)
