@@ -576,11 +576,22 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
     # FSDP1 adapters inside their layer's flat parameter: every view of it requires grad
     # (so each base linear keeps its input), and they share the base's dtype (no upcast).
     shared = framework_of(w) == "fsdp1" and fsdp1.adapters_in_layers(w)
+    # FSDP1's mixed precision gathers a half-precision base while the adapters' own
+    # units keep fp32 flat parameters: PEFT upcasts each adapter's input, and autocast
+    # casts it back inside the adapter (Trainable.recast).
+    recast = (
+        not shared
+        and framework_of(w) == "fsdp1"
+        and w.precision.startswith("amp_")
+        and fsdp1.param_dtype(w) != "fp32"
+    )
     return Trainable(
         full=False,
         lora_rank=lora.rank if lora else 16,
         adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
-        upcast=not shared and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16")),
+        upcast=not shared
+        and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16") or recast),
+        recast=recast,
         dropout=bool(lora and lora.dropout > 0),
         base_grads=shared,
     )
