@@ -97,3 +97,35 @@ def test_gated_mlp_backward_is_torch_s(down_trains: bool) -> None:
     expected = _gated_mlp_backward(float(tokens * ffn), 4, trainable)
     weight_grad = 4 * hidden * ffn if down_trains else 0
     assert _backward_extra(mlp, x) == expected + weight_grad
+
+
+def test_a_layer_weight_steps_inside_the_layer_s_backward() -> None:
+    """Adam stepped by each weight's gradient hook: inside a Llama MLP's backward the
+    largest weight's gradient and the step's two temporaries (3 × the weight) are alive
+    at once, beyond what the backward started with; the grid's step with the optimizer
+    in the backward peaks there, with those bytes among its temporaries."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaMLP
+
+    hidden, ffn = 256, 1024
+    mlp = LlamaMLP(LlamaConfig(hidden_size=hidden, intermediate_size=ffn))
+    for p in mlp.parameters():
+        optimizer = torch.optim.Adam([p], lr=1e-3)
+
+        def step(_: Any, optimizer: Any = optimizer) -> None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+        p.register_post_accumulate_grad_hook(step)
+    mlp(torch.randn(1, 16, hidden, requires_grad=True)).sum().backward()  # the states
+    weight = 4 * hidden * ffn
+    extra = _backward_extra(mlp, torch.randn(1, 16, hidden, requires_grad=True))
+    assert 3 * weight <= extra < 3 * weight + 1024
+
+    case = CASES["llama optimizer in backward fp32"]
+    result = estimate(request_for(case), builtin_catalog())
+    largest = 4 * case.config["hidden_size"] * case.config["intermediate_size"]
+    assert result.peak_phase == "backward (layers)"
+    assert result.breakdown.temporary_bytes >= 3 * largest
+    measured = MEASURED[case.name]
+    assert abs(result.peak_bytes - measured) / measured <= 0.02

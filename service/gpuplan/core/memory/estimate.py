@@ -45,6 +45,7 @@ from gpuplan.core.memory.states import (
     bare_states,
     bnb_4bit,
     framework_of,
+    largest_layer_tensor,
     largest_tensor,
     model_states,
     quantization_of,
@@ -402,7 +403,7 @@ def _training(
     if w.loss_chunks > 1:
         head = _chunked_loss(head, d, num, w.loss_chunks)
     held = _held_outputs(arch, d, num, w, local_layers=len(costs)) if w.keep_outputs else 0.0
-    in_backward = -1.0
+    in_backward, in_backward_layer = -1.0, 0.0
     if w.optimizer_in_backward:
         biggest = (
             max(arch.hidden_size, arch.intermediate_size) * (w.lora.rank if w.lora else 16)
@@ -412,8 +413,11 @@ def _training(
         per_state = states.optimizer / max(states.trainable, 1) if lora else 0.0
         if not lora:
             per_state = states.optimizer / max(states.parameters_local, 1)
-        # One tensor's gradient and its step's temporary at a time.
+        # One tensor's gradient and its step's temporary at a time; inside a layer's
+        # backward, one of the layer's.
         in_backward = biggest * ((per_param or 4.0) + per_state)
+        in_layer = biggest if lora else largest_layer_tensor(arch) / p.tensor
+        in_backward_layer = in_layer * ((per_param or 4.0) + per_state)
     moment = training_peak(
         states,
         costs,
@@ -437,6 +441,7 @@ def _training(
         held=held,
         offload=w.activation_offload,
         in_backward=in_backward,
+        in_backward_layer=in_backward_layer,
         # Megatron-core allocates its gradient buffer once, when the model is wrapped
         # (megatron/core/distributed/param_and_grad_buffer.py), and zeroes it each step.
         # FSDP1's no_sync() keeps every trainable unit's unsharded flat gradient, into

@@ -608,9 +608,14 @@ def bare_states(parameters: int, w: Workload, *, runtime: str) -> ModelStates:
 
 def largest_tensor(arch: Architecture) -> int:
     """Elements of the largest single parameter tensor (HF stores MoE experts as one)."""
+    word = arch.word_embed_dim or arch.hidden_size
+    return max(arch.vocab_size * word, largest_layer_tensor(arch))
+
+
+def largest_layer_tensor(arch: Architecture) -> int:
+    """Elements of the largest parameter tensor inside a layer."""
     h = arch.hidden_size
-    word = arch.word_embed_dim or h
-    candidates = [arch.vocab_size * word, h * arch.intermediate_size, h * arch.q_dim]
+    candidates = [h * arch.intermediate_size, h * arch.q_dim]
     if arch.moe is not None:
         candidates.append(arch.moe.num_experts * 2 * arch.moe.expert_intermediate_size * h)
     return max(candidates)

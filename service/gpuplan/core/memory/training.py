@@ -53,6 +53,7 @@ def training_peak(
     held: float = 0.0,
     offload: bool = False,
     in_backward: float = -1.0,
+    in_backward_layer: float = 0.0,
     persistent_gradients: bool = False,
 ) -> Moment:
     """The largest moment; ``layers`` and ``grads`` in forward order, one per local layer.
@@ -63,7 +64,10 @@ def training_peak(
     moment of the backward, the layers' included. ``offload``:
     layers' saved activations wait in CPU memory; a layer's come back for its backward,
     the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
-    the backward (these bytes of temporaries at a time), so gradients do not pile up.
+    the backward (these bytes of temporaries at a time), so gradients do not pile up;
+    ``in_backward_layer``: the same for a layer's largest weight, stepped inside the
+    layer's backward: an MLP weight's gradient hook (``AccumulateGrad`` runs as soon as
+    the weight's matmul backward made it) steps it while the MLP's activations are alive.
     ``persistent_gradients``: the gradients live in one buffer allocated once and zeroed
     between steps (Megatron-core's contiguous main-gradient buffer), into which the
     weight-gradient GEMMs accumulate (``gradient_accumulation_fusion``): every gradient
@@ -133,7 +137,13 @@ def training_peak(
                 (
                     at_mlp_peak,
                     below_here + own + head.embedding_saved,
-                    residual_grad + lc.mlp_backward + fresh_mlp + gather + reduce_mlp + root + held,
+                    residual_grad
+                    + max(lc.mlp_backward, in_backward_layer if stepping else 0.0)
+                    + fresh_mlp
+                    + gather
+                    + reduce_mlp
+                    + root
+                    + held,
                 ),
                 (
                     mlp_grads + (0.0 if accumulating else lg.attention),
