@@ -39,7 +39,7 @@ def _model(config: dict[str, Any]) -> Any:
     hf = AutoConfig.for_model(model_type, **values)
     cls = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
     torch.manual_seed(0)
-    return cls.from_config(hf)
+    return cls.from_config(hf)  # type: ignore[no-untyped-call]
 
 
 def _stepped_state(model: Any) -> int:

@@ -87,7 +87,7 @@ def test_gated_mlp_backward_is_torch_s(down_trains: bool) -> None:
     from transformers.models.llama.modeling_llama import LlamaMLP
 
     hidden, ffn, tokens = 64, 1024, 8 * 128
-    mlp = LlamaMLP(LlamaConfig(hidden_size=hidden, intermediate_size=ffn))
+    mlp = LlamaMLP(LlamaConfig(hidden_size=hidden, intermediate_size=ffn))  # type: ignore[no-untyped-call]
     for p in mlp.parameters():
         p.requires_grad_(False)
     mlp.down_proj.weight.requires_grad_(down_trains)
@@ -108,7 +108,7 @@ def test_a_layer_weight_steps_inside_the_layer_s_backward() -> None:
     from transformers.models.llama.modeling_llama import LlamaMLP
 
     hidden, ffn = 256, 1024
-    mlp = LlamaMLP(LlamaConfig(hidden_size=hidden, intermediate_size=ffn))
+    mlp = LlamaMLP(LlamaConfig(hidden_size=hidden, intermediate_size=ffn))  # type: ignore[no-untyped-call]
     for p in mlp.parameters():
         optimizer = torch.optim.Adam([p], lr=1e-3)
 
@@ -116,7 +116,7 @@ def test_a_layer_weight_steps_inside_the_layer_s_backward() -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
 
-        p.register_post_accumulate_grad_hook(step)
+        p.register_post_accumulate_grad_hook(step)  # type: ignore[no-untyped-call]
     mlp(torch.randn(1, 16, hidden, requires_grad=True)).sum().backward()  # the states
     weight = 4 * hidden * ffn
     extra = _backward_extra(mlp, torch.randn(1, 16, hidden, requires_grad=True))
@@ -127,5 +127,43 @@ def test_a_layer_weight_steps_inside_the_layer_s_backward() -> None:
     largest = 4 * case.config["hidden_size"] * case.config["intermediate_size"]
     assert result.peak_phase == "backward (layers)"
     assert result.breakdown.temporary_bytes >= 3 * largest
+    measured = MEASURED[case.name]
+    assert abs(result.peak_bytes - measured) / measured <= 0.02
+
+
+@pytest.mark.parametrize("weight_trains", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_the_final_norm_backward_is_torch_s(weight_trains: bool, dtype: str) -> None:
+    """Hugging Face's RMSNorm: five fp32 tensors of the hidden state at its backward's
+    deepest, less the normalized tensor ``weight *`` kept (and freed first) when the
+    weight trains; the classifier's step peaks there on this CPU, as estimated."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from gpuplan.core.memory.dims import Dims
+    from gpuplan.core.memory.head import head_cost
+    from gpuplan.core.memory.hf_config import from_hf_config
+    from gpuplan.core.memory.numerics import numerics_for
+
+    batch, seq, hidden = 4, 128, 256
+    norm = LlamaRMSNorm(hidden).to(torch.bfloat16 if dtype == "bf16" else torch.float32)
+    norm.weight.requires_grad_(weight_trains)
+    x = torch.randn(batch, seq, hidden, dtype=norm.weight.dtype, requires_grad=True)
+    extra = _backward_extra(norm, x)
+
+    case = CASES["llama sequence classification bf16"]
+    arch, _ = from_hf_config(case.config | {"hidden_size": hidden})
+    e = float(batch * seq * hidden)
+    d = Dims(
+        batch=batch, seq=seq, tokens=batch * seq, hidden=e, hidden_full=e, query=e, key=e,
+        ffn=e, scores=e, lse=e, logits=float(batch * seq), heads=1, kv_heads=1,
+    )  # fmt: skip
+    num = numerics_for(dtype, "cpu")  # type: ignore[arg-type]
+    head = head_cost(arch, d, num, training=True, head_trains=weight_trains)
+    head_input = num.matmul * e if weight_trains else 0.0  # the classifier's: no head here
+    expected = head.norm_backward + head_input
+    assert expected - 4096 <= extra <= expected  # rsqrt's per-row statistics aside
+
+    result = estimate(request_for(case), builtin_catalog())
+    assert result.peak_phase == "backward (final norm)"
     measured = MEASURED[case.name]
     assert abs(result.peak_bytes - measured) / measured <= 0.02

@@ -362,6 +362,8 @@ def _training(
     p = w.parallelism
     lora = w.mode in ("finetune_lora", "finetune_qlora")
     head = head_cost(arch, d, num, training=True, head_trains=not lora)
+    if w.compile or framework_of(w) == "megatron":
+        head = msgspec.structs.replace(head, norm_backward=0.0)  # one fused norm kernel
     if num.amp:
         head = msgspec.structs.replace(
             head,

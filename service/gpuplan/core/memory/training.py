@@ -80,16 +80,18 @@ def training_peak(
     # After the first micro-step of an accumulation, all gradients exist throughout,
     # and each backward adds a fresh gradient into them.
     accumulating = accumulation_steps > 1 or persistent_gradients
-    moments: list[Moment] = []
     activations = sum(kept) + head.embedding_saved + head.final_saved + head.logits_saved
     start = total_grads if accumulating else 0.0
-    moments.extend(_loss_moments(states, head, start=start, activations=activations, held=held))
     # FSDP1: the root unit's unsharded gradients (the head's) wait from the loss's
     # backward for the embedding's, and the root stays gathered throughout.
     root = states.root_gradient
     reduce_mlp = states.reduce if states.reduce_mlp is None else states.reduce_mlp
     so_far = total_grads if accumulating else (0.0 if stepping else head_grads)
     step_temp = max(in_backward, 0.0)
+    moments: list[Moment] = [
+        *_loss_moments(states, head, start=start, activations=activations, held=held),
+        *_final_norm_moment(states, head, so_far, activations, root + held),
+    ]
     below = sum(kept)
     layer_peak: tuple[float, tuple[float, float, float]] = (-1.0, (0.0, 0.0, 0.0))
     # The backward walks the layers top-down. Along a run of identical layers every
@@ -202,6 +204,25 @@ def _loss_moments(
             activations=activations,
             temporary=head.loss_backward + gather_loss + held,
         ),
+    ]
+
+
+def _final_norm_moment(
+    states: ModelStates, head: HeadCost, grads: float, activations: float, held: float
+) -> list[Moment]:
+    """The final norm's backward (when it is a moment of its own): the loss's saved
+    tensors are gone, the head's gradient is born, and (FSDP1) the root and the last
+    layer its pre-backward hook prefetched are gathered."""
+    if not head.norm_backward:
+        return []
+    gather = states.gather if states.gather_loss_backward is None else states.gather_loss_backward
+    return [
+        Moment(
+            phase="backward (final norm)",
+            gradients=grads,
+            activations=activations - head.logits_saved,
+            temporary=head.norm_backward + gather + held,
+        )
     ]
 
 
