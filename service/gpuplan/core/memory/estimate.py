@@ -45,6 +45,7 @@ from gpuplan.core.memory.states import (
     bare_states,
     bnb_4bit,
     framework_of,
+    largest_layer_tensor,
     largest_tensor,
     model_states,
     quantization_of,
@@ -361,6 +362,8 @@ def _training(
     p = w.parallelism
     lora = w.mode in ("finetune_lora", "finetune_qlora")
     head = head_cost(arch, d, num, training=True, head_trains=not lora)
+    if w.compile or framework_of(w) == "megatron":
+        head = msgspec.structs.replace(head, norm_backward=0.0)  # one fused norm kernel
     if num.amp:
         head = msgspec.structs.replace(
             head,
@@ -402,7 +405,7 @@ def _training(
     if w.loss_chunks > 1:
         head = _chunked_loss(head, d, num, w.loss_chunks)
     held = _held_outputs(arch, d, num, w, local_layers=len(costs)) if w.keep_outputs else 0.0
-    in_backward = -1.0
+    in_backward, in_backward_layer = -1.0, 0.0
     if w.optimizer_in_backward:
         biggest = (
             max(arch.hidden_size, arch.intermediate_size) * (w.lora.rank if w.lora else 16)
@@ -412,8 +415,11 @@ def _training(
         per_state = states.optimizer / max(states.trainable, 1) if lora else 0.0
         if not lora:
             per_state = states.optimizer / max(states.parameters_local, 1)
-        # One tensor's gradient and its step's temporary at a time.
+        # One tensor's gradient and its step's temporary at a time; inside a layer's
+        # backward, one of the layer's.
         in_backward = biggest * ((per_param or 4.0) + per_state)
+        in_layer = biggest if lora else largest_layer_tensor(arch) / p.tensor
+        in_backward_layer = in_layer * ((per_param or 4.0) + per_state)
     moment = training_peak(
         states,
         costs,
@@ -437,6 +443,7 @@ def _training(
         held=held,
         offload=w.activation_offload,
         in_backward=in_backward,
+        in_backward_layer=in_backward_layer,
         # Megatron-core allocates its gradient buffer once, when the model is wrapped
         # (megatron/core/distributed/param_and_grad_buffer.py), and zeroes it each step.
         # FSDP1's no_sync() keeps every trainable unit's unsharded flat gradient, into
@@ -576,11 +583,22 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
     # FSDP1 adapters inside their layer's flat parameter: every view of it requires grad
     # (so each base linear keeps its input), and they share the base's dtype (no upcast).
     shared = framework_of(w) == "fsdp1" and fsdp1.adapters_in_layers(w)
+    # FSDP1's mixed precision gathers a half-precision base while the adapters' own
+    # units keep fp32 flat parameters: PEFT upcasts each adapter's input, and autocast
+    # casts it back inside the adapter (Trainable.recast).
+    recast = (
+        not shared
+        and framework_of(w) == "fsdp1"
+        and w.precision.startswith("amp_")
+        and fsdp1.param_dtype(w) != "fp32"
+    )
     return Trainable(
         full=False,
         lora_rank=lora.rank if lora else 16,
         adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
-        upcast=not shared and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16")),
+        upcast=not shared
+        and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16") or recast),
+        recast=recast,
         dropout=bool(lora and lora.dropout > 0),
         base_grads=shared,
     )
