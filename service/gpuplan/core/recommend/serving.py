@@ -555,7 +555,7 @@ def _rate_breaches(job: Job, s: Served, replicas: int, needed: int, *, fits: boo
 
 
 def _concurrency(
-    run: "Callable[[int], Served]",
+    run: Callable[[int], Served],
     job: Job,
     memory: ReplicaMemory,
     *,
