@@ -156,3 +156,33 @@ def test_megatron_adapters_are_their_gemms_alone() -> None:
     peft = adapter_work(_lora(), Parallelism(), rates, 4096.0)
     megatron = adapter_work(_lora(), Parallelism(), rates, 4096.0, peft=False)
     assert megatron == (peft[0], 0.0)
+
+
+def test_adapters_wrapped_apart_pay_their_own_start_ups() -> None:
+    from gpuplan.core.perf.comm import Link
+    from gpuplan.core.perf.step import StepLinks, training_step
+
+    net = Link(kind="network", bytes_per_s=50e9, latency_s=15e-6)
+    nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
+    t = token_flops(None, None, 7_000_000_000)
+    base = _lora(
+        flat_units=True, trainable_parameters=20_000_000, parameters=7_000_000_000,
+        checkpointing="full", accumulation=4,
+    )  # fmt: skip
+    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+
+    def exposed(units: int, data: int) -> float:
+        shape = msgspec.structs.replace(base, adapter_units=units)
+        link = nvlink if data <= 8 else net
+        links = StepLinks(
+            tensor=link, context=link, expert=link, pipeline=link, data=link, host=link
+        )
+        return training_step(
+            t, shape, Parallelism(data=data, zero_stage=3), rates=rates, links=links,
+            framework=framework("fsdp1"),
+        ).exposed_comm_s  # fmt: skip
+
+    # 14 units a layer (7 adapted linears, lora_A and lora_B): 3 collectives each a
+    # micro-batch, (k - 1) start-ups each; they hide behind compute at a few ranks
+    assert exposed(14, 512) > exposed(0, 512) + 4 * 32 * 14 * 511 * 15e-6
+    assert 0 < exposed(14, 8) - exposed(0, 8) < 0.02

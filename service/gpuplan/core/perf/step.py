@@ -127,6 +127,11 @@ class StepShape(Record, kw_only=True):
     """FSDP1 under ``no_sync()``: the micro-batches before the last keep their unsharded
     gradients, so gradients are reduce-scattered once a step, after the last."""
 
+    adapter_units: int = 0
+    """FSDP1 with adapters wrapped apart (PEFT's ``fsdp_auto_wrap_policy``): the FSDP
+    units of one layer's adapters (a ``lora_A`` and a ``lora_B`` each), every one
+    all-gathered forward and backward and reduce-scattered on its own."""
+
     reduced_parameters: int | None = None
     """Parameters whose gradients are reduced, where they differ from the trainable ones
     (FSDP1 adapters inside their layers' units reduce whole layers)."""
@@ -719,6 +724,13 @@ def _flat_units_exposed(
     forward = all_gather_seconds(held * shape.gather_bytes, lay.data, links.data)
     backward = all_gather_seconds((held - root) * shape.gather_bytes, lay.data, links.data)
     scatter = all_gather_seconds(reduced * shape.gradient_bytes, lay.data, links.data)
+    # Each adapter unit's collectives move a few kilobytes but pay a ring's start-ups as
+    # any other (comm.all_gather_seconds: (k - 1) steps of the link's latency); the bytes
+    # are in the sums above.
+    start_ups = shape.adapter_units * layers * (lay.data - 1) * links.data.latency_s
+    forward += start_ups
+    backward += start_ups
+    scatter += start_ups
     scatters = 1 if shape.reduce_once else m
     share = framework.gather_hidden_share
     if shape.backward_overlap:

@@ -273,6 +273,7 @@ def _flat_units(job: Job, w: Workload, shape: StepShape) -> StepShape:
         backward_overlap=f.backward_prefetch != "none",
         reduce_once=fsdp1.without_sync(w),
         reduced_parameters=(job.parameters - root + shape.trainable_parameters) if shared else None,
+        adapter_units=0 if shared else 2 * sum(count for count, _, _, _ in shape.adapters),
     )
 
 
