@@ -1,7 +1,7 @@
 """torchao weight-only quantization applied after the whole model is loaded.
 
 torchao's generate script (pytorch/ao torchao/_models/llama/generate.py at
-61fef69dd, the runs behind pytorch/ao issue #346) builds the model in bf16 on the GPU
+61fef69dd02e566cfb1be3d268c96d84b23b6af9, the runs behind pytorch/ao issue #346) builds the model in bf16 on the GPU
 (``model.load_state_dict(checkpoint, assign=True)``, ``model.to(device=device,
 dtype=precision)``) and only then swaps every ``nn.Linear`` weight for a quantized
 tensor subclass (``change_linear_weights_to_int8_woqtensors`` /
