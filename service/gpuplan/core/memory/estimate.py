@@ -11,7 +11,7 @@ import math
 import msgspec
 
 from gpuplan.core.catalog import Catalog
-from gpuplan.core.memory import fsdp1
+from gpuplan.core.memory import fsdp1, torchao
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
@@ -29,6 +29,7 @@ from gpuplan.core.memory.reserve import (
     allocator_gap,
     inference_pattern,
     layer_tensors,
+    quantization_reserve,
     training_pattern,
 )
 from gpuplan.core.memory.reserve import Step as ReplayStep
@@ -47,7 +48,9 @@ from gpuplan.core.memory.states import (
     framework_of,
     largest_layer_tensor,
     largest_tensor,
+    layer_parameters_local,
     model_states,
+    quantization_load,
     quantization_of,
     quantized_bytes,
     shard_stage,
@@ -507,7 +510,7 @@ def _inference(
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
     )
-    if bnb_4bit(w):
+    if quantization_load(w) == "per_weight":
         loading = _loading(states, arch, replay.counts, w) - states.weights
         total = peak.alive()
         if loading > total:
@@ -524,7 +527,58 @@ def _inference(
             * (arch.num_labels if arch.classifier else arch.vocab_size),
         )
     )
-    return msgspec.structs.replace(peak, allocator_gap=float(gap))
+    peak = msgspec.structs.replace(peak, allocator_gap=float(gap))
+    if replay.quantize_steps:
+        peak = _after_full_load(peak, arch, replay, w=w, states=states, widest=widest)
+    return peak
+
+
+def _after_full_load(
+    peak: Peak,
+    arch: Architecture,
+    replay: ReplayStep,
+    *,
+    w: Workload,
+    states: ModelStates,
+    widest: LayerCost,
+) -> Peak:
+    """torchao's quantization after a full 16-bit load (:mod:`.torchao`): its moment.
+
+    Allocated: the worst moment of the quantization (:func:`torchao.loading_peak`).
+    Reserved: the 16-bit model's blocks, never returned, plus the segments the
+    quantization's temporaries add (:func:`quantization_reserve`); the run that
+    follows reuses those cached blocks, so the job's reserve is the larger of the
+    two moments' (a run whose tensors outgrow the freed blocks is priced as its own).
+    """
+    p = w.parallelism
+    stored = replay.weight_bytes
+    attention, mlp = layer_tensors(arch, replay.counts.layers[-1], p.tensor, p.expert)
+    head = replay.counts.head // p.tensor if replay.head_quantized else 0
+    elements = layer_parameters_local(arch, replay.counts, w) + head
+    loading = torchao.loading_peak(
+        weights=states.weights,
+        quantized_elements=elements,
+        largest_layer_elements=max(*attention, *mlp),
+        head_elements=head,
+        compute_bytes=replay.compute_bytes,
+        stored_bytes=stored,
+        steps=replay.quantize_steps,
+    )
+    full = states.weights + elements * (replay.compute_bytes - stored)
+    growth = quantization_reserve(
+        inference_pattern(replay, widest, kv_per_layer=0.0, last_logits=0.0)
+    )
+    reserved = max(full + growth, states.weights + peak.alive() + peak.allocator_gap)
+    if loading > states.weights + peak.alive():
+        return Peak(
+            gradients=0.0,
+            activations=0.0,
+            kv_cache=0.0,
+            temporary=loading - states.weights,
+            phase="loading (quantizing the 16-bit model)",
+            allocator_gap=reserved - loading,
+        )
+    return msgspec.structs.replace(peak, allocator_gap=reserved - states.weights - peak.alive())
 
 
 def _replay_step(
@@ -565,7 +619,7 @@ def _replay_step(
         ep=p.expert,
         weight_bytes=stored if quantized != "none" else plain,
         outer_weight_bytes=compute if quantized != "none" else plain,
-        load_bytes=2.0 if bnb_4bit(w) else 0.0,
+        load_bytes=2.0 if quantization_load(w) == "per_weight" else 0.0,
         grad_bytes=0.0 if lora else states.gradients / local,
         state_bytes=states.optimizer / max(states.trainable / (p.tensor * p.pipeline), 1)
         if lora
@@ -573,6 +627,11 @@ def _replay_step(
         states=states_count,
         foreach=w.optimizer in ("adamw", "adam") and not num.cpu,
         adapters=adapters,
+        quantize_steps=torchao.quantize_steps(quantized, compute_bytes=compute, stored_bytes=stored)
+        if quantization_load(w) == "after_full_load"
+        else (),
+        compute_bytes=compute,
+        head_quantized=w.quantize_lm_head and quantized != "none",
     )
 
 

@@ -83,6 +83,17 @@ def bnb_4bit(w: Workload) -> bool:
     return quantization_of(w) in ("nf4", "fp4")
 
 
+def quantization_load(w: Workload) -> str:
+    """How the quantized weights reach the GPU (``Workload.weight_quantization_load``,
+    ``auto`` resolved): ``as_stored``, ``per_weight`` or ``after_full_load``."""
+    fmt = quantization_of(w)
+    if fmt == "none":
+        return "as_stored"
+    if w.weight_quantization_load != "auto":
+        return w.weight_quantization_load
+    return "per_weight" if fmt in ("nf4", "fp4") else "as_stored"
+
+
 class ModelStates(Record, kw_only=True):
     parameters_local: int
     """Parameters held by this GPU (after tensor, pipeline and expert splits)."""
@@ -168,6 +179,11 @@ def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -
     else:
         ends = max(first, last + (counts.embedding / tp if arch.tie_word_embeddings else 0))
     return round(stage + ends), round(stage)
+
+
+def layer_parameters_local(arch: Architecture, counts: ParameterCount, w: Workload) -> int:
+    """Parameters of the layers on the most loaded GPU."""
+    return _local_parameters(arch, counts, w)[1]
 
 
 class _Bytes(Record, kw_only=True):
