@@ -8,6 +8,7 @@ quantizes it (outside ``no_grad``): the live bytes they reach are the recipe's.
 """
 
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -26,11 +27,11 @@ CATALOG = builtin_catalog()
 MiB = 1 << 20
 
 
-class _Live(TorchDispatchMode):  # type: ignore[misc]
+class _Live(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Bytes of the storages the ops create, while they live (weak references)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.live = 0
         self.peak = 0
         self._seen: set[int] = set()
@@ -48,8 +49,11 @@ class _Live(TorchDispatchMode):  # type: ignore[misc]
             self._seen.add(key)
             self.live += size
             self.peak = max(self.peak, self.live)
-            self._refs.append(weakref.ref(storage, lambda _, k=key, n=size: self._free(k, n)))
+            self._refs.append(weakref.ref(storage, self._on_free(key, size)))
         return out
+
+    def _on_free(self, key: int, size: int) -> Callable[[Any], None]:
+        return lambda _: self._free(key, size)
 
     def _free(self, key: int, size: int) -> None:
         self.live -= size

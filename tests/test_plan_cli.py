@@ -44,7 +44,9 @@ def test_exit_0_when_every_target_passes(tmp_path: Path) -> None:
     result = _run(str(_write(tmp_path, PASSING)))
     assert result.exit_code == 0, result.output
     assert result.output.startswith("PASS  fits")
-    assert "nvidia.com/mig-1g.20gb" in result.output
+    # The smallest MIG slice that holds the estimate's 95% high end (tests/test_plan_core.py
+    # checks the rule; which slice it is moves with the intervals).
+    assert "nvidia.com/mig-" in result.output
 
 
 def test_exit_1_when_a_target_fails_with_markdown_verdicts_first(tmp_path: Path) -> None:
