@@ -17,6 +17,7 @@ from gpuplan.core.perf.step import (
     Rates,
     StepShape,
     adapter_work,
+    expert_data_split,
     expert_gemm_groups,
     micro_batch,
     routed_traffic_bytes,
@@ -186,3 +187,31 @@ def test_adapters_wrapped_apart_pay_their_own_start_ups() -> None:
     # micro-batch, (k - 1) start-ups each; they hide behind compute at a few ranks
     assert exposed(14, 512) > exposed(0, 512) + 4 * 32 * 14 * 511 * 15e-6
     assert 0 < exposed(14, 8) - exposed(0, 8) < 0.02
+
+
+def test_expert_gradients_reduce_over_the_ranks_holding_those_experts() -> None:
+    shape = _moe(expert_parameters=48 * 128 * 3 * 2048 * 768)
+    dense, experts, ranks = expert_data_split(shape, Parallelism(data=8, expert=8))
+    assert experts == pytest.approx(48 * 16 * 3 * 2048 * 768)  # 1/EP of them on a GPU
+    assert ranks == 1
+    assert dense == 30_000_000_000 - 48 * 128 * 3 * 2048 * 768
+    # without expert parallelism every parameter reduces over every data rank
+    assert expert_data_split(shape, Parallelism(data=8)) == (30_000_000_000, 0.0, 8)
+    _, _, four = expert_data_split(shape, Parallelism(data=32, expert=8))
+    assert four == 4
+
+
+def test_megatron_rank_order_puts_the_pipeline_outermost() -> None:
+    """``tp-cp-ep-dp-pp`` (Megatron-core's default order): a data-parallel group stays
+    inside one stage's tensor x context x data GPUs, a pipeline group strides the job."""
+    from gpuplan.core.recommend.schema import ParallelLayout
+    from gpuplan.core.recommend.training import _spans
+
+    lay = ParallelLayout(tensor=2, pipeline=4, data=4, zero_stage=1, context=2)
+    tensor, context, expert, pipeline, data = _spans(lay)
+    assert (tensor, context, expert) == (2, 4, 4)
+    assert data == 2 * 2 * 4  # one stage
+    assert pipeline == 2 * 2 * 4 * 4  # the whole job
+    flat = ParallelLayout(tensor=8, pipeline=1, data=16, zero_stage=1)
+    assert _spans(flat)[3] == 8  # no pipeline group: no span beyond the tensor group
+    assert _spans(flat)[4] == 128

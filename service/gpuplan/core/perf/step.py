@@ -79,6 +79,11 @@ class StepShape(Record, kw_only=True):
     dense_mlp_width: int = 0
     """The MLP width of the layers that are not MoE layers (0: ``mlp_width``)."""
 
+    expert_parameters: int = 0
+    """Trained parameters of the routed experts, every MoE layer's (0: none, or frozen):
+    expert parallelism holds ``1 / EP`` of them on a GPU and reduces their gradients over
+    the data-parallel ranks that hold the same experts only."""
+
     adapters: tuple[tuple[int, int, int, bool], ...] = ()
     """LoRA: the adapted linears of one layer, ``(how many, in features, out features,
     row-parallel)``: tensor parallelism splits a row-parallel linear's input (attention
@@ -686,8 +691,30 @@ def _data_exposed(
     # DDP, ZeRO-1, Megatron's distributed optimizer: one gradient all-reduce (or
     # reduce-scatter and parameter all-gather: the same bytes) a step, in layer-sized
     # buckets behind the last micro-batch's backward.
-    traffic = all_reduce_seconds(trainable * shape.gradient_bytes, lay.data, links.data)
+    dense, experts, expert_ranks = expert_data_split(shape, lay)
+    traffic = all_reduce_seconds(dense * shape.gradient_bytes, lay.data, links.data)
+    traffic += all_reduce_seconds(experts * shape.gradient_bytes, expert_ranks, links.data)
     return max(traffic - hidden, traffic / max(layers, 1))
+
+
+def expert_data_split(shape: StepShape, lay: Parallelism) -> tuple[float, float, int]:
+    """(dense parameters, routed-expert parameters, ranks the experts' gradients are
+    reduced over) on one GPU, for the data-parallel gradient reduction.
+
+    Under expert parallelism a GPU holds ``1 / EP`` of each MoE layer's experts, and
+    Megatron-core reduces their gradients over the expert-data-parallel group only, the
+    ``data / EP`` ranks that hold the same experts (NVIDIA/Megatron-LM,
+    megatron/core/parallel_state.py at 0014f13713bf: ``expert_data_parallel_size =
+    world / (pipeline · expert_tensor · expert)``; the DDP wrapper's expert buckets in
+    megatron/core/distributed/distributed_data_parallel.py reduce over
+    ``get_expert_data_parallel_group``), while the dense parameters (attention, norms,
+    router, shared expert, embeddings) reduce over all ``data`` ranks."""
+    shard = lay.tensor * lay.pipeline
+    trainable = shape.trainable_parameters / shard
+    if lay.expert <= 1 or shape.expert_parameters <= 0:
+        return trainable, 0.0, lay.data
+    experts = min(shape.expert_parameters, shape.trainable_parameters) / shard
+    return trainable - experts, experts / lay.expert, max(lay.data // lay.expert, 1)
 
 
 def _flat_units_exposed(

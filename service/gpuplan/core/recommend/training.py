@@ -299,6 +299,7 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         experts=arch.moe.num_experts if arch and arch.moe else 0,
         expert_width=arch.moe.expert_intermediate_size if arch and arch.moe else 0,
         dense_mlp_width=arch.intermediate_size if arch and arch.moe else 0,
+        expert_parameters=_expert_parameters(job, w),
         adapters=_adapters(arch, w),
         adapter_rank=(w.lora.rank if w.lora else 16) if _lora(w) else 0,
         adapter_dropout=_lora(w) and w.lora is not None and w.lora.dropout > 0,
@@ -311,6 +312,16 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         compile=w.compile,
         vision=job.vision,
     )
+
+
+def _expert_parameters(job: Job, w: Workload) -> int:
+    """The routed experts' trained parameters, every MoE layer's (0 under LoRA: frozen)."""
+    arch = job.arch
+    if arch is None or arch.moe is None or _lora(w):
+        return 0
+    width = arch.moe.expert_intermediate_size
+    one = (3 if arch.mlp_gated else 2) * arch.hidden_size * width
+    return job.moe_layers * arch.moe.num_experts * one
 
 
 def _lora(w: Workload) -> bool:
@@ -349,16 +360,21 @@ def _gradient_bytes(w: Workload, wide: bool) -> int:
 
 
 def _spans(layout: ParallelLayout) -> tuple[int, int, int, int, int]:
-    """GPUs each group of ``layout`` spans in Megatron's rank order (tensor innermost,
-    then context, expert within data, pipeline, data outermost): a group talks over the
-    link of the span it covers."""
+    """GPUs each group of ``layout`` spans in Megatron's rank order, ``tp-cp-ep-dp-pp``
+    (tensor innermost, then context, expert within data, data, pipeline outermost:
+    ``initialize_model_parallel(order="tp-cp-ep-dp-pp")``, NVIDIA/Megatron-LM
+    megatron/core/parallel_state.py at 0014f13713bf; torchtitan's device mesh and
+    DeepSpeed's ``PipeDataParallelTopology`` put the pipeline outermost too): a group
+    talks over the link of the span it covers. A data-parallel group stays inside one
+    pipeline stage's ``t · cp · dp`` GPUs; a pipeline group strides over the whole job."""
     t, cp = layout.tensor, layout.context
+    stage = t * cp * layout.data
     return (
         t,
         t * cp,
         t * cp * layout.expert,
-        t * cp * layout.pipeline,
-        t * layout.pipeline * layout.data * cp,
+        stage * layout.pipeline if layout.pipeline > 1 else t * cp,
+        stage,
     )
 
 
