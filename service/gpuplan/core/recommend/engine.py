@@ -398,6 +398,14 @@ def engine_errors(
                         "decodes one sequence at a time",
                     )
                 )
+    if not iv.mixed_chunk and iv.engine != "sglang":
+        errors.append(
+            (
+                "$.inference.mixed_chunk",
+                f"only SGLang runs prefill batches apart from decodes; {iv.engine} mixes "
+                "prompt chunks into its steps",
+            )
+        )
     limit = spec.max_tensor_parallel
     if limit is not None and given_tp is not None and given_tp > limit:
         errors.append(

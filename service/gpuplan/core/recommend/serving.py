@@ -34,6 +34,7 @@ from gpuplan.core.perf.serve import (
     Replica,
     Served,
     ServeShape,
+    apart_step_seconds,
     budget_concurrency,
     serve,
     step_seconds,
@@ -503,9 +504,12 @@ class EngineQueue:
 
 def engine_queue(job: Job, shape: ServeShape, replica: Replica, cap: int) -> EngineQueue:
     """A tensor-parallel replica's queue: the speed model's engine step (the same
-    function the saturated plan uses)."""
+    function the saturated plan uses; with SGLang's prefill batches apart from decodes,
+    a decode step and the prefill batches between two of them)."""
 
     def step(n: float, p: float) -> float:
+        if not job.inference.mixed_chunk:
+            return apart_step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)
         return step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
 
     return EngineQueue(job, step, cap, shape.token_budget)
@@ -649,6 +653,7 @@ def finisher(
                 gpu=gpu,
                 w=w,
                 model=job.model_path,
+                mixed_chunk=iv.mixed_chunk,
             ),
             reasons=[*option.reasons[:at], *load_reasons, *option.reasons[at:]],
             finish=None,
@@ -853,7 +858,7 @@ def serve_option(
     static_batch = w.batch_size > 1 or not spec.paged
 
     def run(batch: int) -> Served:
-        return serve(job.flops, shape, replica, batch, static=static_batch)
+        return serve(job.flops, shape, replica, batch, static=static_batch, mixed=iv.mixed_chunk)
 
     held = memory.sequences
     length, holds = model_len(job, memory, spec, w.batch_size)
