@@ -218,7 +218,8 @@ def test_the_queue_of_an_apart_engine_waits_for_its_prefill_batches() -> None:
         }
         answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
         latency = answer.recommendations[0].latency
-        assert latency is not None and latency.max_requests_per_s_within_slo is not None
+        assert latency is not None
+        assert latency.max_requests_per_s_within_slo is not None
         return latency.max_requests_per_s_within_slo
 
     assert within(False) < within(True)
