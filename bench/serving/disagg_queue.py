@@ -20,15 +20,13 @@ high (the summary gives the least error, the most optimistic reading).
 Writes ``bench/results/disagg_queue.json``.
 """
 
-import argparse
-import json
 import random
 import statistics
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.serving.queue_sim import CASES, _quantiles, replica_of, simulate
+from bench.serving.queue_sim import CASES, _quantiles, cli, replica_of, simulate
 from gpuplan.core.perf.queueing import (
     Scheduler,
     StepFn,
@@ -157,13 +155,7 @@ def run(requests: int = 20_000, seed: int = 1) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=20_000)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    result = run(args.requests, args.seed)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
-    print(json.dumps(result["summary"], indent=1))
+    cli(__doc__, run, RESULTS)
 
 
 if __name__ == "__main__":

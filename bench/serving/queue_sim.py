@@ -22,6 +22,7 @@ import math
 import random
 import statistics
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -219,14 +220,20 @@ def run(requests: int = 20_000, seed: int = 1) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def cli(doc: str | None, run_with: Callable[[int, int], dict[str, Any]], results: Path) -> None:
+    """A simulation bench's command line: ``--requests`` and ``--seed``, the result
+    written to ``results`` and its summary printed."""
+    parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    result = run(args.requests, args.seed)
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    result = run_with(args.requests, args.seed)
+    results.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
+
+
+def main() -> None:
+    cli(__doc__, run, RESULTS)
 
 
 if __name__ == "__main__":

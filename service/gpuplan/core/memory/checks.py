@@ -45,6 +45,7 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
         )
     if w.gptq_kernel != "none" and (w.mode != "inference" or w.weight_quantization != "int4"):
         errors.append(("$.workload.gptq_kernel", "exllama kernels run inference on int4 weights"))
+    errors.extend(_check_quantization_load(w))
     if w.quantize_lm_head and quantization_of(w) == "none":
         errors.append(("$.workload.quantize_lm_head", "needs quantized weights"))
     errors.extend(_check_rotary_cache(arch, w))
@@ -309,3 +310,19 @@ def _check_schedule(p: Parallelism) -> list[tuple[str, str]]:
             )
         )
     return errors
+
+
+def _check_quantization_load(w: Workload) -> list[tuple[str, str]]:
+    """Which loading paths a stored format has: per-weight 16-bit copies are
+    bitsandbytes 4-bit's, quantizing after a full 16-bit load is torchao's (int8, int4)."""
+    load, fmt = w.weight_quantization_load, quantization_of(w)
+    where = "$.workload.weight_quantization_load"
+    if load == "auto":
+        return []
+    if fmt == "none":
+        return [(where, "needs quantized weights")]
+    if load == "per_weight" and fmt not in ("nf4", "fp4"):
+        return [(where, "per_weight loading is bitsandbytes 4-bit's (nf4, fp4)")]
+    if load == "after_full_load" and (w.mode != "inference" or fmt not in ("int8", "int4")):
+        return [(where, "after_full_load is torchao's weight-only int8/int4 for inference")]
+    return []

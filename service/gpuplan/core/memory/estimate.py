@@ -11,7 +11,7 @@ import math
 import msgspec
 
 from gpuplan.core.catalog import Catalog
-from gpuplan.core.memory import fsdp1
+from gpuplan.core.memory import fsdp1, torchao
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.checks import check_workload
 from gpuplan.core.memory.dims import Dims, dims_for
@@ -29,6 +29,7 @@ from gpuplan.core.memory.reserve import (
     allocator_gap,
     inference_pattern,
     layer_tensors,
+    quantization_reserve,
     training_pattern,
 )
 from gpuplan.core.memory.reserve import Step as ReplayStep
@@ -45,8 +46,11 @@ from gpuplan.core.memory.states import (
     bare_states,
     bnb_4bit,
     framework_of,
+    largest_layer_tensor,
     largest_tensor,
+    layer_parameters_local,
     model_states,
+    quantization_load,
     quantization_of,
     quantized_bytes,
     shard_stage,
@@ -361,6 +365,8 @@ def _training(
     p = w.parallelism
     lora = w.mode in ("finetune_lora", "finetune_qlora")
     head = head_cost(arch, d, num, training=True, head_trains=not lora)
+    if w.compile or framework_of(w) == "megatron":
+        head = msgspec.structs.replace(head, norm_backward=0.0)  # one fused norm kernel
     if num.amp:
         head = msgspec.structs.replace(
             head,
@@ -402,7 +408,7 @@ def _training(
     if w.loss_chunks > 1:
         head = _chunked_loss(head, d, num, w.loss_chunks)
     held = _held_outputs(arch, d, num, w, local_layers=len(costs)) if w.keep_outputs else 0.0
-    in_backward = -1.0
+    in_backward, in_backward_layer = -1.0, 0.0
     if w.optimizer_in_backward:
         biggest = (
             max(arch.hidden_size, arch.intermediate_size) * (w.lora.rank if w.lora else 16)
@@ -412,8 +418,11 @@ def _training(
         per_state = states.optimizer / max(states.trainable, 1) if lora else 0.0
         if not lora:
             per_state = states.optimizer / max(states.parameters_local, 1)
-        # One tensor's gradient and its step's temporary at a time.
+        # One tensor's gradient and its step's temporary at a time; inside a layer's
+        # backward, one of the layer's.
         in_backward = biggest * ((per_param or 4.0) + per_state)
+        in_layer = biggest if lora else largest_layer_tensor(arch) / p.tensor
+        in_backward_layer = in_layer * ((per_param or 4.0) + per_state)
     moment = training_peak(
         states,
         costs,
@@ -437,6 +446,7 @@ def _training(
         held=held,
         offload=w.activation_offload,
         in_backward=in_backward,
+        in_backward_layer=in_backward_layer,
         # Megatron-core allocates its gradient buffer once, when the model is wrapped
         # (megatron/core/distributed/param_and_grad_buffer.py), and zeroes it each step.
         # FSDP1's no_sync() keeps every trainable unit's unsharded flat gradient, into
@@ -500,7 +510,7 @@ def _inference(
     assumptions.append(
         f"KV cache: {per_token * len(costs) / 1024:.1f} KiB per token on this GPU ({kv_dtype})"
     )
-    if bnb_4bit(w):
+    if quantization_load(w) == "per_weight":
         loading = _loading(states, arch, replay.counts, w) - states.weights
         total = peak.alive()
         if loading > total:
@@ -517,7 +527,58 @@ def _inference(
             * (arch.num_labels if arch.classifier else arch.vocab_size),
         )
     )
-    return msgspec.structs.replace(peak, allocator_gap=float(gap))
+    peak = msgspec.structs.replace(peak, allocator_gap=float(gap))
+    if replay.quantize_steps:
+        peak = _after_full_load(peak, arch, replay, w=w, states=states, widest=widest)
+    return peak
+
+
+def _after_full_load(
+    peak: Peak,
+    arch: Architecture,
+    replay: ReplayStep,
+    *,
+    w: Workload,
+    states: ModelStates,
+    widest: LayerCost,
+) -> Peak:
+    """torchao's quantization after a full 16-bit load (:mod:`.torchao`): its moment.
+
+    Allocated: the worst moment of the quantization (:func:`torchao.loading_peak`).
+    Reserved: the 16-bit model's blocks, never returned, plus the segments the
+    quantization's temporaries add (:func:`quantization_reserve`); the run that
+    follows reuses those cached blocks, so the job's reserve is the larger of the
+    two moments' (a run whose tensors outgrow the freed blocks is priced as its own).
+    """
+    p = w.parallelism
+    stored = replay.weight_bytes
+    attention, mlp = layer_tensors(arch, replay.counts.layers[-1], p.tensor, p.expert)
+    head = replay.counts.head // p.tensor if replay.head_quantized else 0
+    elements = layer_parameters_local(arch, replay.counts, w) + head
+    loading = torchao.loading_peak(
+        weights=states.weights,
+        quantized_elements=elements,
+        largest_layer_elements=max(*attention, *mlp),
+        head_elements=head,
+        compute_bytes=replay.compute_bytes,
+        stored_bytes=stored,
+        steps=replay.quantize_steps,
+    )
+    full = states.weights + elements * (replay.compute_bytes - stored)
+    growth = quantization_reserve(
+        inference_pattern(replay, widest, kv_per_layer=0.0, last_logits=0.0)
+    )
+    reserved = max(full + growth, states.weights + peak.alive() + peak.allocator_gap)
+    if loading > states.weights + peak.alive():
+        return Peak(
+            gradients=0.0,
+            activations=0.0,
+            kv_cache=0.0,
+            temporary=loading - states.weights,
+            phase="loading (quantizing the 16-bit model)",
+            allocator_gap=reserved - loading,
+        )
+    return msgspec.structs.replace(peak, allocator_gap=reserved - states.weights - peak.alive())
 
 
 def _replay_step(
@@ -558,7 +619,7 @@ def _replay_step(
         ep=p.expert,
         weight_bytes=stored if quantized != "none" else plain,
         outer_weight_bytes=compute if quantized != "none" else plain,
-        load_bytes=2.0 if bnb_4bit(w) else 0.0,
+        load_bytes=2.0 if quantization_load(w) == "per_weight" else 0.0,
         grad_bytes=0.0 if lora else states.gradients / local,
         state_bytes=states.optimizer / max(states.trainable / (p.tensor * p.pipeline), 1)
         if lora
@@ -566,6 +627,11 @@ def _replay_step(
         states=states_count,
         foreach=w.optimizer in ("adamw", "adam") and not num.cpu,
         adapters=adapters,
+        quantize_steps=torchao.quantize_steps(quantized, compute_bytes=compute, stored_bytes=stored)
+        if quantization_load(w) == "after_full_load"
+        else (),
+        compute_bytes=compute,
+        head_quantized=w.quantize_lm_head and quantized != "none",
     )
 
 
@@ -576,11 +642,22 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
     # FSDP1 adapters inside their layer's flat parameter: every view of it requires grad
     # (so each base linear keeps its input), and they share the base's dtype (no upcast).
     shared = framework_of(w) == "fsdp1" and fsdp1.adapters_in_layers(w)
+    # FSDP1's mixed precision gathers a half-precision base while the adapters' own
+    # units keep fp32 flat parameters: PEFT upcasts each adapter's input, and autocast
+    # casts it back inside the adapter (Trainable.recast).
+    recast = (
+        not shared
+        and framework_of(w) == "fsdp1"
+        and w.precision.startswith("amp_")
+        and fsdp1.param_dtype(w) != "fp32"
+    )
     return Trainable(
         full=False,
         lora_rank=lora.rank if lora else 16,
         adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
-        upcast=not shared and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16")),
+        upcast=not shared
+        and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16") or recast),
+        recast=recast,
         dropout=bool(lora and lora.dropout > 0),
         base_grads=shared,
     )

@@ -22,6 +22,16 @@ class HeadCost(Record, kw_only=True):
     loss_backward: float
     """Extra bytes at the loss backward (the gradient of log-softmax and of the logits)."""
 
+    norm_backward: float = 0.0
+    """Extra bytes at the final norm's backward, beyond what it saved (0: not a moment
+    of its own). Hugging Face's RMSNorm computes in fp32 (``x.pow(2).mean(-1)``,
+    ``x * torch.rsqrt(...)``): its backward holds the gradient of ``x`` from the product,
+    the mean's expanded gradient and pow's three (``pow_backward``: ``grad * (exponent *
+    self.pow(exponent - 1))``, torch 2.13 tools/autograd/FunctionsManual.cpp), five fp32
+    tensors of the hidden state at once (measured: a Llama classifier's step on this
+    CPU peaks there, its logits being small), less what the head's and ``weight *``'s
+    backward freed before it."""
+
 
 def head_cost(
     arch: Architecture, d: Dims, num: Numerics, *, training: bool, head_trains: bool
@@ -35,9 +45,11 @@ def head_cost(
         embedding += num.dropout_mask * e
     if arch.family == "bert":
         embedding += r * e  # embedding LayerNorm input
-    # Final norm (see layers._rms_norm), and the head's input when the head trains (a
-    # frozen head needs only its weight to pass the gradient on).
-    final = (FP32 + (FP32 if num.amp else m)) * e if arch.norm == "rms" else r * e
+    # Final norm (see layers._rms_norm: the normalized tensor only for its weight's
+    # gradient, which a LoRA step's frozen norm has not), and the head's input when the
+    # head trains (a frozen head needs only its weight to pass the gradient on).
+    normalized = (FP32 if num.amp else m) if head_trains else 0
+    final = (FP32 + normalized) * e if arch.norm == "rms" else r * e
     if head_trains:
         final += (2.0 if num.amp else num.saved_linear_input) * ef
     if arch.family == "bert":
@@ -61,7 +73,15 @@ def head_cost(
         logits_saved=FP32 * tv,
         loss_forward=m * tv + upcast,
         loss_backward=2 * FP32 * tv,
+        norm_backward=_rms_norm_backward(arch, e, final) if training else 0.0,
     )
+
+
+def _rms_norm_backward(arch: Architecture, e: float, final: float) -> float:
+    """See :attr:`HeadCost.norm_backward` (LayerNorm's fused backward: not a moment).
+    By then the head's backward freed its input and ``weight *``'s backward the
+    normalized tensor, all of ``final`` but the norm's fp32 input."""
+    return 5.0 * FP32 * e - (final - FP32 * e) if arch.norm == "rms" else 0.0
 
 
 def _classifier(
@@ -84,7 +104,8 @@ def _classifier(
         else:
             final = 3.0 * m * d.batch * arch.hidden_size  # pooled token, tanh, classifier input
     else:
-        norm = (FP32 + (FP32 if num.amp else m)) * e if arch.norm == "rms" else r * e
+        normalized = (FP32 if num.amp else m) if head_trains else 0
+        norm = (FP32 + normalized) * e if arch.norm == "rms" else r * e
         final = norm + (m * ef if head_trains else 0.0)
     return HeadCost(
         embedding_saved=embedding,
@@ -92,4 +113,7 @@ def _classifier(
         logits_saved=FP32 * logits,
         loss_forward=(m + FP32) * logits,
         loss_backward=2 * FP32 * logits,
+        norm_backward=(
+            _rms_norm_backward(arch, e, final) if training and arch.family != "bert" else 0.0
+        ),
     )

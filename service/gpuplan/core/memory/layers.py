@@ -36,6 +36,16 @@ class Trainable(Record, kw_only=True):
     """PEFT runs fp32 adapters on a half-precision base: each adapted linear casts its
     input to fp32 (``x.to(lora_A.weight.dtype)``), and ``lora_A`` keeps that copy."""
 
+    recast: bool = False
+    """With ``upcast``, autocast casts each adapter's fp32 copy back to the compute dtype
+    inside ``lora_A`` (its weight is the low-precision one there), so ``lora_A`` keeps a
+    low-precision copy of its own and outputs the compute dtype. FSDP1's mixed precision
+    with the adapters wrapped in their own units: PEFT reads ``lora_A.weight.dtype``
+    (peft 0.21.2, tuners/lora/layer.py ``Linear.forward``: ``x =
+    self._cast_input_dtype(x, lora_A.weight.dtype)``) outside the adapter's unit, where
+    the weight is its fp32 flat parameter's; the unit's forward gathers it in
+    ``param_dtype``, and autocast casts the fp32 input to it."""
+
     dropout: bool = False
     """``lora_dropout`` > 0: each adapter drops its input before ``lora_A``."""
 
@@ -55,6 +65,11 @@ class Trainable(Record, kw_only=True):
 
     def adapters(self, *modules: str) -> int:
         return 0 if self.full else sum(1 for m in modules if m in self.adapted)
+
+    def copy_bytes(self, matmul: float) -> float:
+        """Bytes per element of the input copy each upcast adapter keeps (and of its
+        ``lora_A`` output): fp32, or the compute dtype where autocast recasts it."""
+        return matmul if self.recast else FP32
 
 
 class Step(Record, kw_only=True):
@@ -214,12 +229,18 @@ def _core(
         saved = m * d.query + k + v + probs
         # The gradient of the probabilities, then of the scores: two score-sized
         # tensors at once (dropout's backward replaces the first, it does not add one).
+        # The value matmul's backward, which made the first, freed the value it kept as
+        # it made the value's gradient, of the same size; the query's and key's
+        # gradients come only after the softmax's backward, once the probabilities and
+        # their gradient are freed (a score-sized tensor for a query-sized one).
         backward = ((m + FP32) if fp32_softmax else 2 * m) * d.scores
         if dropout and not step.selective:
             # The dropped-out probabilities are kept for the value matmul's backward
             # only: freed once it ran, before dropout's backward adds its gradient.
             backward -= m * d.scores
-        backward += m * (2 * d.query + d.key) + (forward if step.selective else 0.0)
+        # The same backward freed its incoming gradient, the attention output's, which
+        # the layer counts beside every core backward (see _cost).
+        backward += (forward if step.selective else 0.0) - m * d.query
         forward += m * d.query + (2 * m * d.query if repeated else 0.0)
         return saved, backward, forward
     m = num.matmul
@@ -234,6 +255,22 @@ def _core(
 def _gated_mlp(d_ffn: float, m: int, trains_down: bool) -> float:
     """gate (for act), act and up (for their product), the product (for down)."""
     return 3 * m * d_ffn + (m * d_ffn if trains_down else 0.0)
+
+
+def _gated_mlp_backward(d_ffn: float, m: int, t: Trainable) -> float:
+    """Bytes the gated MLP's backward adds to what it saved, at the product's backward:
+    the gradient of ``act(gate) * up`` (from the down projection's backward) and the two
+    it computes, one per factor.
+
+    Where the down projection's input is kept (its weight trains, or an adapter reads
+    it), that backward frees it, the product, first. A frozen, unadapted down
+    projection never kept it: autograd saves a matmul's input only for the weight's
+    gradient (``mm``: ``mat2: mm_mat2_backward(grad, self, ...)`` in
+    tools/autograd/derivatives.yaml, torch 2.13; the generated node saves ``self`` only
+    when ``mat2`` needs its gradient), so nothing is freed and all three are new (a
+    LoRA step on q and v measured on this CPU: gate, act and up stay, the product does
+    not)."""
+    return (2 if t.saves("down_proj") else 3) * m * d_ffn
 
 
 def _plain_mlp(arch: Architecture, d_ffn: float, m: int) -> float:
@@ -274,11 +311,11 @@ def llama_layer(
     norm = _fused_norm(d, num) if step.fused_norms else _rms_norm(arch, e, num, t.weights_grad)
     qkv_adapters = t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj")
     attn_in = (
-        FP32 * ef * qkv_adapters
+        t.copy_bytes(m) * ef * qkv_adapters
         if t.upcast
         else _inputs(ef, num, (1 if fused else 3) if t.weights_grad else qkv_adapters)
     )
-    rank_bytes = FP32 if t.upcast else m  # lora_B keeps lora_A's output
+    rank_bytes = t.copy_bytes(m) if t.upcast else m  # lora_B keeps lora_A's output
     lora = (
         t.lora_rank
         * d.tokens
@@ -298,7 +335,7 @@ def llama_layer(
     core, core_bw, core_fw = _core(arch, d, num, step, dropout=False, v_storage=v_storage)
     out_in = m * d.query if (not eager or (t.saves("o_proj") and not t.upcast)) else 0.0
     if t.upcast and t.adapters("o_proj"):
-        out_in += FP32 * d.query
+        out_in += t.copy_bytes(m) * d.query
     post_norms = (
         2 * (FP32 + (FP32 if t.weights_grad else 0.0)) * e if arch.norms_per_layer == 4 else 0.0
     )
@@ -321,13 +358,13 @@ def llama_layer(
         )
         gate_up = t.adapters("gate_proj", "up_proj", "gate_up_proj")
         if t.upcast:
-            mlp += FP32 * d.ffn * t.adapters("down_proj")
-            mlp_in = FP32 * ef * gate_up
+            mlp += t.copy_bytes(m) * d.ffn * t.adapters("down_proj")
+            mlp_in = t.copy_bytes(m) * ef * gate_up
         else:
             mlp_in = _inputs(ef, num, (1 if fused else 2) if t.weights_grad else gate_up)
         # act(gate), up and their product; Phi-3's fused gate_up output holds gate and up
         # as views, alive until the product is formed.
-        mlp_bw, mlp_fw = 2 * m * d.ffn, (4 if fused else 3) * m * d.ffn
+        mlp_bw, mlp_fw = _gated_mlp_backward(d.ffn, m, t), (4 if fused else 3) * m * d.ffn
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
     if step.compiled and not moe_layer and not (step.fused_activation and t.full):

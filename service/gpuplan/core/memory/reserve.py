@@ -115,6 +115,17 @@ class Pattern(NamedTuple):
     forward_transient: tuple[int, ...]
     """Inference: a layer's temporaries, freed with it."""
 
+    quantize_steps: tuple[tuple[str, str, float], ...] = ()
+    """Quantizing after a full load (torchao): one weight's requests, in bytes per
+    element (:func:`gpuplan.core.memory.torchao.quantize_steps`); empty: none."""
+
+    layer_elements: tuple[int, ...] = ()
+    """Elements of each of ``layer_loads``, which then hold the whole 16-bit model."""
+
+    head_elements: int = 0
+    """Elements of the head, quantized last (0: kept in 16-bit); its 16-bit block is
+    ``outer_weights``' last."""
+
 
 def allocator_gap(pattern: Pattern) -> int:
     """``max_memory_reserved - max_memory_allocated`` of ``pattern`` replayed."""
@@ -124,6 +135,58 @@ def allocator_gap(pattern: Pattern) -> int:
 def forget() -> None:
     """Drop the memo of replays (benchmarks time the first estimate of a pattern)."""
     _replay.cache_clear()
+    _quantize_replay.cache_clear()
+
+
+def quantization_reserve(pattern: Pattern) -> int:
+    """Bytes the reserve grows by while a fully loaded 16-bit model is quantized.
+
+    The replay loads the 16-bit model (its layers' tensors in ``layer_loads``), then
+    quantizes weight after weight in module order, each through
+    ``pattern.quantize_steps``, releasing its 16-bit block once its quantized copy
+    exists. The 16-bit blocks stay reserved; what the replay adds on top are the
+    segments of temporaries no freed block can hold: the first layer's (later layers
+    reuse them), and the head's, larger than any layer block. Identical layers repeat
+    the same reuse, so the growth of :data:`REPLAY_LAYERS` layers is the model's.
+    """
+    return _quantize_replay(pattern)
+
+
+@lru_cache(maxsize=256)
+def _quantize_replay(p: Pattern) -> int:
+    run = _Run()
+    layers = min(p.layers, REPLAY_LAYERS)
+    alloc, release = run.alloc, run.allocator.release
+    embedding = [alloc(n) for n in p.outer_weights[:1]]
+    loaded = [[alloc(n) for n in p.layer_loads] for _ in range(layers)]
+    rest = [alloc(n) for n in p.outer_weights[1:]]
+    base = run.allocator.reserved
+    kept = []
+    for blocks in loaded:
+        for block, n in zip(blocks, p.layer_elements, strict=True):
+            kept.append(_quantize(run, p.quantize_steps, n))
+            if block is not None:
+                release(block)
+    if p.head_elements and rest:
+        kept.append(_quantize(run, p.quantize_steps, p.head_elements))
+        head = rest.pop()
+        if head is not None:
+            release(head)
+    del embedding, kept
+    return max(run.allocator.peak_reserved - base, 0)
+
+
+def _quantize(run: "_Run", steps: tuple[tuple[str, str, float], ...], n: int) -> _Block | None:
+    """One weight through a recipe; returns its quantized copy."""
+    live: dict[str, _Block | None] = {}
+    for op, slot, size in steps:
+        if op == "alloc":
+            live[slot] = run.alloc(int(size * n))
+        else:
+            block = live.pop(slot)
+            if block is not None:
+                run.allocator.release(block)
+    return live.pop("out", None)
 
 
 @lru_cache(maxsize=1024)
@@ -132,7 +195,7 @@ def _replay(p: Pattern) -> int:
     layers = min(p.layers, REPLAY_LAYERS)
     weights = [run.alloc(n) for n in p.outer_weights[:1]]
     for _ in range(layers):
-        if p.layer_loads:
+        if p.layer_loads and not p.quantize_steps:
             for load, n in zip(p.layer_loads, p.layer_weights, strict=True):
                 copy = [run.alloc(load)]
                 weights.append(run.alloc(n))
@@ -312,6 +375,14 @@ class Step(NamedTuple):
     adapters: tuple[int, ...]
     """LoRA: one layer's adapter tensors, in elements (fp32)."""
 
+    quantize_steps: tuple[tuple[str, str, float], ...] = ()
+    """Quantization after a full load: one weight's recipe (empty: none)."""
+
+    compute_bytes: float = 2.0
+    """Bytes per element of the model as loaded before such quantization."""
+
+    head_quantized: bool = False
+
 
 def _outer(s: Step) -> tuple[int, ...]:
     sizes = (s.counts.embedding // s.tp, s.counts.final, s.counts.head // s.tp)
@@ -391,7 +462,7 @@ def inference_pattern(
 ) -> Pattern:
     d, m = s.d, s.num.matmul
     attention, mlp = layer_tensors(s.arch, s.counts.layers[-1], s.tp, s.ep)
-    return Pattern(
+    pattern = Pattern(
         outer_weights=_outer(s),
         layer_weights=tuple(int(n * s.weight_bytes) for n in (*attention, *mlp)),
         layer_loads=tuple(int(n * s.load_bytes) for n in (*attention, *mlp))
@@ -418,4 +489,13 @@ def inference_pattern(
         inference=True,
         kv_per_layer=_blocks(kv_per_layer, kv_per_layer / 2),
         forward_transient=_blocks(layer.forward_peak, m * d.ffn),
+    )
+    if not s.quantize_steps:
+        return pattern
+    tensors = attention + mlp
+    return pattern._replace(
+        quantize_steps=s.quantize_steps,
+        layer_loads=tuple(int(n * s.compute_bytes) for n in tensors),
+        layer_elements=tensors,
+        head_elements=s.counts.head // s.tp if s.head_quantized else 0,
     )

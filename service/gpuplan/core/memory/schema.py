@@ -28,6 +28,7 @@ ModelHead = Literal["causal_lm", "masked_lm", "sequence_classification", "token_
 KvCacheLayout = Literal["preallocated", "tuple_per_step"]
 RotaryCache = Literal["none", "per_layer"]
 GptqKernel = Literal["none", "exllama", "exllamav2"]
+QuantizationLoad = Literal["auto", "as_stored", "per_weight", "after_full_load"]
 ModuleLoading = Literal["lazy", "eager"]
 CudaVersion = Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,2}\.[0-9]{1,2}$")]
 Method = Literal["analytic", "rule_of_thumb"]
@@ -376,6 +377,19 @@ class Workload(Record):
     7B's MLP). ``exllamav2``: that and a forward scratch for 2,048 tokens × 8 sequences
     of the widest output in fp32. ``none``: kernels that keep none (AutoGPTQ's CUDA
     kernels of 8-bit weights, AutoAWQ's GEMM, vLLM's own)."""
+
+    weight_quantization_load: QuantizationLoad = "auto"
+    """How quantized weights reach the GPU. ``as_stored``: from a checkpoint already in
+    the stored format (GPTQ, AWQ, a saved bitsandbytes model): nothing else is loaded.
+    ``per_weight``: transformers' bitsandbytes 4-bit path (``nf4``/``fp4``), each weight
+    copied to the GPU in 16-bit and quantized before the next, so one 16-bit weight at a
+    time. ``after_full_load``: torchao weight-only quantization (``int8``/``int4``)
+    applied after the whole model was built in the compute dtype on the GPU
+    (``quantize_(model, int8_weight_only())`` / ``int4_weight_only(...)``): the 16-bit
+    model is resident until quantized, its freed blocks stay reserved by the caching
+    allocator, and each weight's quantization temporaries (kept alive by autograd when
+    the weights require grad) add to the peak. ``auto``: ``per_weight`` for bitsandbytes
+    4-bit, ``as_stored`` otherwise."""
 
     kv_cache_dtype: KvCacheDtype = "auto"
     """``auto``: the activation type."""

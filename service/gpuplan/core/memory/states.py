@@ -9,7 +9,7 @@ precision keep half-precision weights and gradients beside an fp32 master, 2 + 2
 
 import msgspec
 
-from gpuplan.core.memory import fsdp1
+from gpuplan.core.memory import adafactor, fsdp1
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.gptq import exllama_buffer_bytes
 from gpuplan.core.memory.modules import lora_parameters, lora_targets
@@ -81,6 +81,17 @@ def quantization_of(w: Workload) -> str:
 def bnb_4bit(w: Workload) -> bool:
     """bitsandbytes 4-bit weights, which dequantize per matmul and load via 16-bit."""
     return quantization_of(w) in ("nf4", "fp4")
+
+
+def quantization_load(w: Workload) -> str:
+    """How the quantized weights reach the GPU (``Workload.weight_quantization_load``,
+    ``auto`` resolved): ``as_stored``, ``per_weight`` or ``after_full_load``."""
+    fmt = quantization_of(w)
+    if fmt == "none":
+        return "as_stored"
+    if w.weight_quantization_load != "auto":
+        return w.weight_quantization_load
+    return "per_weight" if fmt in ("nf4", "fp4") else "as_stored"
 
 
 class ModelStates(Record, kw_only=True):
@@ -168,6 +179,11 @@ def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -
     else:
         ends = max(first, last + (counts.embedding / tp if arch.tie_word_embeddings else 0))
     return round(stage + ends), round(stage)
+
+
+def layer_parameters_local(arch: Architecture, counts: ParameterCount, w: Workload) -> int:
+    """Parameters of the layers on the most loaded GPU."""
+    return _local_parameters(arch, counts, w)[1]
 
 
 class _Bytes(Record, kw_only=True):
@@ -426,6 +442,8 @@ def model_states(
         biggest = 0.0
     gradients = trainable_local * per.grads
     optimizer = trainable_local * _optimizer_states(w.optimizer, per.states) if training else 0.0
+    if training and w.optimizer == "adafactor" and framework not in FLATTENING_FRAMEWORKS:
+        optimizer = _factored_states(arch, counts, w) / (p.tensor * p.pipeline) * per.states
     master = trainable_local * per.master
     partition = trainable_local * per.grad_partition if training else 0.0
     temp = (
@@ -638,16 +656,36 @@ def bare_states(parameters: int, w: Workload, *, runtime: str) -> ModelStates:
 
 def largest_tensor(arch: Architecture) -> int:
     """Elements of the largest single parameter tensor (HF stores MoE experts as one)."""
+    word = arch.word_embed_dim or arch.hidden_size
+    return max(arch.vocab_size * word, largest_layer_tensor(arch))
+
+
+def largest_layer_tensor(arch: Architecture) -> int:
+    """Elements of the largest parameter tensor inside a layer."""
     h = arch.hidden_size
-    word = arch.word_embed_dim or h
-    candidates = [arch.vocab_size * word, h * arch.intermediate_size, h * arch.q_dim]
+    candidates = [h * arch.intermediate_size, h * arch.q_dim]
     if arch.moe is not None:
         candidates.append(arch.moe.num_experts * 2 * arch.moe.expert_intermediate_size * h)
     return max(candidates)
 
 
+FLATTENING_FRAMEWORKS = ("fsdp1", "deepspeed", "megatron")
+"""Frameworks whose optimizer steps flat 1-D shards or partitions of the parameters."""
+
+
+def _factored_states(arch: Architecture, counts: ParameterCount, w: Workload) -> float:
+    """Elements of Adafactor's state over the model's trainable tensors, shaped as the
+    model holds them (:mod:`gpuplan.core.memory.adafactor`)."""
+    if w.mode in ("finetune_lora", "finetune_qlora"):
+        targets, _ = lora_targets(arch, w.lora.target_modules if w.lora else None)
+        rank = w.lora.rank if w.lora else 16
+        return adafactor.state_elements(arch, counts, lora_rank=rank, adapted=targets)
+    return adafactor.state_elements(arch, counts)
+
+
 def _optimizer_states(optimizer: str, state_bytes: float) -> float:
-    """Bytes of optimizer state per trainable parameter."""
+    """Bytes of optimizer state per trainable parameter (Adafactor's over flattened
+    parameters: every one is a vector, whose variance it keeps whole)."""
     if optimizer in ("adamw", "adam"):
         return 2 * state_bytes  # first and second moments
     if optimizer in ("sgd_momentum", "lion"):
@@ -655,7 +693,7 @@ def _optimizer_states(optimizer: str, state_bytes: float) -> float:
     if optimizer == "adamw_8bit":
         return 2.0  # bitsandbytes: one byte per moment (block-wise quantized)
     if optimizer == "adafactor":
-        return 0.05 * state_bytes  # factored second moment: one row and one column per matrix
+        return state_bytes
     return 0.0
 
 

@@ -53,6 +53,7 @@ def training_peak(
     held: float = 0.0,
     offload: bool = False,
     in_backward: float = -1.0,
+    in_backward_layer: float = 0.0,
     persistent_gradients: bool = False,
 ) -> Moment:
     """The largest moment; ``layers`` and ``grads`` in forward order, one per local layer.
@@ -63,7 +64,10 @@ def training_peak(
     moment of the backward, the layers' included. ``offload``:
     layers' saved activations wait in CPU memory; a layer's come back for its backward,
     the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
-    the backward (these bytes of temporaries at a time), so gradients do not pile up.
+    the backward (these bytes of temporaries at a time), so gradients do not pile up;
+    ``in_backward_layer``: the same for a layer's largest weight, stepped inside the
+    layer's backward: an MLP weight's gradient hook (``AccumulateGrad`` runs as soon as
+    the weight's matmul backward made it) steps it while the MLP's activations are alive.
     ``persistent_gradients``: the gradients live in one buffer allocated once and zeroed
     between steps (Megatron-core's contiguous main-gradient buffer), into which the
     weight-gradient GEMMs accumulate (``gradient_accumulation_fusion``): every gradient
@@ -76,16 +80,18 @@ def training_peak(
     # After the first micro-step of an accumulation, all gradients exist throughout,
     # and each backward adds a fresh gradient into them.
     accumulating = accumulation_steps > 1 or persistent_gradients
-    moments: list[Moment] = []
     activations = sum(kept) + head.embedding_saved + head.final_saved + head.logits_saved
     start = total_grads if accumulating else 0.0
-    moments.extend(_loss_moments(states, head, start=start, activations=activations, held=held))
     # FSDP1: the root unit's unsharded gradients (the head's) wait from the loss's
     # backward for the embedding's, and the root stays gathered throughout.
     root = states.root_gradient
     reduce_mlp = states.reduce if states.reduce_mlp is None else states.reduce_mlp
     so_far = total_grads if accumulating else (0.0 if stepping else head_grads)
     step_temp = max(in_backward, 0.0)
+    moments: list[Moment] = [
+        *_loss_moments(states, head, start=start, activations=activations, held=held),
+        *_final_norm_moment(states, head, so_far, activations, root + held),
+    ]
     below = sum(kept)
     layer_peak: tuple[float, tuple[float, float, float]] = (-1.0, (0.0, 0.0, 0.0))
     # The backward walks the layers top-down. Along a run of identical layers every
@@ -133,7 +139,13 @@ def training_peak(
                 (
                     at_mlp_peak,
                     below_here + own + head.embedding_saved,
-                    residual_grad + lc.mlp_backward + fresh_mlp + gather + reduce_mlp + root + held,
+                    residual_grad
+                    + max(lc.mlp_backward, in_backward_layer if stepping else 0.0)
+                    + fresh_mlp
+                    + gather
+                    + reduce_mlp
+                    + root
+                    + held,
                 ),
                 (
                     mlp_grads + (0.0 if accumulating else lg.attention),
@@ -192,6 +204,25 @@ def _loss_moments(
             activations=activations,
             temporary=head.loss_backward + gather_loss + held,
         ),
+    ]
+
+
+def _final_norm_moment(
+    states: ModelStates, head: HeadCost, grads: float, activations: float, held: float
+) -> list[Moment]:
+    """The final norm's backward (when it is a moment of its own): the loss's saved
+    tensors are gone, the head's gradient is born, and (FSDP1) the root and the last
+    layer its pre-backward hook prefetched are gathered."""
+    if not head.norm_backward:
+        return []
+    gather = states.gather if states.gather_loss_backward is None else states.gather_loss_backward
+    return [
+        Moment(
+            phase="backward (final norm)",
+            gradients=grads,
+            activations=activations - head.logits_saved,
+            temporary=head.norm_backward + gather + held,
+        )
     ]
 
 

@@ -26,6 +26,7 @@ from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds,
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
+    Gemm,
     KernelSource,
     context_attention_seconds,
     gemm_rate,
@@ -68,6 +69,24 @@ class StepShape(Record, kw_only=True):
     num_heads: int
     moe_layers: int
     experts_per_token: int
+    experts: int = 0
+    """Routed experts of an MoE layer (0: a dense model). With ``expert_width`` the
+    routed experts' GEMMs are timed at their own shapes (:func:`expert_gemm_groups`)."""
+
+    expert_width: int = 0
+    """One routed expert's MLP width (``moe_intermediate_size``)."""
+
+    dense_mlp_width: int = 0
+    """The MLP width of the layers that are not MoE layers (0: ``mlp_width``)."""
+
+    adapters: tuple[tuple[int, int, int, bool], ...] = ()
+    """LoRA: the adapted linears of one layer, ``(how many, in features, out features,
+    row-parallel)``: tensor parallelism splits a row-parallel linear's input (attention
+    output, MLP down) and the others' output, and their adapters' with them."""
+
+    adapter_rank: int = 0
+    adapter_dropout: bool = False
+    """PEFT's ``lora_dropout`` above 0: a dropout on each adapted linear's input."""
     activation_bytes: int
     trainable_parameters: int
     parameters: int
@@ -107,6 +126,11 @@ class StepShape(Record, kw_only=True):
     reduce_once: bool = False
     """FSDP1 under ``no_sync()``: the micro-batches before the last keep their unsharded
     gradients, so gradients are reduce-scattered once a step, after the last."""
+
+    adapter_units: int = 0
+    """FSDP1 with adapters wrapped apart (PEFT's ``fsdp_auto_wrap_policy``): the FSDP
+    units of one layer's adapters (a ``lora_A`` and a ``lora_B`` each), every one
+    all-gathered forward and backward and reduce-scattered on its own."""
 
     reduced_parameters: int | None = None
     """Parameters whose gradients are reduced, where they differ from the trainable ones
@@ -287,6 +311,12 @@ def micro_batch(
             # keys per token.
             scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
             traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
+        traffic += routed_traffic_bytes(shape, lay, local_tokens)
+    adapter_gemm, adapter_bytes = adapter_work(
+        shape, lay, rates, local_tokens, peft=framework.name != "megatron"
+    )
+    gemm += adapter_gemm
+    traffic += adapter_bytes
     launch = layers * k.layer_overhead_seconds
     if shape.compile:
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
@@ -296,28 +326,177 @@ def micro_batch(
     )
 
 
+ADAPTER_INPUT_BYTES = 6
+"""Bytes per 16-bit input element of an adapted linear that PEFT's LoRA moves outside its
+GEMMs: the backward adds the adapter's input gradient to the base layer's (read two,
+write one)."""
+
+DROPOUT_INPUT_BYTES = 10
+"""With ``lora_dropout`` above 0, per input element: ``nn.Dropout`` reads the input and
+writes its output and a 1-byte mask forward (5), and its backward reads the gradient and
+the mask and writes the input's gradient (5)."""
+
+ADAPTER_OUTPUT_BYTES = 14
+"""Per 16-bit output element of an adapted linear: ``* scaling`` (read, write) and the
+add to the base output (read two, write one) forward, and ``* scaling`` on the gradient
+backward (read, write); the add's backward passes the gradient through."""
+
+
+def adapter_work(
+    shape: StepShape, lay: Parallelism, rates: Rates, tokens: float, *, peft: bool = True
+) -> tuple[float, float]:
+    """LoRA's adapters in one micro-batch on one GPU: (GEMM seconds, elementwise bytes).
+
+    PEFT's ``Linear.forward`` (huggingface/peft, src/peft/tuners/lora/layer.py at
+    b28a09c44695; the same expression since v0.7) runs, beside each frozen base linear, ``result = result +
+    lora_B(lora_A(dropout(x))) * scaling``: two GEMMs of rank ``r`` (``x`` of ``in``
+    features down to ``r``, then up to ``out``), each trained, so forward, input
+    gradient and weight gradient, and unfused elementwise passes over the input and
+    output (the ``*_BYTES`` constants above, counted from that code). The GEMMs are
+    far too narrow to reach the GPU's FLOP rate: a measured kernel table times them at
+    their shapes (rank below the table's smallest width at its edge's time, the latency
+    floor of a memory-bound GEMM), the roofline model at the efficiency of their width.
+    ``peft`` False (Megatron: NeMo's and Megatron-Bridge's own adapter modules, whose
+    elementwise kernels were not counted from their source): the GEMMs alone."""
+    if not shape.adapters or shape.adapter_rank <= 0 or tokens <= 0:
+        return 0.0, 0.0
+    layers = -(-shape.num_layers // lay.pipeline)
+    r = float(shape.adapter_rank)
+    t = lay.tensor
+    local = [
+        (count, fan_in / t if row else fan_in, fan_out if row else fan_out / t)
+        for count, fan_in, fan_out, row in shape.adapters
+    ]
+    gemms = tuple(
+        g
+        for count, fan_in, fan_out in local
+        for g in (
+            (count * layers, r, float(round(fan_in))),
+            (count * layers, float(round(fan_out)), r),
+        )
+    )
+    flops = sum(c * 2 * 3 * tokens * n * k for c, n, k in gemms)
+    if rates.mfu is not None:
+        seconds = flops / (rates.peak_flops * rates.mfu)
+    elif rates.kernel_source == "measured":
+        assert rates.kernel_table is not None
+        dtype = "fp8" if rates.fp8 else "bf16"
+        rate = gemm_rate(
+            rates.kernel_table, "bf16" if dtype == "fp8" else dtype, max(round(tokens), 1), gemms, 2
+        )
+        seconds = flops / (rate * rates.kernels.measured_kernel_share)
+    else:
+        seconds = flops / (rates.peak_flops * gemm_efficiency(rates, r, tokens))
+    if not peft:
+        return seconds, 0.0
+    per_input = ADAPTER_INPUT_BYTES + (DROPOUT_INPUT_BYTES if shape.adapter_dropout else 0)
+    element = sum(
+        count * (fan_in * per_input + fan_out * ADAPTER_OUTPUT_BYTES)
+        for count, fan_in, fan_out in local
+    )
+    traffic = tokens * layers * element * shape.activation_bytes / 2
+    return seconds, traffic
+
+
+def routed_traffic_bytes(shape: StepShape, lay: Parallelism, tokens: float) -> float:
+    """Bytes an MoE model's token permutations move in one micro-batch on one GPU.
+
+    Megatron-core's alltoall token dispatcher (NVIDIA/Megatron-LM,
+    megatron/core/transformer/moe/token_dispatcher.py at 0014f13713bf) copies every
+    routed token row in separate passes around the experts: ``permute`` (each token's
+    ``top_k`` copies, grouped by expert) before the dispatch all-to-all, and
+    ``sort_chunks_by_idxs`` after it (by local expert, where a rank holds more than one);
+    the combine runs their inverses (``sort_chunks_by_idxs`` back, then ``unpermute``,
+    which weighs each copy by its router probability and sums them). Each pass reads and
+    writes the routed rows (``tokens · top_k`` of the hidden width, split by tensor
+    parallelism), and the backward runs the same passes on the gradients. They are
+    memory-bound: timed at the bandwidth, with the other elementwise kernels."""
+    if shape.experts <= 0 or shape.moe_layers <= 0 or shape.experts_per_token <= 0:
+        return 0.0
+    moe = min(-(-shape.moe_layers // lay.pipeline), -(-shape.num_layers // lay.pipeline))
+    passes = 4 if shape.experts // max(lay.expert, 1) > 1 else 2
+    rows = tokens * shape.experts_per_token * moe
+    return rows * shape.hidden_size / lay.tensor * shape.activation_bytes * 2 * 2 * passes
+
+
 def _measured_gemm_rate(shape: StepShape, lay: Parallelism, rates: Rates, tokens: float) -> float:
     """FLOP/s the model's GEMMs reach on one GPU by the measured table, forward and
     backward (:func:`gpuplan.core.perf.kernels.gemm_rate`: the backward as the forward's
     two transposed GEMMs, the input's gradient only for a frozen base) over ``tokens``
-    rows. It is a rate, not a sum of times: every matmul FLOP of the model (experts and
-    unusual projections included) runs at the rate of its typical shapes, scaled by the
-    share of an isolated kernel's speed a training step realizes
-    (``kernels.measured_kernel_share``, fitted: clocks under sustained load, gaps,
-    dispatch)."""
+    rows. It is a rate, not a sum of times: every matmul FLOP of the model (unusual
+    projections included) runs at the rate of its typical shapes, scaled by the share of
+    an isolated kernel's speed a training step realizes (``kernels.measured_kernel_share``,
+    fitted: clocks under sustained load, gaps, dispatch). An MoE model's routed experts
+    are timed at their own shapes (:func:`expert_gemm_groups`), each group's FLOPs at its
+    own rate."""
     table = rates.kernel_table
     assert table is not None
-    gemms = model_gemms(
-        hidden=shape.hidden_size,
-        kv_width=shape.kv_width,
-        mlp_width=shape.mlp_width,
-        vocab=shape.vocab_size,
-        tensor=lay.tensor,
-        layers=-(-shape.num_layers // lay.pipeline),
-    )
     dtype = "fp8" if rates.fp8 else "bf16"
-    rate = gemm_rate(table, dtype, max(round(tokens), 1), gemms, 1 if shape.frozen_base else 2)
-    return rate * rates.kernels.measured_kernel_share
+    gradients = 1 if shape.frozen_base else 2
+    flops = seconds = 0.0
+    for rows, gemms in expert_gemm_groups(shape, lay, tokens):
+        work = sum(c * 2 * (1 + gradients) * rows * n * k for c, n, k in gemms)
+        if work > 0:
+            flops += work
+            seconds += work / gemm_rate(table, dtype, rows, gemms, gradients)
+    return flops / seconds * rates.kernels.measured_kernel_share
+
+
+def expert_gemm_groups(
+    shape: StepShape, lay: Parallelism, tokens: float
+) -> tuple[tuple[int, tuple[Gemm, ...]], ...]:
+    """The GEMMs of one GPU's pass, grouped by their rows: ``(m, gemms)``.
+
+    A dense model is one group over ``tokens`` rows (:func:`model_gemms`). In an MoE
+    model the routed experts are separate small GEMMs: Megatron-core's alltoall token
+    dispatcher (NVIDIA/Megatron-LM, megatron/core/transformer/moe/token_dispatcher.py at
+    0014f13713bf) sends each token's ``top_k`` copies to the ranks holding their experts
+    and sorts them by local expert, and the grouped GEMM (TE ``GroupedLinear``, or
+    ``moe_grouped_gemm``'s per-expert loop) runs each local expert over its own rows. With
+    balanced routing (the benchmarks force it) an expert gets ``tokens · top_k · EP /
+    experts`` rows, and a GPU runs ``experts / EP`` of them per MoE layer: the same FLOPs
+    as one wide GEMM of the active width, at the far lower rate of a GEMM of ``m`` a few
+    hundred to a few thousand rows and ``n`` one expert wide (the measured table's own
+    small-shape latencies). The attention projections, the head, the dense layers' MLPs
+    and a shared expert run over all ``tokens`` rows."""
+    rows = max(round(tokens), 1)
+    layers = -(-shape.num_layers // lay.pipeline)
+    routed = shape.experts > 0 and shape.expert_width > 0 and shape.moe_layers > 0
+    if not routed:
+        gemms = model_gemms(
+            hidden=shape.hidden_size,
+            kv_width=shape.kv_width,
+            mlp_width=shape.mlp_width,
+            vocab=shape.vocab_size,
+            tensor=lay.tensor,
+            layers=layers,
+        )
+        return ((rows, gemms),)
+    moe = min(-(-shape.moe_layers // lay.pipeline), layers)
+    t, h = lay.tensor, shape.hidden_size
+    dense_width = shape.dense_mlp_width or shape.mlp_width
+    shared = max(shape.mlp_width - shape.experts_per_token * shape.expert_width, 0)
+    common = model_gemms(
+        hidden=h,
+        kv_width=shape.kv_width,
+        mlp_width=0,
+        vocab=shape.vocab_size,
+        tensor=t,
+        layers=layers,
+    )
+    mlps = [(layers - moe, dense_width), (moe, shared)]
+    for count, width in mlps:
+        if count > 0 and width >= t:
+            common += (
+                (count, float(round(width / t)), float(h)),
+                (count, float(h), float(round(width / t))),
+            )
+    ep = max(lay.expert, 1)
+    local = moe * max(shape.experts // ep, 1)
+    expert_rows = max(round(tokens * shape.experts_per_token * ep / shape.experts), 1)
+    one = float(max(round(shape.expert_width / t), 1))
+    experts = ((local, one, float(h)), (local, float(h), one))
+    return ((rows, common), (expert_rows, experts))
 
 
 def _measured_attention_seconds(
@@ -545,6 +724,13 @@ def _flat_units_exposed(
     forward = all_gather_seconds(held * shape.gather_bytes, lay.data, links.data)
     backward = all_gather_seconds((held - root) * shape.gather_bytes, lay.data, links.data)
     scatter = all_gather_seconds(reduced * shape.gradient_bytes, lay.data, links.data)
+    # Each adapter unit's collectives move a few kilobytes but pay a ring's start-ups as
+    # any other (comm.all_gather_seconds: (k - 1) steps of the link's latency); the bytes
+    # are in the sums above.
+    start_ups = shape.adapter_units * layers * (lay.data - 1) * links.data.latency_s
+    forward += start_ups
+    backward += start_ups
+    scatter += start_ups
     scatters = 1 if shape.reduce_once else m
     share = framework.gather_hidden_share
     if shape.backward_overlap:

@@ -365,17 +365,19 @@ def _breach(s: Served, iv: InferenceVolume) -> ConcurrencyLimit | None:
     """The first latency target ``s`` misses. ``slo.tpot_p95_s`` caps the concurrency
     at the saturated step: no request's time per output token exceeds that step's by
     more than the prefills beside it, whatever the load, so the p95 holds at any rate."""
-    values = (s.time_to_first_token_s, s.time_per_output_token_s)
-    for name, value in zip(_TARGETS, values, strict=True):
-        target = getattr(iv, name)
-        if target is not None and value > target:
-            return name
+    target = iv.max_time_to_first_token_s
+    if target is not None and s.time_to_first_token_s > target:
+        return "max_time_to_first_token_s"
+    return _tpot_breach(s.time_per_output_token_s, iv)
+
+
+def _tpot_breach(tpot: float, iv: InferenceVolume) -> ConcurrencyLimit | None:
+    """The first target on the time per output token that ``tpot`` misses."""
+    target = iv.max_time_per_output_token_s
+    if target is not None and tpot > target:
+        return "max_time_per_output_token_s"
     slo = iv.slo
-    if (
-        slo is not None
-        and slo.tpot_p95_s is not None
-        and s.time_per_output_token_s > slo.tpot_p95_s
-    ):
+    if slo is not None and slo.tpot_p95_s is not None and tpot > slo.tpot_p95_s:
         return "slo.tpot_p95_s"
     return None
 
@@ -557,7 +559,7 @@ def _rate_breaches(job: Job, s: Served, replicas: int, needed: int, *, fits: boo
 
 
 def _concurrency(
-    run: "Callable[[int], Served]",
+    run: Callable[[int], Served],
     job: Job,
     memory: ReplicaMemory,
     *,
@@ -567,6 +569,7 @@ def _concurrency(
     w: Workload,
     length: int,
     static_batch: bool,
+    tpot: Callable[[int], float] | None = None,
 ) -> tuple[Served, ConcurrencyLimit, int]:
     """The replica served at its concurrency, what limits it, and its resident bytes: a
     static batch at ``batch_size``; else the largest concurrency the KV cache, the
@@ -593,7 +596,7 @@ def _concurrency(
         (budget_concurrency(shape), "token_budget"),
     ]
     cap, limit = min(limits, key=lambda pair: pair[0])
-    s, limit = choose_concurrency(run, max(cap, 1), limit, job.inference)
+    s, limit = choose_concurrency(run, max(cap, 1), limit, job.inference, tpot)
     return s, limit, memory.resident(s.batch, static_batch=False)
 
 
@@ -746,10 +749,17 @@ def _under_load(point: LoadPoint) -> UnderLoad | None:
 
 
 def choose_concurrency(
-    timed: Run, cap: int, limit: ConcurrencyLimit, iv: InferenceVolume
+    timed: Run,
+    cap: int,
+    limit: ConcurrencyLimit,
+    iv: InferenceVolume,
+    tpot: Callable[[int], float] | None = None,
 ) -> tuple[Served, ConcurrencyLimit]:
     """The largest concurrency up to ``cap`` that keeps the latency targets; both
-    latencies grow with the concurrency, so a bisection finds it. At 1 when none does."""
+    latencies grow with the concurrency, so a bisection finds it. At 1 when none does.
+    ``tpot``: the time per output token alone at a concurrency (what ``timed`` gives as
+    ``time_per_output_token_s``, without the TTFT's steps): the bisection's probes use it
+    when no target is on the TTFT."""
     seen: dict[int, Served] = {}
 
     def run(batch: int) -> Served:  # each concurrency timed once (the bisection's ends)
@@ -758,22 +768,26 @@ def choose_concurrency(
             hit = seen[batch] = timed(batch)
         return hit
 
+    def misses(batch: int) -> ConcurrencyLimit | None:
+        if tpot is not None and iv.max_time_to_first_token_s is None and batch not in seen:
+            return _tpot_breach(tpot(batch), iv)
+        return _breach(run(batch), iv)
+
     top = run(cap)
     missed = _breach(top, iv)
     if missed is None:
         return top, limit
-    first = run(1)
-    if _breach(first, iv) is not None:
-        return first, missed
+    if misses(1) is not None:
+        return run(1), missed
     low, high = 1, cap
     while high - low > 1:
         mid = (low + high) // 2
-        if _breach(run(mid), iv) is None:
+        if misses(mid) is None:
             low = mid
         else:
             high = mid
     # The target that one more sequence would miss is the one that binds.
-    return run(low), _breach(run(high), iv) or missed
+    return run(low), misses(high) or missed
 
 
 def _allowed_replicas(needed: int, tp: int, c: Constraints) -> int:
@@ -860,6 +874,12 @@ def serve_option(
     def run(batch: int) -> Served:
         return serve(job.flops, shape, replica, batch, static=static_batch, mixed=iv.mixed_chunk)
 
+    def tpot(batch: int) -> float:  # serve()'s steady-state step, alone
+        o = max(shape.output_tokens, 1)
+        return step_seconds(
+            job.flops, shape, replica, decode=batch, prompt=batch * shape.prompt_tokens / o
+        )[0]
+
     held = memory.sequences
     length, holds = model_len(job, memory, spec, w.batch_size)
     fits = memory.estimate_bytes <= gpu.usable_memory_bytes and holds
@@ -873,6 +893,7 @@ def serve_option(
         w=w,
         length=length,
         static_batch=static_batch,
+        tpot=tpot,
     )
     if not fits:
         required = _unfit_required(memory, spec, length, w.batch_size)

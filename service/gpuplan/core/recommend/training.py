@@ -31,8 +31,10 @@ import msgspec
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory import fsdp1
+from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.intervals import factors
 from gpuplan.core.memory.kernels import materializes_scores
+from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Workload
@@ -271,6 +273,7 @@ def _flat_units(job: Job, w: Workload, shape: StepShape) -> StepShape:
         backward_overlap=f.backward_prefetch != "none",
         reduce_once=fsdp1.without_sync(w),
         reduced_parameters=(job.parameters - root + shape.trainable_parameters) if shared else None,
+        adapter_units=0 if shared else 2 * sum(count for count, _, _, _ in shape.adapters),
     )
 
 
@@ -293,6 +296,12 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         vocab_size=(arch.vocab_size or 0) if arch else 0,
         moe_layers=job.moe_layers,
         experts_per_token=job.experts_per_token,
+        experts=arch.moe.num_experts if arch and arch.moe else 0,
+        expert_width=arch.moe.expert_intermediate_size if arch and arch.moe else 0,
+        dense_mlp_width=arch.intermediate_size if arch and arch.moe else 0,
+        adapters=_adapters(arch, w),
+        adapter_rank=(w.lora.rank if w.lora else 16) if _lora(w) else 0,
+        adapter_dropout=_lora(w) and w.lora is not None and w.lora.dropout > 0,
         activation_bytes=4 if w.precision == "fp32" else 2,
         trainable_parameters=trainable,
         parameters=job.parameters,
@@ -301,6 +310,23 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         gather_bytes=1 if w.precision == "fp8" else (4 if wide else 2),
         compile=w.compile,
         vision=job.vision,
+    )
+
+
+def _lora(w: Workload) -> bool:
+    return w.mode in ("finetune_lora", "finetune_qlora")
+
+
+def _adapters(arch: Architecture | None, w: Workload) -> tuple[tuple[int, int, int, bool], ...]:
+    """The adapted linears of one layer (how many, in, out, row-parallel), as the memory
+    estimate reads them (:func:`gpuplan.core.memory.modules.lora_targets`)."""
+    if arch is None or not _lora(w):
+        return ()
+    targets, _ = lora_targets(arch, w.lora.target_modules if w.lora else None)
+    return tuple(
+        (m.per_layer, m.in_features, m.out_features, m.inner)
+        for name, m in linear_modules(arch).items()
+        if name in targets and m.per_layer
     )
 
 
@@ -412,7 +438,10 @@ def _rung(job: Job, layout: ParallelLayout, trainable: int, oracle: MemoryOracle
     framework = _framework(job, layout)
     p = laid.parallelism
     alike = msgspec.json.encode(msgspec.structs.replace(shape, accumulation=1))
-    micro = (alike, p.tensor, p.pipeline, p.context, framework.elementwise_factor)
+    micro = (
+        alike, p.tensor, p.pipeline, p.context, p.expert, framework.elementwise_factor,
+        framework.name,
+    )  # fmt: skip
     return Rung(layout, laid, key, shape, framework, _spans(layout), micro)
 
 
@@ -552,7 +581,7 @@ class GpuSearch:
         if hit is None:
             hit = oracle.links[shared] = (c, {}, {})
         self._links, self._step_links = hit[1], hit[2]
-        self._micros: dict[tuple[bytes, int, int, int, float], MicroBatch] = {}
+        self._micros: dict[tuple[bytes, int, int, int, int, float, str], MicroBatch] = {}
 
     def link(self, size: int) -> Link:
         """The link of ``size`` of these GPUs (:func:`_link_of`)."""

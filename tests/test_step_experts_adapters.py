@@ -1,0 +1,188 @@
+"""The training step's MoE experts (timed at their own GEMM shapes, token permutations as
+memory passes) and LoRA adapters (PEFT's extra narrow GEMMs and elementwise passes)."""
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.schema import Parallelism
+from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.flops import token_flops
+from gpuplan.core.perf.step import (
+    ADAPTER_INPUT_BYTES,
+    ADAPTER_OUTPUT_BYTES,
+    DROPOUT_INPUT_BYTES,
+    Rates,
+    StepShape,
+    adapter_work,
+    expert_gemm_groups,
+    micro_batch,
+    routed_traffic_bytes,
+)
+
+CATALOG = builtin_catalog()
+
+
+def _rates(gpu: str, table: str | None) -> Rates:
+    spec = CATALOG.get(gpu)
+    return Rates(
+        peak_flops=spec.peak_flops["bf16"],
+        attention_peak_flops=spec.peak_flops["bf16"],
+        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
+        generation=generation(spec),
+        kernels=efficiency_data().kernels,
+        kernel_table=table,
+    )
+
+
+def _moe(**changes: Any) -> StepShape:
+    """Qwen3-30B-A3B's shape: 48 MoE layers, 128 experts of 768, 8 per token."""
+    shape = StepShape(
+        batch_size=1, seq=4096, accumulation=1, checkpointing="none", causal_skip=True,
+        frozen_base=False, hidden_size=2048, mlp_width=8 * 768, kv_width=1024, num_layers=48,
+        num_heads=32, head_dim=128, moe_layers=48, experts_per_token=8, experts=128,
+        expert_width=768, dense_mlp_width=6144, activation_bytes=2,
+        trainable_parameters=30_000_000_000, parameters=30_000_000_000, gradient_bytes=2,
+        weight_bytes=2, gather_bytes=2, compile=False,
+    )  # fmt: skip
+    return msgspec.structs.replace(shape, **changes)
+
+
+def _flops(groups: tuple[tuple[int, tuple[tuple[float, float, float], ...]], ...]) -> float:
+    return sum(c * 2 * m * n * k for m, gemms in groups for c, n, k in gemms)
+
+
+def test_experts_are_gemms_of_their_own_rows() -> None:
+    tokens = 4096.0
+    groups = expert_gemm_groups(_moe(), Parallelism(expert=8), tokens)
+    (rows, _), (expert_rows, experts) = groups
+    assert rows == 4096
+    # tokens x top_k x EP / experts rows each, experts / EP of them a layer on a GPU
+    assert expert_rows == 4096 * 8 * 8 // 128
+    assert experts == ((48 * 16, 768.0, 2048.0), (48 * 16, 2048.0, 768.0))
+    # the same FLOPs as the dense view of the active width
+    dense = expert_gemm_groups(_moe(experts=0), Parallelism(expert=8), tokens)
+    assert len(dense) == 1
+    assert _flops(groups) == pytest.approx(_flops(dense))
+    # without expert parallelism every expert is local and gets fewer rows
+    (_, _), (alone, local) = expert_gemm_groups(_moe(), Parallelism(), tokens)
+    assert alone == 4096 * 8 // 128
+    assert local[0][0] == 48 * 128
+
+
+def test_fine_grained_experts_are_slower_than_one_wide_gemm() -> None:
+    t = token_flops(None, None, 3_000_000_000)
+    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    lay = Parallelism(expert=8)
+    routed = micro_batch(t, _moe(), lay, rates, framework("megatron"))
+    wide = micro_batch(t, _moe(experts=0), lay, rates, framework("megatron"))
+    assert routed.measured
+    assert wide.measured
+    assert routed.model_flops == wide.model_flops
+    assert routed.gemm_s > 1.2 * wide.gemm_s
+
+
+def test_token_permutations_are_memory_passes() -> None:
+    lay = Parallelism(expert=8)
+    assert routed_traffic_bytes(_moe(experts=0), lay, 4096.0) == 0.0
+    four = routed_traffic_bytes(_moe(), lay, 4096.0)
+    # permute, sort by local expert, and their inverses: read and write, forward and backward
+    assert four == 4096 * 8 * 48 * 2048 * 2 * 2 * 2 * 4
+    # one expert per rank: no sort by local expert
+    assert routed_traffic_bytes(_moe(experts=8), lay, 4096.0) == four / 2
+    t = token_flops(None, None, 3_000_000_000)
+    rates = _rates("h100-sxm5-80gb", None)
+    with_moves = micro_batch(t, _moe(), lay, rates, framework("megatron"))
+    without = micro_batch(t, _moe(experts_per_token=0), lay, rates, framework("megatron"))
+    assert with_moves.elementwise_s > without.elementwise_s
+
+
+def _lora(**changes: Any) -> StepShape:
+    shape = _moe(
+        hidden_size=4096, mlp_width=14336, kv_width=1024, num_layers=32, moe_layers=0,
+        experts_per_token=0, experts=0, expert_width=0, dense_mlp_width=0, frozen_base=True,
+        batch_size=16, seq=2048,
+        adapters=((1, 4096, 4096, False), (2, 4096, 1024, False), (1, 4096, 4096, True),
+                  (2, 4096, 14336, False), (1, 14336, 4096, True)),
+        adapter_rank=8, adapter_dropout=True,
+    )  # fmt: skip
+    return msgspec.structs.replace(shape, **changes)
+
+
+@pytest.mark.parametrize("table", ["h100-sxm5-80gb", None])
+def test_lora_adapters_cost_gemms_and_passes(table: str | None) -> None:
+    rates = _rates("h100-sxm5-80gb", table)
+    lay = Parallelism()
+    tokens = 16 * 2048.0
+    assert adapter_work(_lora(adapters=()), lay, rates, tokens) == (0.0, 0.0)
+    seconds, traffic = adapter_work(_lora(), lay, rates, tokens)
+    inputs = 4096 * 6 + 14336
+    outputs = 4096 * 2 + 1024 * 2 + 14336 * 2 + 4096
+    per_input = ADAPTER_INPUT_BYTES + DROPOUT_INPUT_BYTES
+    assert traffic == tokens * 32 * (inputs * per_input + outputs * ADAPTER_OUTPUT_BYTES)
+    _, plain = adapter_work(_lora(adapter_dropout=False), lay, rates, tokens)
+    assert plain == traffic - tokens * 32 * inputs * DROPOUT_INPUT_BYTES
+    # rank-8 GEMMs run far below the peak: slower than their FLOPs at the dense rate
+    flops = 6 * tokens * 32 * 8 * (inputs + outputs)
+    assert seconds > 5 * flops / rates.peak_flops
+    t = token_flops(None, None, 7_000_000_000)
+    with_adapters = micro_batch(t, _lora(), lay, rates, framework("fsdp1"))
+    bare = micro_batch(t, _lora(adapters=()), lay, rates, framework("fsdp1"))
+    assert with_adapters.compute_s > bare.compute_s
+    assert with_adapters.model_flops == bare.model_flops
+
+
+def test_tensor_parallelism_splits_the_adapters() -> None:
+    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    tokens = 4096.0
+    one = adapter_work(_lora(), Parallelism(), rates, tokens)
+    two = adapter_work(_lora(), Parallelism(tensor=2), rates, tokens)
+    assert two[0] < one[0]
+    assert two[1] == pytest.approx(
+        one[1]
+        - tokens
+        * 32
+        * (
+            (4096 + 14336) / 2 * (ADAPTER_INPUT_BYTES + DROPOUT_INPUT_BYTES)
+            + (4096 + 2 * 1024 + 2 * 14336) / 2 * ADAPTER_OUTPUT_BYTES
+        )
+    )
+
+
+def test_megatron_adapters_are_their_gemms_alone() -> None:
+    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    peft = adapter_work(_lora(), Parallelism(), rates, 4096.0)
+    megatron = adapter_work(_lora(), Parallelism(), rates, 4096.0, peft=False)
+    assert megatron == (peft[0], 0.0)
+
+
+def test_adapters_wrapped_apart_pay_their_own_start_ups() -> None:
+    from gpuplan.core.perf.comm import Link
+    from gpuplan.core.perf.step import StepLinks, training_step
+
+    net = Link(kind="network", bytes_per_s=50e9, latency_s=15e-6)
+    nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
+    t = token_flops(None, None, 7_000_000_000)
+    base = _lora(
+        flat_units=True, trainable_parameters=20_000_000, parameters=7_000_000_000,
+        checkpointing="full", accumulation=4,
+    )  # fmt: skip
+    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+
+    def exposed(units: int, data: int) -> float:
+        shape = msgspec.structs.replace(base, adapter_units=units)
+        link = nvlink if data <= 8 else net
+        links = StepLinks(
+            tensor=link, context=link, expert=link, pipeline=link, data=link, host=link
+        )
+        return training_step(
+            t, shape, Parallelism(data=data, zero_stage=3), rates=rates, links=links,
+            framework=framework("fsdp1"),
+        ).exposed_comm_s  # fmt: skip
+
+    # 14 units a layer (7 adapted linears, lora_A and lora_B): 3 collectives each a
+    # micro-batch, (k - 1) start-ups each; they hide behind compute at a few ranks
+    assert exposed(14, 512) > exposed(0, 512) + 4 * 32 * 14 * 511 * 15e-6
+    assert 0 < exposed(14, 8) - exposed(0, 8) < 0.02
