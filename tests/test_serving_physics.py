@@ -1,7 +1,7 @@
 """The serving step's physical terms: the collective libraries' small-message all-reduce,
 every matmul parameter timed from a measured kernel table, the wait for the step in
 progress before a prompt is admitted, prefill batches run apart from decodes (SGLang
-without mixed chunks)."""
+without mixed chunks), a scheduler in series with the GPU (SGLang before 0.4)."""
 
 import math
 
@@ -26,6 +26,7 @@ from gpuplan.core.perf.serve import (
     time_to_first_token,
 )
 from gpuplan.core.perf.step import Rates
+from gpuplan.core.recommend.engine import engine_spec, step_factor
 
 NVLINK = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
 
@@ -223,3 +224,45 @@ def test_the_queue_of_an_apart_engine_waits_for_its_prefill_batches() -> None:
         return latency.max_requests_per_s_within_slo
 
     assert within(False) < within(True)
+
+
+def test_sglang_before_0_4_schedules_each_step_in_series() -> None:
+    # The SGLang v0.4 release measured its overlapped scheduler 1.1x faster than 0.3's.
+    sglang = engine_spec("sglang")
+    assert step_factor(sglang, "0.3.0") == pytest.approx(1.1)
+    assert step_factor(sglang, "0.3.6.post1") == pytest.approx(1.1)
+    assert step_factor(sglang, "0.4.0") == 1.0
+    assert step_factor(sglang, "0.5.23") == 1.0
+    assert step_factor(sglang, None) == 1.0  # the source's version overlaps
+    assert step_factor(engine_spec("vllm"), "0.3.0") == 1.0
+    assert "1.1x" in (sglang.serial_step_source or "")
+
+
+def test_a_serial_scheduler_lengthens_every_step_and_the_plan() -> None:
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    base, _ = step_seconds(t, SHAPE, r, decode=32, prompt=128)
+    slow, _ = step_seconds(t, SHAPE, r._replace(serial=1.1), decode=32, prompt=128)
+    assert slow == pytest.approx(1.1 * base)
+
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    def tpot(version: str | None) -> float:
+        body = {
+            "model": {"name": "llama-3.1-8b"},
+            "workload": {"mode": "inference", "sequence_length": 1024},
+            "inference": {
+                "engine": "sglang",
+                "output_tokens": 128,
+                "max_concurrency": 16,
+                **({} if version is None else {"engine_version": version}),
+            },
+            "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [1]},
+        }
+        answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
+        latency = answer.recommendations[0].latency
+        assert latency is not None
+        return latency.time_per_output_token_s
+
+    assert tpot("0.3.0") == pytest.approx(1.1 * tpot(None))
+    assert tpot("0.4.0") == pytest.approx(tpot(None))

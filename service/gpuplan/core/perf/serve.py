@@ -87,6 +87,10 @@ class Replica(NamedTuple):
     collectives: Library = "nccl"
     """The library whose all-reduce the engine's tensor parallelism runs (RCCL on AMD)."""
 
+    serial: float = 1.0
+    """A step's time over its GPU time: above 1 where the engine's host schedules each
+    step in series with the GPU instead of one step ahead (SGLang before 0.4)."""
+
 
 class Served(NamedTuple):
     """One replica at concurrency ``batch``, in steady state."""
@@ -167,7 +171,7 @@ def step_seconds(
             gemm_flops=gemm_flops,
         )
     seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
-    return seconds, bound
+    return seconds * r.serial, bound
 
 
 def _measured(

@@ -50,6 +50,7 @@ from gpuplan.core.recommend.engine import (
     longest_fitting,
     needed_total,
     sequence_cap,
+    step_factor,
     token_budget,
     whole_blocks,
 )
@@ -865,10 +866,15 @@ def serve_option(
     iv = job.inference
     link = link_over(gpu, tp, c)
     shape = serve_shape(job, w, memory)
-    replica = Replica(
-        tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link, collectives=library_for(gpu.vendor)
-    )
     spec = engine_spec(iv.engine)
+    replica = Replica(
+        tp=tp,
+        rates=ctx.rates,
+        mbu=ctx.mbu,
+        link=link,
+        collectives=library_for(gpu.vendor),
+        serial=step_factor(spec, iv.engine_version),
+    )
     static_batch = w.batch_size > 1 or not spec.paged
 
     def run(batch: int) -> Served:
