@@ -206,3 +206,20 @@ def test_expert_parallel_commands_use_the_engines_names_and_carry_the_plan(engin
     if engine != "trtllm":
         assert launch.config_files == {}
     assert launch.resources.limits == {"nvidia.com/gpu": "8"}
+
+
+def test_sglang_mixes_chunks_unless_the_request_says_it_does_not() -> None:
+    def command(mixed: bool) -> list[str]:
+        body = {
+            "model": {"name": "llama-3.1-8b"},
+            "workload": {"mode": "inference", "sequence_length": 1024},
+            "inference": {"engine": "sglang", "output_tokens": 256, "mixed_chunk": mixed},
+            "constraints": {"include": ["h100-sxm5-80gb"]},
+        }
+        answer = recommend(msgspec.convert(body, RecommendRequest), CATALOG)
+        launch = answer.recommendations[0].launch
+        assert launch is not None
+        return launch.command
+
+    assert "--enable-mixed-chunk" in command(True)
+    assert "--enable-mixed-chunk" not in command(False)

@@ -243,6 +243,7 @@ def test_transformers_is_planned_on_one_gpu() -> None:
         ({"engine": "transformers", "memory_fraction": 0.8}, {}, "$.inference.memory_fraction"),
         ({"engine": "compiled", "max_concurrency": 8}, {}, "$.inference.max_concurrency"),
         ({"engine": "compiled"}, {"batch_size": 2}, "$.workload.batch_size"),
+        ({"engine": "vllm", "mixed_chunk": False}, {}, "$.inference.mixed_chunk"),
         (
             {"engine": "transformers"},
             {"parallelism": {"tensor": 2}},

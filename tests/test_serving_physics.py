@@ -1,6 +1,9 @@
 """The serving step's physical terms: the collective libraries' small-message all-reduce,
 every matmul parameter timed from a measured kernel table, the wait for the step in
-progress before a prompt is admitted."""
+progress before a prompt is admitted, prefill batches run apart from decodes (SGLang
+without mixed chunks), a scheduler in series with the GPU (SGLang before 0.4)."""
+
+import math
 
 import msgspec
 import pytest
@@ -14,8 +17,16 @@ from gpuplan.core.perf.collectives import (
 from gpuplan.core.perf.comm import Link, all_reduce_seconds
 from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.flops import TokenFlops
-from gpuplan.core.perf.serve import Replica, ServeShape, step_seconds, time_to_first_token
+from gpuplan.core.perf.serve import (
+    Replica,
+    ServeShape,
+    prefill_apart,
+    serve,
+    step_seconds,
+    time_to_first_token,
+)
 from gpuplan.core.perf.step import Rates
+from gpuplan.core.recommend.engine import engine_spec, step_factor
 
 NVLINK = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
 
@@ -152,3 +163,106 @@ def test_the_kernel_share_slows_arithmetic_not_weight_reads() -> None:
     decode_full, _ = step_seconds(t, SHAPE, full, decode=1, prompt=0)
     decode_half, _ = step_seconds(t, SHAPE, half, decode=1, prompt=0)
     assert decode_half < 1.05 * decode_full
+
+
+def test_prefill_batches_apart_from_decodes_stall_every_sequence() -> None:
+    # SGLang without --enable-mixed-chunk: 32 sequences of 128 output tokens; a quarter
+    # of a request arrives per decode step, so a prefill batch follows a decode step with
+    # probability 1 - exp(-1/4), and each sequence waits for it.
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    decode, prefill, per_decode, _ = prefill_apart(t, SHAPE, r, decode=32, prompt=32 * 512 / 128)
+    assert per_decode == pytest.approx(1 - math.exp(-32 / 128))
+    alone, _ = step_seconds(t, SHAPE, r, decode=32, prompt=0)
+    assert decode == pytest.approx(alone)
+    # The batch carries the arrivals' prompts: B·s/o tokens over the chance it runs.
+    expected, _ = step_seconds(t, SHAPE, r, decode=0, prompt=32 * 512 / 128 / per_decode)
+    assert prefill == pytest.approx(expected)
+    apart = serve(t, SHAPE, r, 32, mixed=False)
+    assert apart.time_per_output_token_s == pytest.approx(decode + per_decode * prefill)
+    assert apart.output_tokens_per_s == pytest.approx(32 / apart.time_per_output_token_s)
+    # Mixed chunks ride in the memory-bound decode step: a shorter time per token.
+    assert serve(t, SHAPE, r, 32).time_per_output_token_s < apart.time_per_output_token_s
+
+
+def test_a_prompt_of_an_apart_engine_waits_only_for_its_prefill_batch() -> None:
+    # Alone, a prompt runs at once in its own prefill batch; beside others it first waits
+    # out the step in progress (decode or prefill, found in proportion to its length).
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    own, _ = step_seconds(t, SHAPE, r, decode=0, prompt=512 * (1 + 1 / 128))
+    assert serve(t, SHAPE, r, 1, mixed=False).time_to_first_token_s == pytest.approx(own)
+    decode, prefill, p, _ = prefill_apart(t, SHAPE, r, decode=32, prompt=32 * 512 / 128)
+    busy = serve(t, SHAPE, r, 32, mixed=False).time_to_first_token_s
+    mine, _ = step_seconds(t, SHAPE, r, decode=0, prompt=512 * (1 + 32 / 128))
+    residual = (decode**2 + p * prefill**2) / (2 * (decode + p * prefill))
+    assert busy == pytest.approx(residual + mine)
+
+
+def test_the_queue_of_an_apart_engine_waits_for_its_prefill_batches() -> None:
+    # The same SGLang replica under the same load and SLO: with prompts in batches of
+    # their own, every sequence waits for them, so fewer requests/s keep the p95s.
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    def within(mixed: bool) -> float:
+        body = {
+            "model": {"name": "llama-3.1-8b"},
+            "workload": {"mode": "inference", "sequence_length": 1024},
+            "inference": {
+                "engine": "sglang",
+                "output_tokens": 128,
+                "mixed_chunk": mixed,
+                "requests_per_second": 5,
+                "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.05},
+            },
+            "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [1]},
+        }
+        answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
+        latency = answer.recommendations[0].latency
+        assert latency is not None
+        assert latency.max_requests_per_s_within_slo is not None
+        return latency.max_requests_per_s_within_slo
+
+    assert within(False) < within(True)
+
+
+def test_sglang_before_0_4_schedules_each_step_in_series() -> None:
+    # The SGLang v0.4 release measured its overlapped scheduler 1.1x faster than 0.3's.
+    sglang = engine_spec("sglang")
+    assert step_factor(sglang, "0.3.0") == pytest.approx(1.1)
+    assert step_factor(sglang, "0.3.6.post1") == pytest.approx(1.1)
+    assert step_factor(sglang, "0.4.0") == 1.0
+    assert step_factor(sglang, "0.5.23") == 1.0
+    assert step_factor(sglang, None) == 1.0  # the source's version overlaps
+    assert step_factor(engine_spec("vllm"), "0.3.0") == 1.0
+    assert "1.1x" in (sglang.serial_step_source or "")
+
+
+def test_a_serial_scheduler_lengthens_every_step_and_the_plan() -> None:
+    t = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    base, _ = step_seconds(t, SHAPE, r, decode=32, prompt=128)
+    slow, _ = step_seconds(t, SHAPE, r._replace(serial=1.1), decode=32, prompt=128)
+    assert slow == pytest.approx(1.1 * base)
+
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    def tpot(version: str | None) -> float:
+        body = {
+            "model": {"name": "llama-3.1-8b"},
+            "workload": {"mode": "inference", "sequence_length": 1024},
+            "inference": {
+                "engine": "sglang",
+                "output_tokens": 128,
+                "max_concurrency": 16,
+                **({} if version is None else {"engine_version": version}),
+            },
+            "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [1]},
+        }
+        answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
+        latency = answer.recommendations[0].latency
+        assert latency is not None
+        return latency.time_per_output_token_s
+
+    assert tpot("0.3.0") == pytest.approx(1.1 * tpot(None))
+    assert tpot("0.4.0") == pytest.approx(tpot(None))

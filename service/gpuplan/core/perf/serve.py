@@ -87,6 +87,10 @@ class Replica(NamedTuple):
     collectives: Library = "nccl"
     """The library whose all-reduce the engine's tensor parallelism runs (RCCL on AMD)."""
 
+    serial: float = 1.0
+    """A step's time over its GPU time: above 1 where the engine's host schedules each
+    step in series with the GPU instead of one step ahead (SGLang before 0.4)."""
+
 
 class Served(NamedTuple):
     """One replica at concurrency ``batch``, in steady state."""
@@ -167,7 +171,7 @@ def step_seconds(
             gemm_flops=gemm_flops,
         )
     seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
-    return seconds, bound
+    return seconds * r.serial, bound
 
 
 def _measured(
@@ -239,6 +243,44 @@ def _measured(
     return gemm, kv, attention
 
 
+def prefill_apart(
+    t: TokenFlops, shape: ServeShape, r: Replica, *, decode: int, prompt: float
+) -> tuple[float, float, float, Bound]:
+    """(decode step, prefill step, prefill steps per decode step, bound) of an engine
+    that runs prompts in prefill batches of their own, never beside decodes, for
+    ``decode`` sequences in flight and ``prompt`` prompt tokens arriving per decode step
+    on average: SGLang without ``--enable-mixed-chunk`` (``ServerArgs.enable_mixed_chunk:
+    bool = False``; the flag's help: "Enabling mixing prefill and decode in a batch when
+    using chunked prefill."). Its scheduler (``ModelTpServer.forward_step`` of the 0.3
+    line) asks for a new prefill batch before each decode round and, when requests wait,
+    runs one of all of them (up to the chunk) first; a streaming request's output ends
+    the round after one decode step, so the check comes between decode steps.
+
+    Requests arrive at random moments, ``prompt / s`` of them per decode step, so a
+    decode step is followed by a prefill batch when at least one arrived during it:
+    with probability ``1 - exp(-prompt / s)`` (Poisson). That batch carries the
+    arrivals' prompts, ``prompt`` tokens over that probability, at one weight read of its
+    own (and no decode beside it). Every sequence in flight waits for it: the time per
+    output token is a decode step plus the prefill steps per decode step times a prefill
+    step. In steady state ``prompt = B · s / o``."""
+    arrivals = prompt / max(shape.prompt_tokens, 1)
+    per_decode = -math.expm1(-arrivals)
+    step, bound = step_seconds(t, shape, r, decode=decode, prompt=0)
+    prefill = 0.0
+    if per_decode > 0:
+        prefill, _ = step_seconds(t, shape, r, decode=0, prompt=prompt / per_decode)
+    return step, prefill, per_decode, bound
+
+
+def apart_step_seconds(
+    t: TokenFlops, shape: ServeShape, r: Replica, *, decode: int, prompt: float
+) -> float:
+    """The mean time between one decode step and the next when prompts run apart
+    (:func:`prefill_apart`): a decode step and the prefill batches that come between."""
+    step, prefill, per_decode, _ = prefill_apart(t, shape, r, decode=decode, prompt=prompt)
+    return step + per_decode * prefill
+
+
 def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> float:
     """A new prompt in chunks of the budget left beside the decodes, one step each; in
     steady state each of those steps also carries the other arrivals' prompt tokens, and
@@ -263,13 +305,24 @@ def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int
 
 
 def serve(
-    t: TokenFlops, shape: ServeShape, r: Replica, batch: int, *, static: bool = False
+    t: TokenFlops,
+    shape: ServeShape,
+    r: Replica,
+    batch: int,
+    *,
+    static: bool = False,
+    mixed: bool = True,
 ) -> Served:
     """One replica serving ``batch`` sequences at once, in steady state.
 
     ``static``: the whole batch starts together (a static batch, as FasterTransformer or
     DeepSpeed-Inference run it): one prefill of every prompt, then ``o`` decode steps
     with nothing beside them, and the batch's time over its tokens.
+
+    ``mixed``: prompt chunks ride in the decode steps (chunked prefill mixed with
+    decodes); else prompts run in prefill batches of their own between decode steps
+    (:func:`prefill_apart`), and a new prompt, which the scheduler admits first, waits
+    for the step in progress and then its own prefill batch.
     """
     o = max(shape.output_tokens, 1)
     s = shape.prompt_tokens
@@ -278,6 +331,19 @@ def serve(
         step, bound = step_seconds(t, shape, r, decode=batch, prompt=0)
         ttft, tpot = prefill, step
         tokens_per_s = batch * o / (prefill + (o - 1) * step)
+    elif not mixed:
+        decode, prefill, per_decode, bound = prefill_apart(
+            t, shape, r, decode=batch, prompt=batch * s / o
+        )
+        step = decode + per_decode * prefill
+        # The step in progress at a random moment: decode and prefill steps, each
+        # found in proportion to its length (residual life E[T²] / 2E[T]); then the
+        # prompt's own prefill batch, with the others that arrived (Poisson) beside it.
+        in_progress = (decode**2 + per_decode * prefill**2) / (2 * step)
+        own, _ = step_seconds(t, shape, r, decode=0, prompt=s * (1 + batch / o))
+        ttft = (in_progress if batch > 1 else 0.0) + own
+        tpot = step
+        tokens_per_s = batch / step
     else:
         step, bound = step_seconds(t, shape, r, decode=batch, prompt=batch * s / o)
         ttft, tpot = time_to_first_token(t, shape, r, batch), step

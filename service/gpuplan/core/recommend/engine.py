@@ -22,6 +22,7 @@ Everything here is a pure function of the data, the GPU and the plan's values.
 """
 
 import math
+import re
 import tomllib
 from functools import cache
 from importlib import resources
@@ -90,6 +91,15 @@ class EngineSpec(Record, kw_only=True):
     pool_requests_per_context: int = 0
     pool_requests_min: int = 0
     pool_requests_max: int = 0
+    overlap_from_version: str | None = None
+    """The first version whose scheduler prepares the next step while the GPU runs this
+    one (None: every version the plans name does, or the source says nothing)."""
+
+    serial_step_factor: Annotated[float, msgspec.Meta(ge=1)] = 1.0
+    """Before ``overlap_from_version``: a step's time over its GPU time, the host's
+    scheduling done in series with the GPU's work."""
+
+    serial_step_source: str | None = None
 
     def flag(self, name: str) -> str:
         return self.flags[name]
@@ -398,6 +408,14 @@ def engine_errors(
                         "decodes one sequence at a time",
                     )
                 )
+    if not iv.mixed_chunk and iv.engine != "sglang":
+        errors.append(
+            (
+                "$.inference.mixed_chunk",
+                f"only SGLang runs prefill batches apart from decodes; {iv.engine} mixes "
+                "prompt chunks into its steps",
+            )
+        )
     limit = spec.max_tensor_parallel
     if limit is not None and given_tp is not None and given_tp > limit:
         errors.append(
@@ -445,3 +463,27 @@ def needed_total(
     if spec.memory_rule == "of_free_before_load" and fraction:
         return (weights + kv) / fraction + runtime
     return static + kv
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """``0.3.0`` as (0, 3, 0); the leading digits of each dot-separated part."""
+    parts = []
+    for part in text.split("."):
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def step_factor(spec: EngineSpec, version: str | None) -> float:
+    """A step's time over its GPU time for ``version`` of the engine: above 1 when the
+    version's scheduler runs in series with the GPU (SGLang before 0.4; the SGLang v0.4
+    release measured its overlapped scheduler 1.1x faster than the one before). An
+    unnamed version is the source's, which overlaps."""
+    if spec.overlap_from_version is None or version is None:
+        return 1.0
+    named = _version(version)
+    if not named or named >= _version(spec.overlap_from_version):
+        return 1.0
+    return spec.serial_step_factor

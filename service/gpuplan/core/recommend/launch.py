@@ -60,11 +60,19 @@ def fraction_text(value: float) -> str:
 
 
 def launch(
-    plan: Plan, *, engine: Engine, version: str | None, gpu: GpuSpec, w: Workload, model: str
+    plan: Plan,
+    *,
+    engine: Engine,
+    version: str | None,
+    gpu: GpuSpec,
+    w: Workload,
+    model: str,
+    mixed_chunk: bool = True,
 ) -> Launch:
-    """The launch of one plan on ``gpu``."""
+    """The launch of one plan on ``gpu`` (``mixed_chunk``: SGLang mixes prompt chunks
+    into decode steps, as the plan was timed)."""
     spec = engine_spec(engine)
-    command, notes = _command(engine, spec, w, model, plan)
+    command, notes = _command(engine, spec, w, model, plan, mixed_chunk=mixed_chunk)
     files: dict[str, str] = {}
     if plan.expert > 1:
         notes.append(
@@ -97,7 +105,7 @@ def launch(
 
 
 def _command(
-    engine: Engine, spec: EngineSpec, w: Workload, model: str, plan: Plan
+    engine: Engine, spec: EngineSpec, w: Workload, model: str, plan: Plan, *, mixed_chunk: bool
 ) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     f = spec.flag
@@ -150,9 +158,10 @@ def _command(
         str(plan.token_budget),
     ]
     command += _expert_flags(engine, spec, plan.expert)
-    if engine == "sglang":
+    if engine == "sglang" and mixed_chunk:
         # The speed model puts decodes and prompt chunks in one step; SGLang alternates
-        # prefill and decode batches unless told to mix them.
+        # prefill and decode batches unless told to mix them (timed apart when the
+        # request says mixed_chunk false).
         command.append(f("mixed_chunk"))
     if engine == "trtllm":
         # trtllm-serve leaves chunked prefill off: a prompt longer than the step would

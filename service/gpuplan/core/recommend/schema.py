@@ -210,6 +210,12 @@ class InferenceVolume(Record, kw_only=True):
     ``--max_num_tokens``). Default: the engine's for the GPU (docs/serving.md). Not for
     ``transformers`` or ``compiled``."""
 
+    mixed_chunk: bool = True
+    """SGLang only: prompt chunks ride in the decode steps (``--enable-mixed-chunk``, which
+    the launch command then carries). ``false``: SGLang's default, prompts run in
+    prefill batches of their own between decode steps, and every sequence in flight
+    waits for them (docs/serving.md). The other engines mix them always."""
+
     model_path: ModelPath | None = None
     """What the launch command loads (a Hugging Face repo id or a local path). Default:
     the preset's Hugging Face repo, else ``MODEL`` to fill in."""

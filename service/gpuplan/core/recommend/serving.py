@@ -34,6 +34,7 @@ from gpuplan.core.perf.serve import (
     Replica,
     Served,
     ServeShape,
+    apart_step_seconds,
     budget_concurrency,
     serve,
     step_seconds,
@@ -49,6 +50,7 @@ from gpuplan.core.recommend.engine import (
     longest_fitting,
     needed_total,
     sequence_cap,
+    step_factor,
     token_budget,
     whole_blocks,
 )
@@ -505,9 +507,12 @@ class EngineQueue:
 
 def engine_queue(job: Job, shape: ServeShape, replica: Replica, cap: int) -> EngineQueue:
     """A tensor-parallel replica's queue: the speed model's engine step (the same
-    function the saturated plan uses)."""
+    function the saturated plan uses; with SGLang's prefill batches apart from decodes,
+    a decode step and the prefill batches between two of them)."""
 
     def step(n: float, p: float) -> float:
+        if not job.inference.mixed_chunk:
+            return apart_step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)
         return step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
 
     return EngineQueue(job, step, cap, shape.token_budget)
@@ -652,6 +657,7 @@ def finisher(
                 gpu=gpu,
                 w=w,
                 model=job.model_path,
+                mixed_chunk=iv.mixed_chunk,
             ),
             reasons=[*option.reasons[:at], *load_reasons, *option.reasons[at:]],
             finish=None,
@@ -860,14 +866,19 @@ def serve_option(
     iv = job.inference
     link = link_over(gpu, tp, c)
     shape = serve_shape(job, w, memory)
-    replica = Replica(
-        tp=tp, rates=ctx.rates, mbu=ctx.mbu, link=link, collectives=library_for(gpu.vendor)
-    )
     spec = engine_spec(iv.engine)
+    replica = Replica(
+        tp=tp,
+        rates=ctx.rates,
+        mbu=ctx.mbu,
+        link=link,
+        collectives=library_for(gpu.vendor),
+        serial=step_factor(spec, iv.engine_version),
+    )
     static_batch = w.batch_size > 1 or not spec.paged
 
     def run(batch: int) -> Served:
-        return serve(job.flops, shape, replica, batch, static=static_batch)
+        return serve(job.flops, shape, replica, batch, static=static_batch, mixed=iv.mixed_chunk)
 
     def tpot(batch: int) -> float:  # serve()'s steady-state step, alone
         o = max(shape.output_tokens, 1)
