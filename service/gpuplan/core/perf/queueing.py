@@ -147,6 +147,8 @@ class StepTable:
         j = 1
         while j < len(ns) - 1 and n > ns[j]:
             j += 1
+        if n == ns[j]:  # at a knot, its own step (the saturation rate reads the cap's)
+            return self._value(values, j, chunk=chunk)
         low, high = self._value(values, j - 1, chunk=chunk), self._value(values, j, chunk=chunk)
         return low + (high - low) * (n - ns[j - 1]) / (ns[j] - ns[j - 1])
 
