@@ -234,6 +234,11 @@ class MicroBatch(NamedTuple):
     measured: bool = False
     """The GEMMs (and fused attention) were timed from a measured kernel table."""
 
+    attention_forward_share: float = 1 / 3
+    """Share of the attention time that is forward: a third when the backward does
+    twice the forward's matmuls (eager attention keeps the probabilities), ``1 / 3.5``
+    for a fused kernel, whose backward recomputes the scores (:data:`FUSED_ATTENTION_PASSES`)."""
+
     @property
     def compute_s(self) -> float:
         return self.gemm_s + self.attention_s + self.elementwise_s + self.launch_s
@@ -244,10 +249,11 @@ class MicroBatch(NamedTuple):
 
     @property
     def forward_s(self) -> float:
-        """The forward: its GEMMs, a third of attention (forward 1, backward 2), and a
-        third of the memory-bound kernels and launches."""
-        rest = self.attention_s + self.elementwise_s + self.launch_s
-        return self.gemm_s * self.forward_gemm_share + rest / 3
+        """The forward: its GEMMs, attention's forward share, and a third of the
+        memory-bound kernels and launches."""
+        rest = self.elementwise_s + self.launch_s
+        attention = self.attention_s * self.attention_forward_share
+        return self.gemm_s * self.forward_gemm_share + attention + rest / 3
 
     def recompute_s(self, checkpointing: str, every: int = 1) -> float:
         """Full repeats the forward; selective the attention core's forward;
@@ -257,7 +263,7 @@ class MicroBatch(NamedTuple):
         if checkpointing == "full":
             return self.forward_s / every
         if checkpointing == "selective":
-            return self.attention_s / 3
+            return self.attention_s * self.attention_forward_share
         if checkpointing == "selective_op":
             return (self.elementwise_s + self.launch_s) / 3 / every
         return 0.0
@@ -300,10 +306,13 @@ def micro_batch(
         if measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
         else None
     )
+    # A fused kernel's backward recomputes the scores: 2.5 forwards, not 2.
+    passes = FUSED_ATTENTION_PASSES if shape.causal_skip else 3.0
     if timed is not None:
         attention_s = timed
     else:
         attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
+        attention_s *= passes / 3
     traffic = 0.0
     if not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
@@ -327,8 +336,25 @@ def micro_batch(
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
     elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
     return MicroBatch(
-        weights + attention, gemm, attention_s, elementwise, launch, forward_share, measured
+        weights + attention,
+        gemm,
+        attention_s,
+        elementwise,
+        launch,
+        forward_share,
+        measured,
+        1 / passes,
     )
+
+
+FUSED_ATTENTION_PASSES = 3.5
+"""A fused (flash) attention's forward and backward, in forwards' worth of matmuls: the
+backward recomputes the scores ``Q Kᵀ`` from the saved softmax statistics instead of
+reading them, then runs ``dV``, ``dP``, ``dQ`` and ``dK``: five matmuls to the forward's
+two. FlashAttention's own benchmark counts it so (Dao-AILab/flash-attention,
+benchmarks/benchmark_flash_attention.py at c082294e0f6c: ``return f if mode == "fwd"
+else (2.5 * f if mode == "bwd" else 3.5 * f)``). The model FLOPs (and MFU) keep the
+convention of a backward at twice the forward."""
 
 
 ADAPTER_INPUT_BYTES = 6
@@ -509,7 +535,7 @@ def _measured_attention_seconds(
 ) -> float | None:
     """Fused causal attention of one micro-batch by the measured prefill table: the
     forward of each layer's heads (split by tensor parallelism), and the backward at
-    twice it (its two matmuls per forward one, as the FLOPs count), context
+    2.5 times it (:data:`FUSED_ATTENTION_PASSES`: it recomputes the scores), context
     parallelism splitting the work. None: the table measured no attention."""
     table = rates.kernel_table
     assert table is not None
@@ -519,7 +545,13 @@ def _measured_attention_seconds(
     forward = context_attention_seconds(
         table, float(shape.batch_size), float(shape.seq), heads, float(shape.head_dim)
     )
-    return 3 * layers * forward / lay.context / rates.kernels.measured_kernel_share
+    return (
+        FUSED_ATTENTION_PASSES
+        * layers
+        * forward
+        / lay.context
+        / rates.kernels.measured_kernel_share
+    )
 
 
 def _micro_comm(
@@ -538,8 +570,9 @@ def _micro_comm(
     collectives = 4 + (2 / shape.checkpoint_every if shape.checkpointing == "full" else 0)
     tensor = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
     # Context parallelism: each layer gathers every rank's keys and values forward and
-    # reduce-scatters their gradients backward, behind the attention compute.
-    kv = local_tokens * shape.kv_width * 2 * shape.activation_bytes * lay.context
+    # reduce-scatters their gradients backward, behind the attention compute. A GPU
+    # moves only its tensor-parallel rank's heads (:func:`context_kv_width`).
+    kv = local_tokens * context_kv_width(shape, lay) * 2 * shape.activation_bytes * lay.context
     context = max(
         0.0, layers * 2 * all_gather_seconds(kv, lay.context, links.context) - attention_s
     )
@@ -557,6 +590,20 @@ def _micro_comm(
         else 0.0
     )
     return tensor, context, expert, pipeline
+
+
+def context_kv_width(shape: StepShape, lay: Parallelism) -> float:
+    """Key (or value) width per token one GPU's context-parallel exchange moves.
+
+    Tensor parallelism splits the attention heads before context parallelism sees them:
+    Megatron-core's attention holds ``num_query_groups_per_partition =
+    divide(num_query_groups, tensor_model_parallel_world_size)`` key/value heads on a
+    rank (NVIDIA/Megatron-LM, megatron/core/transformer/attention.py at
+    00c2c0adeec1), and the core attention (Transformer Engine's context-parallel ring,
+    which sends each rank's keys and values to the next) sees only those. So each
+    context-parallel rank moves ``kv_width / tensor`` per token, never less than one head."""
+    local = shape.kv_width / max(lay.tensor, 1)
+    return max(local, float(shape.head_dim)) if shape.head_dim > 0 else local
 
 
 def training_step(

@@ -1,0 +1,96 @@
+"""The training step's fused attention (a backward that recomputes the scores) and
+context parallelism's key/value exchange (only the tensor-parallel rank's heads)."""
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.schema import Parallelism
+from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.flops import TokenFlops
+from gpuplan.core.perf.step import (
+    FUSED_ATTENTION_PASSES,
+    Rates,
+    StepLinks,
+    StepShape,
+    _micro_comm,
+    context_kv_width,
+    micro_batch,
+)
+
+CATALOG = builtin_catalog()
+NETWORK = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)
+LINKS = StepLinks(
+    tensor=NETWORK, context=NETWORK, expert=NETWORK, pipeline=NETWORK, data=NETWORK, host=NETWORK
+)
+
+
+def _rates(gpu: str, table: str | None) -> Rates:
+    spec = CATALOG.get(gpu)
+    return Rates(
+        peak_flops=spec.peak_flops["bf16"],
+        attention_peak_flops=spec.peak_flops["bf16"],
+        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
+        generation=generation(spec),
+        kernels=efficiency_data().kernels,
+        kernel_table=table,
+    )
+
+
+LLAMA2_7B = TokenFlops(matmul_parameters=6_500_000_000, attention_per_context_token=4 * 4096 * 32)
+
+
+def _llama2_7b(**changes: Any) -> StepShape:
+    """Llama 2 7B: 32 layers of 4096, 32 heads of 128 (no grouped keys)."""
+    shape = StepShape(
+        batch_size=1, seq=32768, accumulation=1, checkpointing="none", causal_skip=True,
+        frozen_base=False, hidden_size=4096, mlp_width=11008, kv_width=4096, num_layers=32,
+        num_heads=32, head_dim=128, moe_layers=0, experts_per_token=0, activation_bytes=2,
+        trainable_parameters=6_700_000_000, parameters=6_700_000_000, gradient_bytes=2,
+        weight_bytes=2, gather_bytes=2, compile=False,
+    )  # fmt: skip
+    return msgspec.structs.replace(shape, **changes)
+
+
+def test_context_parallel_moves_only_the_tensor_ranks_heads() -> None:
+    shape = _llama2_7b(seq=524288)
+    assert context_kv_width(shape, Parallelism(context=16)) == 4096
+    assert context_kv_width(shape, Parallelism(tensor=8, context=16)) == 512
+    # never less than one head: 8 grouped key/value heads over 16 tensor ranks
+    assert context_kv_width(_llama2_7b(kv_width=1024), Parallelism(tensor=16)) == 128
+    # the exposed exchange (nothing to hide behind) shrinks with the heads a GPU holds
+    alone = _micro_comm(shape, Parallelism(context=16), LINKS, 0.0)[1]
+    split = _micro_comm(shape, Parallelism(tensor=8, context=16), LINKS, 0.0)[1]
+    assert split == pytest.approx(alone / 8, rel=1e-3)
+
+
+@pytest.mark.parametrize("table", ["h100-sxm5-80gb", None])
+def test_fused_attention_backward_recomputes_the_scores(table: str | None) -> None:
+    t = LLAMA2_7B
+    rates = _rates("h100-sxm5-80gb", table)
+    lay = Parallelism()
+    fused = micro_batch(t, _llama2_7b(), lay, rates, framework("megatron"))
+    assert fused.measured is (table is not None)
+    # forward 1, backward 2.5 (five matmuls to the forward's two)
+    assert FUSED_ATTENTION_PASSES == 3.5
+    assert fused.attention_forward_share == pytest.approx(1 / 3.5)
+    forward = fused.attention_s * fused.attention_forward_share
+    assert fused.attention_s - forward == pytest.approx(2.5 * forward)
+    # selective recompute repeats the attention's forward, not a third of it
+    assert fused.recompute_s("selective") == pytest.approx(fused.attention_s / 3.5)
+    if table is None:
+        # at one efficiency, eager attention (every score, twice the causal FLOPs; a
+        # backward of two forwards) against the fused kernel's 3.5 forwards
+        eager = micro_batch(t, _llama2_7b(causal_skip=False), lay, rates, framework("megatron"))
+        assert eager.attention_s / fused.attention_s == pytest.approx(2 * 3 / 3.5, rel=1e-3)
+
+
+def test_eager_attention_backward_reads_the_stored_scores() -> None:
+    t = LLAMA2_7B
+    rates = _rates("h100-sxm5-80gb", None)
+    eager = micro_batch(t, _llama2_7b(causal_skip=False), Parallelism(), rates, framework("ddp"))
+    assert eager.attention_forward_share == pytest.approx(1 / 3)
+    assert eager.recompute_s("selective") == pytest.approx(eager.attention_s / 3)
