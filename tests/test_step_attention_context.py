@@ -1,5 +1,6 @@
-"""The training step's fused attention (a backward that recomputes the scores) and
-context parallelism's key/value exchange (only the tensor-parallel rank's heads)."""
+"""The training step's fused attention (a backward that recomputes the scores), context
+parallelism's key/value exchange (only the tensor-parallel rank's heads), and the
+pipeline's last stage (which holds the output head)."""
 
 from typing import Any
 
@@ -18,6 +19,7 @@ from gpuplan.core.perf.step import (
     StepShape,
     _micro_comm,
     context_kv_width,
+    last_stage_parameters,
     micro_batch,
 )
 
@@ -94,3 +96,20 @@ def test_eager_attention_backward_reads_the_stored_scores() -> None:
     eager = micro_batch(t, _llama2_7b(causal_skip=False), Parallelism(), rates, framework("ddp"))
     assert eager.attention_forward_share == pytest.approx(1 / 3)
     assert eager.recompute_s("selective") == pytest.approx(eager.attention_s / 3)
+
+
+def test_the_last_pipeline_stage_holds_the_whole_head() -> None:
+    head = 32000 * 4096
+    shape = _llama2_7b(vocab_size=32000)
+    n = LLAMA2_7B.matmul_parameters
+    assert last_stage_parameters(LLAMA2_7B, shape, Parallelism()) == n
+    assert last_stage_parameters(LLAMA2_7B, shape, Parallelism(pipeline=4)) == (n - head) / 4 + head
+    # an unknown head: the layers alone, split evenly
+    assert last_stage_parameters(LLAMA2_7B, _llama2_7b(), Parallelism(pipeline=4)) == n / 4
+    rates = _rates("h100-sxm5-80gb", None)
+    one = micro_batch(LLAMA2_7B, shape, Parallelism(), rates, framework("megatron"))
+    four = micro_batch(LLAMA2_7B, shape, Parallelism(pipeline=4), rates, framework("megatron"))
+    # the model FLOPs split evenly; the time is the last stage's, head and all
+    assert four.model_flops == pytest.approx(one.model_flops / 4)
+    assert four.gemm_s / one.gemm_s == pytest.approx(((n - head) / 4 + head) / n)
+    assert four.gemm_s > one.gemm_s / 4

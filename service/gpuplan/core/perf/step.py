@@ -278,21 +278,24 @@ def micro_batch(
     local_tokens = shape.batch_size * shape.seq / lay.context
     shard = lay.tensor * lay.pipeline
     layers = -(-shape.num_layers // lay.pipeline)
-    weights = (4 if shape.frozen_base else 6) * t.matmul_parameters * local_tokens / shard
+    per_weight = (4 if shape.frozen_base else 6) * local_tokens / lay.tensor
+    weights = per_weight * t.matmul_parameters / lay.pipeline
+    # The GPU that sets the pace: the last pipeline stage, which also holds the head.
+    stage_weights = per_weight * last_stage_parameters(t, shape, lay)
     full = forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
     attention = 3 * (full - 2 * t.matmul_parameters) * local_tokens / shard
     forward_share = 1 / 2 if shape.frozen_base else 1 / 3
     if rates.mfu is not None:
         rate = rates.peak_flops * rates.mfu
         return MicroBatch(
-            weights + attention, weights / rate, attention / rate, 0.0, 0.0, forward_share
+            weights + attention, stage_weights / rate, attention / rate, 0.0, 0.0, forward_share
         )
     gen, k = rates.generation, rates.kernels
     measured = rates.kernel_source == "measured" and not shape.vision and shape.hidden_size > 0
     if measured:
-        gemm = weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
+        gemm = stage_weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
     else:
-        gemm = weights / (
+        gemm = stage_weights / (
             rates.peak_flops
             * gemm_efficiency(
                 # A convolution's GEMM rows are the batch times every output pixel.
@@ -355,6 +358,26 @@ two. FlashAttention's own benchmark counts it so (Dao-AILab/flash-attention,
 benchmarks/benchmark_flash_attention.py at c082294e0f6c: ``return f if mode == "fwd"
 else (2.5 * f if mode == "bwd" else 3.5 * f)``). The model FLOPs (and MFU) keep the
 convention of a backward at twice the forward."""
+
+
+def last_stage_parameters(t: TokenFlops, shape: StepShape, lay: Parallelism) -> float:
+    """Matmul weights a token multiplies on the last pipeline stage: its share of the
+    layers and the whole output head.
+
+    Megatron-core builds the output layer on the last stage only (NVIDIA/Megatron-LM,
+    megatron/core/models/gpt/gpt_model.py at e914fb787a46: ``if post_process:
+    self.output_layer = tensor_parallel.ColumnParallelLinear(config.hidden_size,
+    self.vocab_size, ...)``) and splits the decoder's layers evenly over the stages (the
+    later ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``
+    options, which count them as a layer, default to False). In the steady state of
+    1F1B every stage runs each micro-batch once and waits for the slowest, so a
+    micro-batch slot takes the last stage's time: the head's GEMMs are not spread over
+    the stages. Without pipeline parallelism (or an unknown head) this is the model's
+    matmul weights."""
+    head = float(shape.vocab_size * shape.hidden_size) if shape.vocab_size > 0 else 0.0
+    if lay.pipeline <= 1 or head <= 0 or head >= t.matmul_parameters:
+        return t.matmul_parameters / lay.pipeline
+    return (t.matmul_parameters - head) / lay.pipeline + head
 
 
 ADAPTER_INPUT_BYTES = 6
