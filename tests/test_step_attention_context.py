@@ -1,6 +1,6 @@
 """The training step's fused attention (a backward that recomputes the scores), context
 parallelism's key/value exchange (only the tensor-parallel rank's heads), and the
-pipeline's last stage (which holds the output head)."""
+pipeline's last stage (which holds the output head and the loss)."""
 
 from typing import Any
 
@@ -14,6 +14,7 @@ from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
 from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.step import (
     FUSED_ATTENTION_PASSES,
+    LOSS_BYTES_PER_LOGIT,
     Rates,
     StepLinks,
     StepShape,
@@ -113,3 +114,21 @@ def test_the_last_pipeline_stage_holds_the_whole_head() -> None:
     assert four.model_flops == pytest.approx(one.model_flops / 4)
     assert four.gemm_s / one.gemm_s == pytest.approx(((n - head) / 4 + head) / n)
     assert four.gemm_s > one.gemm_s / 4
+
+
+def test_the_loss_reads_and_writes_every_logit() -> None:
+    rates = _rates("h100-sxm5-80gb", None)
+    lay = Parallelism(tensor=2)
+    bare = micro_batch(LLAMA2_7B, _llama2_7b(), lay, rates, framework("ddp"))
+    head = micro_batch(LLAMA2_7B, _llama2_7b(vocab_size=32000), lay, rates, framework("ddp"))
+    # eager PyTorch: the fp32 cast, log_softmax and their backward over 16k logits a GPU
+    assert LOSS_BYTES_PER_LOGIT == 48
+    logits = 32768 * 32000 / 2
+    speed = rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
+    assert head.elementwise_s - bare.elementwise_s == pytest.approx(logits * 48 / speed)
+    # a fused loss (Megatron) and a compiled one move less, as their other kernels do
+    fused = micro_batch(LLAMA2_7B, _llama2_7b(vocab_size=32000), lay, rates, framework("megatron"))
+    fused_bare = micro_batch(LLAMA2_7B, _llama2_7b(), lay, rates, framework("megatron"))
+    assert fused.elementwise_s - fused_bare.elementwise_s < 0.5 * (
+        head.elementwise_s - bare.elementwise_s
+    )

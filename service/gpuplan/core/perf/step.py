@@ -320,6 +320,8 @@ def micro_batch(
     if not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
         traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
+        # The loss over the logits, on the last stage (the one that sets the pace).
+        traffic += local_tokens * shape.vocab_size / lay.tensor * LOSS_BYTES_PER_LOGIT
         traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
         if shape.compile:
             traffic *= k.compile_elementwise_factor
@@ -378,6 +380,22 @@ def last_stage_parameters(t: TokenFlops, shape: StepShape, lay: Parallelism) -> 
     if lay.pipeline <= 1 or head <= 0 or head >= t.matmul_parameters:
         return t.matmul_parameters / lay.pipeline
     return (t.matmul_parameters - head) / lay.pipeline + head
+
+
+LOSS_BYTES_PER_LOGIT = 48
+"""Bytes the cross-entropy loss moves per 16-bit logit, forward and backward, unfused.
+``cross_entropy`` autocasts to fp32 (pytorch/pytorch, docs/source/amp.rst at
+e4b13f681dc1: "CUDA Ops that can autocast to ``float32``: ... ``cross_entropy`` ...
+``log_softmax`` ... ``nll_loss``"), so eagerly: the cast up (read 2, write 4),
+``log_softmax`` (three reads of the row, for its max, its sum of exponentials and the
+output, and a write: 16), ``nll_loss``'s backward writing a zeroed gradient (4), the
+softmax backward (a read of the gradient for its sum, then the gradient and the output
+read and the input's gradient written: 16) and the cast back (read 4, write 2). The
+vocabulary is wide (32k to 150k logits a token against a few thousand hidden), so these
+passes are a real share of a small model's step. They are scaled as the other
+memory-bound kernels are: a framework's fused loss (Megatron's
+``cross_entropy_loss_fusion``) by its ``elementwise_factor``, ``torch.compile``'s by
+``compile_elementwise_factor``."""
 
 
 ADAPTER_INPUT_BYTES = 6
