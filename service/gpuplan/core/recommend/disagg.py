@@ -288,6 +288,7 @@ def _best_plan(
             mbu=ctx.mbu,
             link=link_over(gpu, tp, c),
             collectives=library_for(gpu.vendor),
+            mbu_given=ctx.mbu_given,
         )
         replicas.append((tp, memory, shape, replica))
     decodes = [_decode(job, gpu, m, s, r) for _, m, s, r in replicas]

@@ -871,6 +871,7 @@ def serve_option(
         link=link,
         collectives=library_for(gpu.vendor),
         serial=step_factor(spec, iv.engine_version),
+        mbu_given=ctx.mbu_given,
     )
     static_batch = w.batch_size > 1 or not spec.paged
 
