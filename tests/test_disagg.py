@@ -306,3 +306,45 @@ def test_an_moe_model_gets_expert_parallel_pools() -> None:
     assert ep.disaggregation.aggregated.requests_per_s == pytest.approx(
         ep.latency.requests_per_s * replicas
     )
+
+
+def test_expert_parallel_pools_keep_an_slo_with_a_queue_per_rank() -> None:
+    """Under an SLO an expert-parallel decode pool runs one queue per attention rank: it
+    starts from the replicas whose ranks together outrun the rate, not from a rank's."""
+    from gpuplan.core.catalog import builtin_catalog
+    from gpuplan.core.convert import convert
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    payload = {
+        "model": {"name": "deepseek-v3"},
+        "workload": {
+            "mode": "inference",
+            "sequence_length": 2048,
+            "precision": "fp8",
+            "weight_quantization": "fp8",
+        },
+        "inference": {
+            "prompt_tokens": 2048,
+            "output_tokens": 512,
+            "requests_per_second": 40,
+            "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.1},
+            "compare_disaggregated": True,
+        },
+        "constraints": {"include": ["h200-sxm-141gb"]},
+        "all_counts": True,
+    }
+    answer = recommend(convert(payload, RecommendRequest), builtin_catalog())
+    sides = [c.disaggregation for c in answer.recommendations if c.disaggregation is not None]
+    assert sides
+    for d in sides:
+        dis = d.disaggregated
+        assert dis is not None
+        if not dis.meets_targets:
+            continue
+        assert dis.time_to_first_token_p95_s is not None
+        assert dis.time_to_first_token_p95_s <= 2.0
+        assert dis.time_per_output_token_p95_s is not None
+        assert dis.time_per_output_token_p95_s <= 0.1
+        assert d.decode is not None
+        # Stable queues: the rate over what the decode replicas can do stays below one.
+        assert d.decode.busy < 1

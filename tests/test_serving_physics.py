@@ -1,7 +1,9 @@
 """The serving step's physical terms: the collective libraries' small-message all-reduce,
 every matmul parameter timed from a measured kernel table, the wait for the step in
 progress before a prompt is admitted, prefill batches run apart from decodes (SGLang
-without mixed chunks), a scheduler in series with the GPU (SGLang before 0.4)."""
+without mixed chunks), a scheduler in series with the GPU (SGLang before 0.4), a decode
+step's weight read at the bandwidth the measured table's skinny GEMMs reach, a share of a
+whole prompt's attention kernel in a step that carries less than a prompt."""
 
 import math
 
@@ -20,6 +22,7 @@ from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.serve import (
     Replica,
     ServeShape,
+    measured_weight_read_seconds,
     prefill_apart,
     serve,
     step_seconds,
@@ -71,7 +74,14 @@ def test_amd_gpus_run_rccl() -> None:
 
 
 def _replica(
-    gpu_id: str, tp: int, *, table: bool, collectives: str = "nccl", share: float | None = None
+    gpu_id: str,
+    tp: int,
+    *,
+    table: bool,
+    collectives: str = "nccl",
+    share: float | None = None,
+    mbu: float = 0.8,
+    mbu_given: bool = False,
 ) -> Replica:
     gpu = builtin_catalog().get(gpu_id)
     data = efficiency_data()
@@ -89,9 +99,10 @@ def _replica(
     return Replica(
         tp=tp,
         rates=rates,
-        mbu=0.8,
+        mbu=mbu,
         link=NVLINK if tp > 1 else Link(kind="none", bytes_per_s=float("inf"), latency_s=0.0),
         collectives=collectives,  # type: ignore[arg-type]
+        mbu_given=mbu_given,
     )
 
 
@@ -266,3 +277,66 @@ def test_a_serial_scheduler_lengthens_every_step_and_the_plan() -> None:
 
     assert tpot("0.3.0") == pytest.approx(1.1 * tpot(None))
     assert tpot("0.4.0") == pytest.approx(tpot(None))
+
+
+T8B = TokenFlops(matmul_parameters=7_500_000_000, attention_per_context_token=0.0)
+
+
+def test_a_measured_table_times_the_decode_weight_read_not_the_fitted_mbu() -> None:
+    # Where a table covers the GPU, a batch-1 decode step reads its weights at the share
+    # of the bandwidth the table's m = 1 GEMMs reach, whatever the generation's mbu.
+    slow = _replica("a100-sxm4-80gb", 1, table=True, mbu=0.3)
+    fast = _replica("a100-sxm4-80gb", 1, table=True, mbu=0.9)
+    one_slow, _ = step_seconds(T8B, SHAPE, slow, decode=1, prompt=0)
+    one_fast, _ = step_seconds(T8B, SHAPE, fast, decode=1, prompt=0)
+    assert one_slow == pytest.approx(one_fast)
+    read = measured_weight_read_seconds(SHAPE, fast)
+    bandwidth = fast.rates.bandwidth_bytes_per_s
+    embedding = SHAPE.vocab_size * SHAPE.hidden_size * 2
+    share = (SHAPE.weights_bytes - embedding) / bandwidth / read
+    assert 0.65 < share < 0.8  # AIConfigurator's A100 GEMMs at m = 1: about 0.73
+    # Without a table the fitted mbu times it.
+    roofline_slow, _ = step_seconds(
+        T8B, SHAPE, _replica("a100-sxm4-80gb", 1, table=False, mbu=0.3), decode=1, prompt=0
+    )
+    assert roofline_slow > 2 * one_fast
+
+
+def test_a_requests_own_mbu_still_times_the_weight_read() -> None:
+    given = _replica("a100-sxm4-80gb", 1, table=True, mbu=0.3, mbu_given=True)
+    one, _ = step_seconds(T8B, SHAPE, given, decode=1, prompt=0)
+    assert one > SHAPE.weights_bytes / (given.rates.bandwidth_bytes_per_s * 0.3)
+
+
+def test_the_weight_read_leaves_the_input_embedding_out_and_keeps_touched_experts() -> None:
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    read = measured_weight_read_seconds(SHAPE, r)
+    # An MoE step that touches more experts reads more bytes, in proportion.
+    embedding = SHAPE.vocab_size * SHAPE.hidden_size * 2
+    more = msgspec.structs.replace(SHAPE, weights_bytes=2 * SHAPE.weights_bytes - embedding)
+    assert measured_weight_read_seconds(more, r) == pytest.approx(2 * read)
+    # The input embedding's rows are not read whole: a larger vocabulary at the same
+    # weights reads less.
+    wider = msgspec.structs.replace(SHAPE, vocab_size=2 * SHAPE.vocab_size)
+    assert measured_weight_read_seconds(wider, r) < read
+
+
+def test_a_step_carrying_part_of_a_prompt_carries_that_share_of_its_attention() -> None:
+    # A step carries a sixteenth, then an eighth of a 512-token prompt on average (a
+    # steady state of few arrivals): its prompt attention is that share of one whole
+    # prompt's kernel from the table, linear in the share, not the kernel's floor at a
+    # fraction of a prompt. The table's part is the step less the same step untimed by
+    # it (head_dim 0; the model's own attention FLOPs are 0 here).
+    r = _replica("h100-sxm5-80gb", 1, table=True)
+    untimed = msgspec.structs.replace(SHAPE, head_dim=0)
+
+    def attention(prompt: float) -> float:
+        return (
+            step_seconds(T8B, SHAPE, r, decode=0, prompt=prompt)[0]
+            - step_seconds(T8B, untimed, r, decode=0, prompt=prompt)[0]
+        )
+
+    whole = attention(512)
+    assert whole > 0
+    assert attention(32) == pytest.approx(whole / 16, rel=1e-9)
+    assert attention(64) == pytest.approx(whole / 8, rel=1e-9)

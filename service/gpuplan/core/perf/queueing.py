@@ -256,48 +256,77 @@ def under_load(steps: StepTable, rate: float, *, serial_prompts: bool = True) ->
     ``serial_prompts`` False: a disaggregated decode replica, whose "prompt" is a cache
     that arrives prefilled and joins the next step (no queue of prefills; the step
     function then ignores the prompt tokens, and the first token is one step)."""
+    state = _state(steps, rate)
+    if isinstance(state, LoadPoint):
+        return state
+    ttft, tpot = zip(
+        *(_quantile(steps, rate, state, q, serial_prompts=serial_prompts) for q in QUANTILES),
+        strict=True,
+    )
+    sat, m, wait_p, _ = state
+    return LoadPoint(rate, sat, m, wait_p, Percentiles(*ttft), Percentiles(*tpot))
+
+
+class _State(NamedTuple):
+    """What every percentile at one rate shares: the saturation rate, the mean occupancy
+    an arrival finds, the chance it waits for a slot, and that wait's mean."""
+
+    saturation_rate: float
+    mean_in_flight: float
+    wait_probability: float
+    admit_mean_s: float
+
+
+def _state(steps: StepTable, rate: float) -> "_State | LoadPoint":
+    """The shared state at ``rate``; past saturation, the (infinite) point itself."""
     sched = steps.sched
     sat = saturation_rate(steps)
-    inf = Percentiles(math.inf, math.inf, math.inf)
     cap, o = sched.cap, sched.output_tokens
     if rate >= sat or not math.isfinite(steps.mean_step(cap, rate)):
+        inf = Percentiles(math.inf, math.inf, math.inf)
         return LoadPoint(rate, sat, float(cap), 1.0, inf, inf)
     m = _occupancy(steps, rate)
     # Admission: cap servers of the saturated slot time (o steps, prompts inside them).
     slot_full = o * steps.mean_step(cap, rate)
     wait_p = _erlang_c(cap, rate * slot_full)
     admit_mean = slot_full * (1 + SERVICE_SCV) / (2 * max(cap - rate * slot_full, 1e-9))
-    ttft: list[float] = []
-    tpot: list[float] = []
-    for q in QUANTILES:
-        tail = 1 - q
-        full = tail <= wait_p
-        level = min(q / (1 - wait_p), 0.9999) if not full else 0.5
-        n = min(max(m + _NORMAL.inv_cdf(level) * math.sqrt(m), 0.0), cap - 1.0)
-        n = cap - 1.0 if full else n
-        # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
-        decode, chunk, _, chunks = steps.point(n)
-        prefill = chunks * chunk
-        rho = min(rate * prefill, 0.999) if serial_prompts else 0.0
-        prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
-        admit = _tail_wait(wait_p, admit_mean, tail)
-        ahead = _tail_wait(rho, prefill_mean, tail)
-        # The heavier of the two waits at this tail, and the other one's mean.
-        waits = admit + rho * prefill_mean if admit >= ahead else ahead + wait_p * admit_mean
-        # The rest of the step in progress: its mean behind a queue of prompts; in a
-        # decode pool, where it is all the wait below the cap, its quantile (uniform).
-        residual = (1 - rho) * decode / 2 if serial_prompts else q * decode
-        ttft.append(prefill + residual + waits)
-        # TPOT: the mean step over the request's life, at its occupancy's quantile, and
-        # the prompts that arrive in that life (Poisson) each adding their chunk steps.
-        life = cap if full else min(1 + m + _Z[q] * math.sqrt(m * LIFETIME_VARIANCE), cap)
-        life = max(life, 1.0)
-        tau = steps.mean_step(life, rate)
-        span = (o - 1) * tau
-        extra = steps.per_prompt_token(life) * sched.prompt_tokens
-        spread = extra * math.sqrt(rate * span) / max(o - 1, 1)
-        tpot.append(tau + _Z[q] * spread)
-    return LoadPoint(rate, sat, m, wait_p, Percentiles(*ttft), Percentiles(*tpot))
+    return _State(sat, m, wait_p, admit_mean)
+
+
+def _quantile(
+    steps: StepTable, rate: float, state: _State, q: float, *, serial_prompts: bool
+) -> tuple[float, float]:
+    """TTFT and TPOT at the ``q`` quantile."""
+    sched = steps.sched
+    cap, o = sched.cap, sched.output_tokens
+    _, m, wait_p, admit_mean = state
+    tail = 1 - q
+    full = tail <= wait_p
+    level = min(q / (1 - wait_p), 0.9999) if not full else 0.5
+    n = min(max(m + _NORMAL.inv_cdf(level) * math.sqrt(m), 0.0), cap - 1.0)
+    n = cap - 1.0 if full else n
+    # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
+    decode, chunk, _, chunks = steps.point(n)
+    prefill = chunks * chunk
+    rho = min(rate * prefill, 0.999) if serial_prompts else 0.0
+    prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
+    admit = _tail_wait(wait_p, admit_mean, tail)
+    ahead = _tail_wait(rho, prefill_mean, tail)
+    # The heavier of the two waits at this tail, and the other one's mean.
+    waits = admit + rho * prefill_mean if admit >= ahead else ahead + wait_p * admit_mean
+    # The rest of the step in progress: its mean behind a queue of prompts; in a
+    # decode pool, where it is all the wait below the cap, its quantile (uniform).
+    residual = (1 - rho) * decode / 2 if serial_prompts else q * decode
+    ttft = prefill + residual + waits
+    # TPOT: the mean step over the request's life, at its occupancy's quantile, and
+    # the prompts that arrive in that life (Poisson) each adding their chunk steps.
+    life = cap if full else min(1 + m + _Z[q] * math.sqrt(m * LIFETIME_VARIANCE), cap)
+    life = max(life, 1.0)
+    tau = steps.mean_step(life, rate)
+    span = (o - 1) * tau
+    extra = steps.per_prompt_token(life) * sched.prompt_tokens
+    spread = extra * math.sqrt(rate * span) / max(o - 1, 1)
+    return ttft, tau + _Z[q] * spread
 
 
 def within(point: LoadPoint, ttft_p95_s: float | None, tpot_p95_s: float | None) -> bool:
@@ -307,6 +336,18 @@ def within(point: LoadPoint, ttft_p95_s: float | None, tpot_p95_s: float | None)
     )
 
 
+def keeps(
+    steps: StepTable, rate: float, ttft_p95_s: float | None, tpot_p95_s: float | None
+) -> bool:
+    """Whether the replica at ``rate`` keeps the p95 targets given: ``within`` of
+    :func:`under_load`, computing the p95s alone (a search asks it many times)."""
+    state = _state(steps, rate)
+    if isinstance(state, LoadPoint):
+        return within(state, ttft_p95_s, tpot_p95_s)
+    ttft, tpot = _quantile(steps, rate, state, 0.95, serial_prompts=True)
+    return (ttft_p95_s is None or ttft <= ttft_p95_s) and (tpot_p95_s is None or tpot <= tpot_p95_s)
+
+
 def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | None) -> float:
     """The highest arrival rate the replica serves within the p95 targets (0 when not even
     a trickle does): a bisection, the percentiles growing with the rate."""
@@ -314,11 +355,11 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
     if ttft_p95_s is None and tpot_p95_s is None:
         return sat
     low, high = sat * 1e-3, sat
-    if not within(under_load(steps, low), ttft_p95_s, tpot_p95_s):
+    if not keeps(steps, low, ttft_p95_s, tpot_p95_s):
         return 0.0
     for _ in range(8):
         mid = (low + high) / 2
-        if within(under_load(steps, mid), ttft_p95_s, tpot_p95_s):
+        if keeps(steps, mid, ttft_p95_s, tpot_p95_s):
             low = mid
         else:
             high = mid

@@ -91,6 +91,10 @@ class Replica(NamedTuple):
     """A step's time over its GPU time: above 1 where the engine's host schedules each
     step in series with the GPU instead of one step ahead (SGLang before 0.4)."""
 
+    mbu_given: bool = False
+    """``mbu`` is the request's own: it times the weight reads even where a measured
+    kernel table covers the GPU (:func:`measured_weight_read_seconds`)."""
+
 
 class Served(NamedTuple):
     """One replica at concurrency ``batch``, in steady state."""
@@ -170,8 +174,63 @@ def step_seconds(
             roofline=(kv, attention),
             gemm_flops=gemm_flops,
         )
+        if not r.mbu_given:
+            weights = measured_weight_read_seconds(shape, r)
     seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
     return seconds * r.serial, bound
+
+
+def measured_weight_read_seconds(shape: ServeShape, r: Replica) -> float:
+    """A decode step's weight read as the measured table times it. The model's GEMMs at
+    ``m = 1`` read each weight once, so their measured time is their weights' bytes over
+    the bandwidth they stream at (AIConfigurator's tables, 16-bit Llama 7B to 70B
+    shapes: 0.72 to 0.74 of the A100's datasheet bandwidth, 0.75 to 0.79 of the H100's).
+    Where a table covers the GPU the read is timed at that share, not at the
+    generation's fitted ``decode_bandwidth_efficiency`` (kept for the GPUs no table
+    covers and for a request's own ``mbu``). The bytes are the replica's weights less
+    the input embedding, whose step reads one row per token (an MoE's: the experts the
+    step touches), and at least the listed GEMMs' own (``model_gemms`` leaves a gated
+    MLP's gate out, so a SwiGLU model's weights are the more)."""
+    gemms = model_gemms(
+        hidden=shape.hidden_size,
+        kv_width=shape.kv_width,
+        mlp_width=shape.mlp_width,
+        vocab=shape.vocab_size,
+        tensor=r.tp,
+        layers=shape.num_layers,
+    )
+    parameters = sum(c * n * k for c, n, k in gemms)
+    element_bytes = 1 if r.rates.fp8 else 2
+    one_row = _measured_gemm_seconds(shape, r, rows=1.0, gemm_flops=2 * parameters)
+    embedding = shape.vocab_size * shape.hidden_size * element_bytes / r.tp
+    read = max(parameters * element_bytes, shape.weights_bytes - embedding)
+    return one_row * read / (parameters * element_bytes)
+
+
+def _measured_gemm_seconds(
+    shape: ServeShape, r: Replica, *, rows: float, gemm_flops: float
+) -> float:
+    """``gemm_flops`` of the model's GEMMs over ``rows`` rows at the measured table's
+    rate, the tensor-core-bound share of it slowed by ``measured_kernel_share`` (see
+    :func:`_measured`)."""
+    rates = r.rates
+    table = rates.kernel_table
+    assert table is not None
+    gemms = model_gemms(
+        hidden=shape.hidden_size,
+        kv_width=shape.kv_width,
+        mlp_width=shape.mlp_width,
+        vocab=shape.vocab_size,
+        tensor=r.tp,
+        layers=shape.num_layers,
+    )
+    rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
+    # The share slows what the tensor cores bound (clocks under sustained load), not the
+    # weight reads of a skinny GEMM: of the isolated kernel's time, ``rate / peak`` is
+    # arithmetic at the peak, the rest the memory's.
+    tensor_bound = min(rate / rates.peak_flops, 1.0)
+    share = rates.kernels.measured_kernel_share
+    return gemm_flops / rate * (1 + tensor_bound * (1 / share - 1))
 
 
 def _measured(
@@ -212,20 +271,7 @@ def _measured(
     share = rates.kernels.measured_kernel_share
     kv, attention = roofline
     s = shape.prompt_tokens
-    gemms = model_gemms(
-        hidden=shape.hidden_size,
-        kv_width=shape.kv_width,
-        mlp_width=shape.mlp_width,
-        vocab=shape.vocab_size,
-        tensor=tp,
-        layers=shape.num_layers,
-    )
-    rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
-    # The share slows what the tensor cores bound (clocks under sustained load), not the
-    # weight reads of a skinny GEMM: of the isolated kernel's time, ``rate / peak`` is
-    # arithmetic at the peak, the rest the memory's.
-    tensor_bound = min(rate / rates.peak_flops, 1.0)
-    gemm = gemm_flops / rate * (1 + tensor_bound * (1 / share - 1))
+    gemm = _measured_gemm_seconds(shape, r, rows=rows, gemm_flops=gemm_flops)
     measured = kernel_tables()[table]
     if shape.head_dim > 0 and shape.num_heads > 0:
         heads = max(shape.num_heads / tp, 1.0)
@@ -236,10 +282,14 @@ def _measured(
             )
             kv = shape.num_layers * one  # KV reads: memory-bound, no share
         if prompt > 0 and s > 0 and shape.causal_skip and measured.context_attention is not None:
-            one = context_attention_seconds(
-                table, prompt / s, float(s), heads, float(shape.head_dim)
-            )
-            attention = shape.num_layers * one / share
+            # Fewer than a whole prompt per step on average (a steady state of few
+            # arrivals): a whole prompt's kernel runs in one step of several, so a step
+            # carries its share of that kernel, not the kernel's floor at a fraction of
+            # a prompt (below the table's smallest batch the time stays).
+            prompts = prompt / s
+            whole = max(prompts, 1.0)
+            one = context_attention_seconds(table, whole, float(s), heads, float(shape.head_dim))
+            attention = shape.num_layers * one * prompts / whole / share
     return gemm, kv, attention
 
 

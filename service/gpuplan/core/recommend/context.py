@@ -31,6 +31,9 @@ class GpuContext(Record, kw_only=True):
     mbu: float
     """Share of the memory bandwidth a decode step reaches."""
 
+    mbu_given: bool = False
+    """``mbu`` is the request's ``efficiency.mbu``, not the generation's."""
+
     per_gpu_hour: float | None
     basis: str | None
     price: PriceUsed | None
@@ -87,6 +90,7 @@ def gpu_context(
         rate=rate,
         rates=rates,
         mbu=mbu,
+        mbu_given=request_mbu is not None,
         per_gpu_hour=price.usd_per_gpu_hour if price else None,
         basis=basis,
         price=price,

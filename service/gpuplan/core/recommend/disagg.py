@@ -288,6 +288,7 @@ def _best_plan(
             mbu=ctx.mbu,
             link=link_over(gpu, tp, c),
             collectives=library_for(gpu.vendor),
+            mbu_given=ctx.mbu_given,
         )
         replicas.append((tp, memory, shape, replica))
     decodes = [_decode(job, gpu, m, s, r) for _, m, s, r in replicas]
@@ -369,7 +370,8 @@ def _slo_plan(  # noqa: PLR0917 - the search's inputs
     starts = []
     for i, d in enumerate(decodes):
         assert d.steps is not None
-        y = max(math.floor(rate / saturation_rate(d.steps)) + 1, 1)
+        # One queue per attention rank of an expert-parallel replica (``expert`` of them).
+        y = max(math.floor(rate / (saturation_rate(d.steps) * d.expert)) + 1, 1)
         for p in prefills:
             x = max(math.floor(rate * p.step_s / p.concurrency) + 1, 1)
             starts.append((x * p.tp + y * d.tp, i, p, x, y))

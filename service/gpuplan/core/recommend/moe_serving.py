@@ -141,7 +141,12 @@ def expert_replica(
     moe = arch.moe
     link = link_over(gpu, ranks, c)
     replica = Replica(
-        tp=1, rates=ctx.rates, mbu=ctx.mbu, link=link, collectives=library_for(gpu.vendor)
+        tp=1,
+        rates=ctx.rates,
+        mbu=ctx.mbu,
+        link=link,
+        collectives=library_for(gpu.vendor),
+        mbu_given=ctx.mbu_given,
     )
     base = serve_shape(job, w, memory)
     experts = _expert_bytes(job, memory, ranks)

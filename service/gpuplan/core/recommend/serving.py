@@ -25,10 +25,10 @@ from gpuplan.core.perf.queueing import (
     LoadPoint,
     Scheduler,
     StepTable,
+    keeps,
     max_rate,
     saturation_rate,
     under_load,
-    within,
 )
 from gpuplan.core.perf.serve import (
     Replica,
@@ -396,25 +396,22 @@ def slo_replicas(
     bisection. At the bound when none does."""
     slo = iv.slo
     ttft, tpot = (slo.ttft_p95_s, slo.tpot_p95_s) if slo is not None else (None, None)
-    point = under_load(steps, rate / needed)
-    if within(point, ttft, tpot):
-        return needed, point
+    if keeps(steps, rate / needed, ttft, tpot):
+        return needed, under_load(steps, rate / needed)
     low, high = needed, needed
     while high < needed * MAX_SLO_REPLICAS_FACTOR:
         low, high = high, min(high * 2, needed * MAX_SLO_REPLICAS_FACTOR)
-        point = under_load(steps, rate / high)
-        if within(point, ttft, tpot):
+        if keeps(steps, rate / high, ttft, tpot):
             break
     else:
-        return high, point
+        return high, under_load(steps, rate / high)
     while high - low > 1:
         mid = (low + high) // 2
-        candidate = under_load(steps, rate / mid)
-        if within(candidate, ttft, tpot):
-            high, point = mid, candidate
+        if keeps(steps, rate / mid, ttft, tpot):
+            high = mid
         else:
             low = mid
-    return high, point
+    return high, under_load(steps, rate / high)
 
 
 def scale(
@@ -874,6 +871,7 @@ def serve_option(
         link=link,
         collectives=library_for(gpu.vendor),
         serial=step_factor(spec, iv.engine_version),
+        mbu_given=ctx.mbu_given,
     )
     static_batch = w.batch_size > 1 or not spec.paged
 
