@@ -1,6 +1,6 @@
-"""The training step's fused attention (a backward that recomputes the scores), context
-parallelism's key/value exchange (only the tensor-parallel rank's heads), and the
-pipeline's last stage (which holds the output head and the loss)."""
+"""The training step's context-parallel key/value exchange (only the tensor-parallel
+rank's heads), the pipeline's last stage (which holds the output head) and the loss's
+memory passes over the logits."""
 
 from typing import Any
 
@@ -13,7 +13,6 @@ from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
 from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.step import (
-    FUSED_ATTENTION_PASSES,
     LOSS_BYTES_PER_LOGIT,
     Rates,
     StepLinks,
@@ -68,35 +67,6 @@ def test_context_parallel_moves_only_the_tensor_ranks_heads() -> None:
     alone = _micro_comm(shape, Parallelism(context=16), LINKS, 0.0)[1]
     split = _micro_comm(shape, Parallelism(tensor=8, context=16), LINKS, 0.0)[1]
     assert split == pytest.approx(alone / 8, rel=1e-3)
-
-
-@pytest.mark.parametrize("table", ["h100-sxm5-80gb", None])
-def test_fused_attention_backward_recomputes_the_scores(table: str | None) -> None:
-    t = LLAMA2_7B
-    rates = _rates("h100-sxm5-80gb", table)
-    lay = Parallelism()
-    fused = micro_batch(t, _llama2_7b(), lay, rates, framework("megatron"))
-    assert fused.measured is (table is not None)
-    # forward 1, backward 2.5 (five matmuls to the forward's two)
-    assert FUSED_ATTENTION_PASSES == 3.5
-    assert fused.attention_forward_share == pytest.approx(1 / 3.5)
-    forward = fused.attention_s * fused.attention_forward_share
-    assert fused.attention_s - forward == pytest.approx(2.5 * forward)
-    # selective recompute repeats the attention's forward, not a third of it
-    assert fused.recompute_s("selective") == pytest.approx(fused.attention_s / 3.5)
-    if table is None:
-        # at one efficiency, eager attention (every score, twice the causal FLOPs; a
-        # backward of two forwards) against the fused kernel's 3.5 forwards
-        eager = micro_batch(t, _llama2_7b(causal_skip=False), lay, rates, framework("megatron"))
-        assert eager.attention_s / fused.attention_s == pytest.approx(2 * 3 / 3.5, rel=1e-3)
-
-
-def test_eager_attention_backward_reads_the_stored_scores() -> None:
-    t = LLAMA2_7B
-    rates = _rates("h100-sxm5-80gb", None)
-    eager = micro_batch(t, _llama2_7b(causal_skip=False), Parallelism(), rates, framework("ddp"))
-    assert eager.attention_forward_share == pytest.approx(1 / 3)
-    assert eager.recompute_s("selective") == pytest.approx(eager.attention_s / 3)
 
 
 def test_the_last_pipeline_stage_holds_the_whole_head() -> None:

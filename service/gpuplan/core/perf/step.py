@@ -234,11 +234,6 @@ class MicroBatch(NamedTuple):
     measured: bool = False
     """The GEMMs (and fused attention) were timed from a measured kernel table."""
 
-    attention_forward_share: float = 1 / 3
-    """Share of the attention time that is forward: a third when the backward does
-    twice the forward's matmuls (eager attention keeps the probabilities), ``1 / 3.5``
-    for a fused kernel, whose backward recomputes the scores (:data:`FUSED_ATTENTION_PASSES`)."""
-
     @property
     def compute_s(self) -> float:
         return self.gemm_s + self.attention_s + self.elementwise_s + self.launch_s
@@ -249,11 +244,10 @@ class MicroBatch(NamedTuple):
 
     @property
     def forward_s(self) -> float:
-        """The forward: its GEMMs, attention's forward share, and a third of the
-        memory-bound kernels and launches."""
-        rest = self.elementwise_s + self.launch_s
-        attention = self.attention_s * self.attention_forward_share
-        return self.gemm_s * self.forward_gemm_share + attention + rest / 3
+        """The forward: its GEMMs, a third of attention (forward 1, backward 2), and a
+        third of the memory-bound kernels and launches."""
+        rest = self.attention_s + self.elementwise_s + self.launch_s
+        return self.gemm_s * self.forward_gemm_share + rest / 3
 
     def recompute_s(self, checkpointing: str, every: int = 1) -> float:
         """Full repeats the forward; selective the attention core's forward;
@@ -263,7 +257,7 @@ class MicroBatch(NamedTuple):
         if checkpointing == "full":
             return self.forward_s / every
         if checkpointing == "selective":
-            return self.attention_s * self.attention_forward_share
+            return self.attention_s / 3
         if checkpointing == "selective_op":
             return (self.elementwise_s + self.launch_s) / 3 / every
         return 0.0
@@ -309,13 +303,10 @@ def micro_batch(
         if measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
         else None
     )
-    # A fused kernel's backward recomputes the scores: 2.5 forwards, not 2.
-    passes = FUSED_ATTENTION_PASSES if shape.causal_skip else 3.0
     if timed is not None:
         attention_s = timed
     else:
         attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
-        attention_s *= passes / 3
     traffic = 0.0
     if not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
@@ -341,25 +332,8 @@ def micro_batch(
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
     elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
     return MicroBatch(
-        weights + attention,
-        gemm,
-        attention_s,
-        elementwise,
-        launch,
-        forward_share,
-        measured,
-        1 / passes,
+        weights + attention, gemm, attention_s, elementwise, launch, forward_share, measured
     )
-
-
-FUSED_ATTENTION_PASSES = 3.5
-"""A fused (flash) attention's forward and backward, in forwards' worth of matmuls: the
-backward recomputes the scores ``Q Kᵀ`` from the saved softmax statistics instead of
-reading them, then runs ``dV``, ``dP``, ``dQ`` and ``dK``: five matmuls to the forward's
-two. FlashAttention's own benchmark counts it so (Dao-AILab/flash-attention,
-benchmarks/benchmark_flash_attention.py at c082294e0f6c: ``return f if mode == "fwd"
-else (2.5 * f if mode == "bwd" else 3.5 * f)``). The model FLOPs (and MFU) keep the
-convention of a backward at twice the forward."""
 
 
 def last_stage_parameters(t: TokenFlops, shape: StepShape, lay: Parallelism) -> float:
@@ -576,7 +550,7 @@ def _measured_attention_seconds(
 ) -> float | None:
     """Fused causal attention of one micro-batch by the measured prefill table: the
     forward of each layer's heads (split by tensor parallelism), and the backward at
-    2.5 times it (:data:`FUSED_ATTENTION_PASSES`: it recomputes the scores), context
+    twice it (its two matmuls per forward one, as the FLOPs count), context
     parallelism splitting the work. None: the table measured no attention."""
     table = rates.kernel_table
     assert table is not None
@@ -586,13 +560,7 @@ def _measured_attention_seconds(
     forward = context_attention_seconds(
         table, float(shape.batch_size), float(shape.seq), heads, float(shape.head_dim)
     )
-    return (
-        FUSED_ATTENTION_PASSES
-        * layers
-        * forward
-        / lay.context
-        / rates.kernels.measured_kernel_share
-    )
+    return 3 * layers * forward / lay.context / rates.kernels.measured_kernel_share
 
 
 def _micro_comm(
