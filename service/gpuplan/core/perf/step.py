@@ -272,21 +272,24 @@ def micro_batch(
     local_tokens = shape.batch_size * shape.seq / lay.context
     shard = lay.tensor * lay.pipeline
     layers = -(-shape.num_layers // lay.pipeline)
-    weights = (4 if shape.frozen_base else 6) * t.matmul_parameters * local_tokens / shard
+    per_weight = (4 if shape.frozen_base else 6) * local_tokens / lay.tensor
+    weights = per_weight * t.matmul_parameters / lay.pipeline
+    # The GPU that sets the pace: the last pipeline stage, which also holds the head.
+    stage_weights = per_weight * last_stage_parameters(t, shape, lay)
     full = forward_flops_per_token(t, shape.seq, causal_skip=shape.causal_skip)
     attention = 3 * (full - 2 * t.matmul_parameters) * local_tokens / shard
     forward_share = 1 / 2 if shape.frozen_base else 1 / 3
     if rates.mfu is not None:
         rate = rates.peak_flops * rates.mfu
         return MicroBatch(
-            weights + attention, weights / rate, attention / rate, 0.0, 0.0, forward_share
+            weights + attention, stage_weights / rate, attention / rate, 0.0, 0.0, forward_share
         )
     gen, k = rates.generation, rates.kernels
     measured = rates.kernel_source == "measured" and not shape.vision and shape.hidden_size > 0
     if measured:
-        gemm = weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
+        gemm = stage_weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
     else:
-        gemm = weights / (
+        gemm = stage_weights / (
             rates.peak_flops
             * gemm_efficiency(
                 # A convolution's GEMM rows are the batch times every output pixel.
@@ -308,6 +311,8 @@ def micro_batch(
     if not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
         traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
+        # The loss over the logits, on the last stage (the one that sets the pace).
+        traffic += local_tokens * shape.vocab_size / lay.tensor * LOSS_BYTES_PER_LOGIT
         traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
         if shape.compile:
             traffic *= k.compile_elementwise_factor
@@ -329,6 +334,42 @@ def micro_batch(
     return MicroBatch(
         weights + attention, gemm, attention_s, elementwise, launch, forward_share, measured
     )
+
+
+def last_stage_parameters(t: TokenFlops, shape: StepShape, lay: Parallelism) -> float:
+    """Matmul weights a token multiplies on the last pipeline stage: its share of the
+    layers and the whole output head.
+
+    Megatron-core builds the output layer on the last stage only (NVIDIA/Megatron-LM,
+    megatron/core/models/gpt/gpt_model.py at e914fb787a46: ``if post_process:
+    self.output_layer = tensor_parallel.ColumnParallelLinear(config.hidden_size,
+    self.vocab_size, ...)``) and splits the decoder's layers evenly over the stages (the
+    later ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``
+    options, which count them as a layer, default to False). In the steady state of
+    1F1B every stage runs each micro-batch once and waits for the slowest, so a
+    micro-batch slot takes the last stage's time: the head's GEMMs are not spread over
+    the stages. Without pipeline parallelism (or an unknown head) this is the model's
+    matmul weights."""
+    head = float(shape.vocab_size * shape.hidden_size) if shape.vocab_size > 0 else 0.0
+    if lay.pipeline <= 1 or head <= 0 or head >= t.matmul_parameters:
+        return t.matmul_parameters / lay.pipeline
+    return (t.matmul_parameters - head) / lay.pipeline + head
+
+
+LOSS_BYTES_PER_LOGIT = 48
+"""Bytes the cross-entropy loss moves per 16-bit logit, forward and backward, unfused.
+``cross_entropy`` autocasts to fp32 (pytorch/pytorch, docs/source/amp.rst at
+e4b13f681dc1: "CUDA Ops that can autocast to ``float32``: ... ``cross_entropy`` ...
+``log_softmax`` ... ``nll_loss``"), so eagerly: the cast up (read 2, write 4),
+``log_softmax`` (three reads of the row, for its max, its sum of exponentials and the
+output, and a write: 16), ``nll_loss``'s backward writing a zeroed gradient (4), the
+softmax backward (a read of the gradient for its sum, then the gradient and the output
+read and the input's gradient written: 16) and the cast back (read 4, write 2). The
+vocabulary is wide (32k to 150k logits a token against a few thousand hidden), so these
+passes are a real share of a small model's step. They are scaled as the other
+memory-bound kernels are: a framework's fused loss (Megatron's
+``cross_entropy_loss_fusion``) by its ``elementwise_factor``, ``torch.compile``'s by
+``compile_elementwise_factor``."""
 
 
 ADAPTER_INPUT_BYTES = 6
@@ -538,8 +579,9 @@ def _micro_comm(
     collectives = 4 + (2 / shape.checkpoint_every if shape.checkpointing == "full" else 0)
     tensor = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
     # Context parallelism: each layer gathers every rank's keys and values forward and
-    # reduce-scatters their gradients backward, behind the attention compute.
-    kv = local_tokens * shape.kv_width * 2 * shape.activation_bytes * lay.context
+    # reduce-scatters their gradients backward, behind the attention compute. A GPU
+    # moves only its tensor-parallel rank's heads (:func:`context_kv_width`).
+    kv = local_tokens * context_kv_width(shape, lay) * 2 * shape.activation_bytes * lay.context
     context = max(
         0.0, layers * 2 * all_gather_seconds(kv, lay.context, links.context) - attention_s
     )
@@ -557,6 +599,20 @@ def _micro_comm(
         else 0.0
     )
     return tensor, context, expert, pipeline
+
+
+def context_kv_width(shape: StepShape, lay: Parallelism) -> float:
+    """Key (or value) width per token one GPU's context-parallel exchange moves.
+
+    Tensor parallelism splits the attention heads before context parallelism sees them:
+    Megatron-core's attention holds ``num_query_groups_per_partition =
+    divide(num_query_groups, tensor_model_parallel_world_size)`` key/value heads on a
+    rank (NVIDIA/Megatron-LM, megatron/core/transformer/attention.py at
+    00c2c0adeec1), and the core attention (Transformer Engine's context-parallel ring,
+    which sends each rank's keys and values to the next) sees only those. So each
+    context-parallel rank moves ``kv_width / tensor`` per token, never less than one head."""
+    local = shape.kv_width / max(lay.tensor, 1)
+    return max(local, float(shape.head_dim)) if shape.head_dim > 0 else local
 
 
 def training_step(

@@ -1,0 +1,104 @@
+"""The training step's context-parallel key/value exchange (only the tensor-parallel
+rank's heads), the pipeline's last stage (which holds the output head) and the loss's
+memory passes over the logits."""
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.memory.schema import Parallelism
+from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.flops import TokenFlops
+from gpuplan.core.perf.step import (
+    LOSS_BYTES_PER_LOGIT,
+    Rates,
+    StepLinks,
+    StepShape,
+    _micro_comm,
+    context_kv_width,
+    last_stage_parameters,
+    micro_batch,
+)
+
+CATALOG = builtin_catalog()
+NETWORK = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)
+LINKS = StepLinks(
+    tensor=NETWORK, context=NETWORK, expert=NETWORK, pipeline=NETWORK, data=NETWORK, host=NETWORK
+)
+
+
+def _rates(gpu: str, table: str | None) -> Rates:
+    spec = CATALOG.get(gpu)
+    return Rates(
+        peak_flops=spec.peak_flops["bf16"],
+        attention_peak_flops=spec.peak_flops["bf16"],
+        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
+        generation=generation(spec),
+        kernels=efficiency_data().kernels,
+        kernel_table=table,
+    )
+
+
+LLAMA2_7B = TokenFlops(matmul_parameters=6_500_000_000, attention_per_context_token=4 * 4096 * 32)
+
+
+def _llama2_7b(**changes: Any) -> StepShape:
+    """Llama 2 7B: 32 layers of 4096, 32 heads of 128 (no grouped keys)."""
+    shape = StepShape(
+        batch_size=1, seq=32768, accumulation=1, checkpointing="none", causal_skip=True,
+        frozen_base=False, hidden_size=4096, mlp_width=11008, kv_width=4096, num_layers=32,
+        num_heads=32, head_dim=128, moe_layers=0, experts_per_token=0, activation_bytes=2,
+        trainable_parameters=6_700_000_000, parameters=6_700_000_000, gradient_bytes=2,
+        weight_bytes=2, gather_bytes=2, compile=False,
+    )  # fmt: skip
+    return msgspec.structs.replace(shape, **changes)
+
+
+def test_context_parallel_moves_only_the_tensor_ranks_heads() -> None:
+    shape = _llama2_7b(seq=524288)
+    assert context_kv_width(shape, Parallelism(context=16)) == 4096
+    assert context_kv_width(shape, Parallelism(tensor=8, context=16)) == 512
+    # never less than one head: 8 grouped key/value heads over 16 tensor ranks
+    assert context_kv_width(_llama2_7b(kv_width=1024), Parallelism(tensor=16)) == 128
+    # the exposed exchange (nothing to hide behind) shrinks with the heads a GPU holds
+    alone = _micro_comm(shape, Parallelism(context=16), LINKS, 0.0)[1]
+    split = _micro_comm(shape, Parallelism(tensor=8, context=16), LINKS, 0.0)[1]
+    assert split == pytest.approx(alone / 8, rel=1e-3)
+
+
+def test_the_last_pipeline_stage_holds_the_whole_head() -> None:
+    head = 32000 * 4096
+    shape = _llama2_7b(vocab_size=32000)
+    n = LLAMA2_7B.matmul_parameters
+    assert last_stage_parameters(LLAMA2_7B, shape, Parallelism()) == n
+    assert last_stage_parameters(LLAMA2_7B, shape, Parallelism(pipeline=4)) == (n - head) / 4 + head
+    # an unknown head: the layers alone, split evenly
+    assert last_stage_parameters(LLAMA2_7B, _llama2_7b(), Parallelism(pipeline=4)) == n / 4
+    rates = _rates("h100-sxm5-80gb", None)
+    one = micro_batch(LLAMA2_7B, shape, Parallelism(), rates, framework("megatron"))
+    four = micro_batch(LLAMA2_7B, shape, Parallelism(pipeline=4), rates, framework("megatron"))
+    # the model FLOPs split evenly; the time is the last stage's, head and all
+    assert four.model_flops == pytest.approx(one.model_flops / 4)
+    assert four.gemm_s / one.gemm_s == pytest.approx(((n - head) / 4 + head) / n)
+    assert four.gemm_s > one.gemm_s / 4
+
+
+def test_the_loss_reads_and_writes_every_logit() -> None:
+    rates = _rates("h100-sxm5-80gb", None)
+    lay = Parallelism(tensor=2)
+    bare = micro_batch(LLAMA2_7B, _llama2_7b(), lay, rates, framework("ddp"))
+    head = micro_batch(LLAMA2_7B, _llama2_7b(vocab_size=32000), lay, rates, framework("ddp"))
+    # eager PyTorch: the fp32 cast, log_softmax and their backward over 16k logits a GPU
+    assert LOSS_BYTES_PER_LOGIT == 48
+    logits = 32768 * 32000 / 2
+    speed = rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
+    assert head.elementwise_s - bare.elementwise_s == pytest.approx(logits * 48 / speed)
+    # a fused loss (Megatron) and a compiled one move less, as their other kernels do
+    fused = micro_batch(LLAMA2_7B, _llama2_7b(vocab_size=32000), lay, rates, framework("megatron"))
+    fused_bare = micro_batch(LLAMA2_7B, _llama2_7b(), lay, rates, framework("megatron"))
+    assert fused.elementwise_s - fused_bare.elementwise_s < 0.5 * (
+        head.elementwise_s - bare.elementwise_s
+    )
