@@ -209,6 +209,7 @@ Gemm = tuple[float, float, float]
 """One GEMM of a model: (how many a pass runs, ``n``, ``k``); ``m`` is the pass's rows."""
 
 
+@lru_cache(maxsize=4096)
 def model_gemms(
     *, hidden: int, kv_width: int, mlp_width: int, vocab: int, tensor: int, layers: int
 ) -> tuple[Gemm, ...]:

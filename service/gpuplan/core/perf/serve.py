@@ -22,12 +22,14 @@ The concurrency ``B`` is chosen by :mod:`gpuplan.core.recommend.serving`.
 """
 
 import math
+from functools import lru_cache
 from typing import Literal, NamedTuple
 
 from gpuplan.core.perf.collectives import Library, small_all_reduce_seconds
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
+    Gemm,
     context_attention_seconds,
     gemm_rate,
     generation_attention_seconds,
@@ -191,20 +193,52 @@ def measured_weight_read_seconds(shape: ServeShape, r: Replica) -> float:
     the input embedding, whose step reads one row per token (an MoE's: the experts the
     step touches), and at least the listed GEMMs' own (``model_gemms`` leaves a gated
     MLP's gate out, so a SwiGLU model's weights are the more)."""
-    gemms = model_gemms(
-        hidden=shape.hidden_size,
-        kv_width=shape.kv_width,
-        mlp_width=shape.mlp_width,
-        vocab=shape.vocab_size,
-        tensor=r.tp,
-        layers=shape.num_layers,
-    )
-    parameters = sum(c * n * k for c, n, k in gemms)
+    parameters, one_row = _one_row(shape, r)
     element_bytes = 1 if r.rates.fp8 else 2
-    one_row = _measured_gemm_seconds(shape, r, rows=1.0, gemm_flops=2 * parameters)
     embedding = shape.vocab_size * shape.hidden_size * element_bytes / r.tp
     read = max(parameters * element_bytes, shape.weights_bytes - embedding)
     return one_row * read / (parameters * element_bytes)
+
+
+def _one_row(shape: ServeShape, r: Replica) -> tuple[float, float]:
+    """The listed GEMMs' parameters and their time at ``m = 1``."""
+    rates = r.rates
+    assert rates.kernel_table is not None
+    return _one_row_of(
+        rates.kernel_table,
+        fp8=rates.fp8,
+        peak_flops=rates.peak_flops,
+        share=rates.kernels.measured_kernel_share,
+        gemms=model_gemms(
+            hidden=shape.hidden_size,
+            kv_width=shape.kv_width,
+            mlp_width=shape.mlp_width,
+            vocab=shape.vocab_size,
+            tensor=r.tp,
+            layers=shape.num_layers,
+        ),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _one_row_of(
+    table: str, *, fp8: bool, peak_flops: float, share: float, gemms: tuple[Gemm, ...]
+) -> tuple[float, float]:
+    """:func:`_one_row` from plain values (memoized: a search asks for the same
+    replica's at every step it times)."""
+    parameters = sum(c * n * k for c, n, k in gemms)
+    rate = gemm_rate(table, "fp8" if fp8 else "bf16", 1, gemms, 0)
+    return parameters, _share_slowed(2 * parameters / rate, rate, peak_flops, share)
+
+
+def _share_slowed(seconds: float, rate: float, peak_flops: float, share: float) -> float:
+    """An isolated kernel's ``seconds`` at ``rate``, its tensor-core-bound part slowed by
+    ``measured_kernel_share`` (see :func:`_measured`)."""
+    # The share slows what the tensor cores bound (clocks under sustained load), not the
+    # weight reads of a skinny GEMM: of the isolated kernel's time, ``rate / peak`` is
+    # arithmetic at the peak, the rest the memory's.
+    tensor_bound = min(rate / peak_flops, 1.0)
+    return seconds * (1 + tensor_bound * (1 / share - 1))
 
 
 def _measured_gemm_seconds(
@@ -225,12 +259,8 @@ def _measured_gemm_seconds(
         layers=shape.num_layers,
     )
     rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
-    # The share slows what the tensor cores bound (clocks under sustained load), not the
-    # weight reads of a skinny GEMM: of the isolated kernel's time, ``rate / peak`` is
-    # arithmetic at the peak, the rest the memory's.
-    tensor_bound = min(rate / rates.peak_flops, 1.0)
     share = rates.kernels.measured_kernel_share
-    return gemm_flops / rate * (1 + tensor_bound * (1 / share - 1))
+    return _share_slowed(gemm_flops / rate, rate, rates.peak_flops, share)
 
 
 def _measured(
