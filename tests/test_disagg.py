@@ -12,10 +12,13 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from gpuplan.cli import main
+from gpuplan.core.catalog import builtin_catalog
+from gpuplan.core.convert import convert
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kv_transfer import kv_transfer
+from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.disagg import missed_targets
-from gpuplan.core.recommend.schema import InferenceVolume
+from gpuplan.core.recommend.schema import InferenceVolume, RecommendResponse
 from tests.helpers import problem_at
 
 TPOT_S = 0.05
@@ -255,14 +258,9 @@ def test_the_pools_queues_against_their_simulations() -> None:
             assert abs(row["tpot_s_p95_error"]) < 0.15, row
 
 
-def test_an_moe_model_gets_expert_parallel_pools() -> None:
-    """DeepSeek-V3 on H200s: the expert-parallel candidate gets its comparison too, and
-    the pools may be expert-parallel replicas, each attention rank with its own
-    sequences: a request's cache then crosses one GPU's link (the rank that holds it)."""
-    from gpuplan.core.catalog import builtin_catalog
-    from gpuplan.core.convert import convert
-    from gpuplan.core.recommend import RecommendRequest, recommend
-
+def _deepseek_answer(**inference: Any) -> RecommendResponse:
+    """DeepSeek-V3 in fp8 on H200s at 40 requests/s, compared with disaggregation, every
+    count kept (the expert-parallel candidate wherever it ranks)."""
     payload = {
         "model": {"name": "deepseek-v3"},
         "workload": {
@@ -275,13 +273,20 @@ def test_an_moe_model_gets_expert_parallel_pools() -> None:
             "prompt_tokens": 2048,
             "output_tokens": 512,
             "requests_per_second": 40,
-            "max_time_per_output_token_s": 0.1,
             "compare_disaggregated": True,
+            **inference,
         },
         "constraints": {"include": ["h200-sxm-141gb"]},
         "all_counts": True,
     }
-    answer = recommend(convert(payload, RecommendRequest), builtin_catalog())
+    return recommend(convert(payload, RecommendRequest), builtin_catalog())
+
+
+def test_an_moe_model_gets_expert_parallel_pools() -> None:
+    """DeepSeek-V3 on H200s: the expert-parallel candidate gets its comparison too, and
+    the pools may be expert-parallel replicas, each attention rank with its own
+    sequences: a request's cache then crosses one GPU's link (the rank that holds it)."""
+    answer = _deepseek_answer(max_time_per_output_token_s=0.1)
     expert = [c for c in answer.recommendations if c.layout and c.layout.expert > 1]
     assert expert
     for c in answer.recommendations:
@@ -311,29 +316,7 @@ def test_an_moe_model_gets_expert_parallel_pools() -> None:
 def test_expert_parallel_pools_keep_an_slo_with_a_queue_per_rank() -> None:
     """Under an SLO an expert-parallel decode pool runs one queue per attention rank: it
     starts from the replicas whose ranks together outrun the rate, not from a rank's."""
-    from gpuplan.core.catalog import builtin_catalog
-    from gpuplan.core.convert import convert
-    from gpuplan.core.recommend import RecommendRequest, recommend
-
-    payload = {
-        "model": {"name": "deepseek-v3"},
-        "workload": {
-            "mode": "inference",
-            "sequence_length": 2048,
-            "precision": "fp8",
-            "weight_quantization": "fp8",
-        },
-        "inference": {
-            "prompt_tokens": 2048,
-            "output_tokens": 512,
-            "requests_per_second": 40,
-            "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.1},
-            "compare_disaggregated": True,
-        },
-        "constraints": {"include": ["h200-sxm-141gb"]},
-        "all_counts": True,
-    }
-    answer = recommend(convert(payload, RecommendRequest), builtin_catalog())
+    answer = _deepseek_answer(slo={"ttft_p95_s": 2.0, "tpot_p95_s": 0.1})
     sides = [c.disaggregation for c in answer.recommendations if c.disaggregation is not None]
     assert sides
     for d in sides:

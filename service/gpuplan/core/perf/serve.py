@@ -209,14 +209,19 @@ def _one_row(shape: ServeShape, r: Replica) -> tuple[float, float]:
         fp8=rates.fp8,
         peak_flops=rates.peak_flops,
         share=rates.kernels.measured_kernel_share,
-        gemms=model_gemms(
-            hidden=shape.hidden_size,
-            kv_width=shape.kv_width,
-            mlp_width=shape.mlp_width,
-            vocab=shape.vocab_size,
-            tensor=r.tp,
-            layers=shape.num_layers,
-        ),
+        gemms=_gemms(shape, r),
+    )
+
+
+def _gemms(shape: ServeShape, r: Replica) -> tuple[Gemm, ...]:
+    """The model's GEMMs on one GPU of the replica (:func:`model_gemms`)."""
+    return model_gemms(
+        hidden=shape.hidden_size,
+        kv_width=shape.kv_width,
+        mlp_width=shape.mlp_width,
+        vocab=shape.vocab_size,
+        tensor=r.tp,
+        layers=shape.num_layers,
     )
 
 
@@ -250,14 +255,7 @@ def _measured_gemm_seconds(
     rates = r.rates
     table = rates.kernel_table
     assert table is not None
-    gemms = model_gemms(
-        hidden=shape.hidden_size,
-        kv_width=shape.kv_width,
-        mlp_width=shape.mlp_width,
-        vocab=shape.vocab_size,
-        tensor=r.tp,
-        layers=shape.num_layers,
-    )
+    gemms = _gemms(shape, r)
     rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
     share = rates.kernels.measured_kernel_share
     return _share_slowed(gemm_flops / rate, rate, rates.peak_flops, share)
