@@ -11,7 +11,10 @@ from redis.asyncio import Redis
 
 from gpuplan.api.app import create_app
 from gpuplan.config.settings import Settings
+from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.fleet import NodeSnapshot
+from gpuplan.core.perf.efficiency import efficiency_data, generation
+from gpuplan.core.perf.step import Rates
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
 from tests.conftest import RedisServer, forget_keys
@@ -138,4 +141,18 @@ def job_settings(redis_url: str, key_prefix: str, **changes: Any) -> Settings:
         job_queue_prefix=f"{key_prefix}jobs:",
         trace_cache_prefix=f"{key_prefix}trace:",
         **changes,
+    )
+
+
+def bf16_rates(gpu: str, table: str | None = None) -> Rates:
+    """A catalog GPU's bf16 rates as the speed model builds them, timed by the measured
+    kernel ``table`` (None: the roofline)."""
+    spec = builtin_catalog().get(gpu)
+    return Rates(
+        peak_flops=spec.peak_flops["bf16"],
+        attention_peak_flops=spec.peak_flops["bf16"],
+        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
+        generation=generation(spec),
+        kernels=efficiency_data().kernels,
+        kernel_table=table,
     )

@@ -14,13 +14,15 @@ from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, 
 from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
 from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
 from gpuplan.core.perf.flops import token_flops
-from gpuplan.core.perf.step import Rates, StepLinks, StepShape, training_step
+from gpuplan.core.perf.step import StepLinks, StepShape, training_step
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify
 from gpuplan.core.recommend.schema import Candidate, ParallelLayout, RecommendResponse, StepTime
+from tests.helpers import bf16_rates
 
 GiB = 1 << 30
+
 CATALOG = builtin_catalog()
 
 
@@ -535,18 +537,6 @@ def test_links_come_from_the_catalog() -> None:
     assert link("h100-sxm5-80gb", 16).kind == "network"
 
 
-def _rates(gpu: str) -> Rates:
-    spec = CATALOG.get(gpu)
-    data = efficiency_data()
-    return Rates(
-        peak_flops=spec.peak_flops["bf16"],
-        attention_peak_flops=spec.peak_flops["bf16"],
-        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
-        generation=generation(spec),
-        kernels=data.kernels,
-    )
-
-
 def _shape(**changes: Any) -> StepShape:
     shape = StepShape(
         batch_size=1, seq=4096, accumulation=1, checkpointing="none", causal_skip=True,
@@ -570,7 +560,7 @@ def test_tensor_parallel_over_pcie_is_penalized() -> None:
 
     def step(link: Link) -> float:
         return training_step(
-            t, _shape(), Parallelism(tensor=8), rates=_rates("h100-sxm5-80gb"),
+            t, _shape(), Parallelism(tensor=8), rates=bf16_rates("h100-sxm5-80gb"),
             links=_links(link), framework=framework("ddp"),
         ).seconds  # fmt: skip
 
@@ -588,7 +578,7 @@ def test_recompute_is_timed_apart_and_not_counted_in_the_mfu() -> None:
 
     def step(checkpointing: str) -> Any:
         return training_step(
-            t, _shape(checkpointing=checkpointing), Parallelism(), rates=_rates("a100-sxm4-80gb"),
+            t, _shape(checkpointing=checkpointing), Parallelism(), rates=bf16_rates("a100-sxm4-80gb"),
             links=_links(NVLINK), framework=framework("fsdp2"),
         )  # fmt: skip
 
@@ -596,7 +586,7 @@ def test_recompute_is_timed_apart_and_not_counted_in_the_mfu() -> None:
     # A frozen base (LoRA) has no weight-gradient GEMMs: its forward is half of them.
     lora = training_step(
         t, _shape(checkpointing="full", frozen_base=True), Parallelism(),
-        rates=_rates("a100-sxm4-80gb"), links=_links(NVLINK), framework=framework("fsdp2"),
+        rates=bf16_rates("a100-sxm4-80gb"), links=_links(NVLINK), framework=framework("fsdp2"),
     )  # fmt: skip
     assert lora.recompute_s > full.recompute_s * 0.9
     assert lora.compute_s < full.compute_s * 0.8
@@ -616,7 +606,7 @@ def test_an_interleaved_schedule_shrinks_the_bubble() -> None:
     def bubble(virtual: int) -> float:
         return training_step(
             t, _shape(accumulation=8), Parallelism(pipeline=4, virtual_stages=virtual),
-            rates=_rates("h100-sxm5-80gb"), links=_links(NVLINK), framework=framework("megatron"),
+            rates=bf16_rates("h100-sxm5-80gb"), links=_links(NVLINK), framework=framework("megatron"),
         ).bubble_s  # fmt: skip
 
     assert bubble(4) == pytest.approx(bubble(1) / 4, rel=0.05)
@@ -630,7 +620,7 @@ def test_fp8_is_faster_but_far_from_twice() -> None:
 
     def seconds(fp8: bool) -> float:
         rates = msgspec.structs.replace(
-            _rates("h100-sxm5-80gb"), fp8=fp8,
+            bf16_rates("h100-sxm5-80gb"), fp8=fp8,
             peak_flops=gpu.peak_flops["fp8" if fp8 else "bf16"],
         )  # fmt: skip
         return training_step(

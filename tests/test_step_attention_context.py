@@ -10,11 +10,10 @@ import pytest
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link
-from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.efficiency import framework
 from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.step import (
     LOSS_BYTES_PER_LOGIT,
-    Rates,
     StepLinks,
     StepShape,
     _micro_comm,
@@ -22,24 +21,13 @@ from gpuplan.core.perf.step import (
     last_stage_parameters,
     micro_batch,
 )
+from tests.helpers import bf16_rates
 
 CATALOG = builtin_catalog()
 NETWORK = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)
 LINKS = StepLinks(
     tensor=NETWORK, context=NETWORK, expert=NETWORK, pipeline=NETWORK, data=NETWORK, host=NETWORK
 )
-
-
-def _rates(gpu: str, table: str | None) -> Rates:
-    spec = CATALOG.get(gpu)
-    return Rates(
-        peak_flops=spec.peak_flops["bf16"],
-        attention_peak_flops=spec.peak_flops["bf16"],
-        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
-        generation=generation(spec),
-        kernels=efficiency_data().kernels,
-        kernel_table=table,
-    )
 
 
 LLAMA2_7B = TokenFlops(matmul_parameters=6_500_000_000, attention_per_context_token=4 * 4096 * 32)
@@ -77,7 +65,7 @@ def test_the_last_pipeline_stage_holds_the_whole_head() -> None:
     assert last_stage_parameters(LLAMA2_7B, shape, Parallelism(pipeline=4)) == (n - head) / 4 + head
     # an unknown head: the layers alone, split evenly
     assert last_stage_parameters(LLAMA2_7B, _llama2_7b(), Parallelism(pipeline=4)) == n / 4
-    rates = _rates("h100-sxm5-80gb", None)
+    rates = bf16_rates("h100-sxm5-80gb", None)
     one = micro_batch(LLAMA2_7B, shape, Parallelism(), rates, framework("megatron"))
     four = micro_batch(LLAMA2_7B, shape, Parallelism(pipeline=4), rates, framework("megatron"))
     # the model FLOPs split evenly; the time is the last stage's, head and all
@@ -87,7 +75,7 @@ def test_the_last_pipeline_stage_holds_the_whole_head() -> None:
 
 
 def test_the_loss_reads_and_writes_every_logit() -> None:
-    rates = _rates("h100-sxm5-80gb", None)
+    rates = bf16_rates("h100-sxm5-80gb", None)
     lay = Parallelism(tensor=2)
     bare = micro_batch(LLAMA2_7B, _llama2_7b(), lay, rates, framework("ddp"))
     head = micro_batch(LLAMA2_7B, _llama2_7b(vocab_size=32000), lay, rates, framework("ddp"))

@@ -8,13 +8,12 @@ import pytest
 
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.schema import Parallelism
-from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
+from gpuplan.core.perf.efficiency import framework
 from gpuplan.core.perf.flops import token_flops
 from gpuplan.core.perf.step import (
     ADAPTER_INPUT_BYTES,
     ADAPTER_OUTPUT_BYTES,
     DROPOUT_INPUT_BYTES,
-    Rates,
     StepShape,
     adapter_work,
     expert_data_split,
@@ -22,20 +21,9 @@ from gpuplan.core.perf.step import (
     micro_batch,
     routed_traffic_bytes,
 )
+from tests.helpers import bf16_rates
 
 CATALOG = builtin_catalog()
-
-
-def _rates(gpu: str, table: str | None) -> Rates:
-    spec = CATALOG.get(gpu)
-    return Rates(
-        peak_flops=spec.peak_flops["bf16"],
-        attention_peak_flops=spec.peak_flops["bf16"],
-        bandwidth_bytes_per_s=float(spec.memory_bandwidth_bytes_per_s),
-        generation=generation(spec),
-        kernels=efficiency_data().kernels,
-        kernel_table=table,
-    )
 
 
 def _moe(**changes: Any) -> StepShape:
@@ -75,7 +63,7 @@ def test_experts_are_gemms_of_their_own_rows() -> None:
 
 def test_fine_grained_experts_are_slower_than_one_wide_gemm() -> None:
     t = token_flops(None, None, 3_000_000_000)
-    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    rates = bf16_rates("h100-sxm5-80gb", "h100-sxm5-80gb")
     lay = Parallelism(expert=8)
     routed = micro_batch(t, _moe(), lay, rates, framework("megatron"))
     wide = micro_batch(t, _moe(experts=0), lay, rates, framework("megatron"))
@@ -94,7 +82,7 @@ def test_token_permutations_are_memory_passes() -> None:
     # one expert per rank: no sort by local expert
     assert routed_traffic_bytes(_moe(experts=8), lay, 4096.0) == four / 2
     t = token_flops(None, None, 3_000_000_000)
-    rates = _rates("h100-sxm5-80gb", None)
+    rates = bf16_rates("h100-sxm5-80gb", None)
     with_moves = micro_batch(t, _moe(), lay, rates, framework("megatron"))
     without = micro_batch(t, _moe(experts_per_token=0), lay, rates, framework("megatron"))
     assert with_moves.elementwise_s > without.elementwise_s
@@ -114,7 +102,7 @@ def _lora(**changes: Any) -> StepShape:
 
 @pytest.mark.parametrize("table", ["h100-sxm5-80gb", None])
 def test_lora_adapters_cost_gemms_and_passes(table: str | None) -> None:
-    rates = _rates("h100-sxm5-80gb", table)
+    rates = bf16_rates("h100-sxm5-80gb", table)
     lay = Parallelism()
     tokens = 16 * 2048.0
     assert adapter_work(_lora(adapters=()), lay, rates, tokens) == (0.0, 0.0)
@@ -136,7 +124,7 @@ def test_lora_adapters_cost_gemms_and_passes(table: str | None) -> None:
 
 
 def test_tensor_parallelism_splits_the_adapters() -> None:
-    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    rates = bf16_rates("h100-sxm5-80gb", "h100-sxm5-80gb")
     tokens = 4096.0
     one = adapter_work(_lora(), Parallelism(), rates, tokens)
     two = adapter_work(_lora(), Parallelism(tensor=2), rates, tokens)
@@ -153,7 +141,7 @@ def test_tensor_parallelism_splits_the_adapters() -> None:
 
 
 def test_megatron_adapters_are_their_gemms_alone() -> None:
-    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    rates = bf16_rates("h100-sxm5-80gb", "h100-sxm5-80gb")
     peft = adapter_work(_lora(), Parallelism(), rates, 4096.0)
     megatron = adapter_work(_lora(), Parallelism(), rates, 4096.0, peft=False)
     assert megatron == (peft[0], 0.0)
@@ -170,7 +158,7 @@ def test_adapters_wrapped_apart_pay_their_own_start_ups() -> None:
         flat_units=True, trainable_parameters=20_000_000, parameters=7_000_000_000,
         checkpointing="full", accumulation=4,
     )  # fmt: skip
-    rates = _rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    rates = bf16_rates("h100-sxm5-80gb", "h100-sxm5-80gb")
 
     def exposed(units: int, data: int) -> float:
         shape = msgspec.structs.replace(base, adapter_units=units)
