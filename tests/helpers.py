@@ -156,3 +156,17 @@ def bf16_rates(gpu: str, table: str | None = None) -> Rates:
         kernels=efficiency_data().kernels,
         kernel_table=table,
     )
+
+
+def seeded_model(config: dict[str, Any]) -> Any:
+    """A randomly initialized transformers model of ``config`` (its ``model_type`` among
+    the keys), seeded: a causal LM, or a masked LM for the BERT family."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    values = dict(config)
+    model_type = str(values.pop("model_type"))
+    hf = AutoConfig.for_model(model_type, **values)
+    cls = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
+    torch.manual_seed(0)
+    return cls.from_config(hf)  # type: ignore[no-untyped-call]

@@ -20,6 +20,7 @@ from gpuplan.core.memory import adafactor  # noqa: E402
 from gpuplan.core.memory.hf_config import from_hf_config  # noqa: E402
 from gpuplan.core.memory.modules import lora_targets  # noqa: E402
 from gpuplan.core.memory.parameters import count_parameters  # noqa: E402
+from tests.helpers import seeded_model  # noqa: E402
 
 CONFIGS = {
     "llama": cases.LLAMA_STATES, "qwen2": cases.QWEN2, "gpt2": cases.GPT2, "gpt_neox": cases.NEOX,
@@ -29,17 +30,6 @@ CONFIGS = {
     "starcoder2": cases.STARCODER2, "gemma3_text": cases.GEMMA3, "olmo2": cases.OLMO2,
     "qwen3_moe": cases.QWEN3_MOE, "deepseek_v3": cases.DEEPSEEK_V3,
 }  # fmt: skip
-
-
-def _model(config: dict[str, Any]) -> Any:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
-
-    values = dict(config)
-    model_type = str(values.pop("model_type"))
-    hf = AutoConfig.for_model(model_type, **values)
-    cls = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
-    torch.manual_seed(0)
-    return cls.from_config(hf)  # type: ignore[no-untyped-call]
 
 
 def _stepped_state(model: Any) -> int:
@@ -63,14 +53,14 @@ def _stepped_state(model: Any) -> int:
 def test_the_factored_state_is_torch_s(model_type: str) -> None:
     arch, _ = from_hf_config(CONFIGS[model_type])
     counted = adafactor.state_elements(arch, count_parameters(arch))
-    assert counted == _stepped_state(_model(CONFIGS[model_type]))
+    assert counted == _stepped_state(seeded_model(CONFIGS[model_type]))
 
 
 def test_llama_state_is_rows_plus_columns() -> None:
     """The grid's Llama: a few per mille of its parameters, not a fixed fraction."""
     arch, _ = from_hf_config(cases.LLAMA_STATES)
     counts = count_parameters(arch)
-    real = _stepped_state(_model(cases.LLAMA_STATES))
+    real = _stepped_state(seeded_model(cases.LLAMA_STATES))
     assert adafactor.state_elements(arch, counts) == real
     assert real < 0.005 * counts.total
 
@@ -81,7 +71,7 @@ def test_lora_adapters_state_is_torch_s() -> None:
     arch, _ = from_hf_config(cases.LLAMA)
     names, _ = lora_targets(arch, ["q_proj", "v_proj", "down_proj"])
     lora = LoraConfig(r=8, target_modules=["q_proj", "v_proj", "down_proj"])
-    model = get_peft_model(_model(cases.LLAMA), lora)
+    model = get_peft_model(seeded_model(cases.LLAMA), lora)
     counted = adafactor.state_elements(arch, count_parameters(arch), lora_rank=8, adapted=names)
     assert counted == _stepped_state(model)
 

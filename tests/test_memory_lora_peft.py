@@ -2,8 +2,6 @@
 supported ``model_type`` are the ones the estimator names, and the adapters PEFT adds
 (its defaults, and all-linear) have the parameter count the estimator reports."""
 
-from typing import Any
-
 import pytest
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
@@ -21,6 +19,7 @@ from gpuplan.core.memory.modules import (  # noqa: E402
     lora_parameters,
     lora_targets,
 )
+from tests.helpers import seeded_model  # noqa: E402
 
 CONFIGS = {
     "llama": cases.LLAMA, "qwen2": cases.QWEN2, "gpt2": cases.GPT2, "gpt_neox": cases.NEOX,
@@ -32,22 +31,11 @@ CONFIGS = {
 }  # fmt: skip
 
 
-def _model(config: dict[str, object]) -> Any:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
-
-    values = dict(config)
-    model_type = str(values.pop("model_type"))
-    hf = AutoConfig.for_model(model_type, **values)
-    cls = AutoModelForMaskedLM if model_type in ("bert", "roberta") else AutoModelForCausalLM
-    torch.manual_seed(0)
-    return cls.from_config(hf)  # type: ignore[no-untyped-call]
-
-
 @pytest.mark.parametrize("model_type", sorted(CONFIGS))
 def test_the_linear_module_names_are_transformers(model_type: str) -> None:
     from transformers.pytorch_utils import Conv1D
 
-    model = _model(CONFIGS[model_type])
+    model = seeded_model(CONFIGS[model_type])
     built = {
         name.rsplit(".", 1)[-1]
         for name, module in model.named_modules()
@@ -75,7 +63,9 @@ def test_the_adapter_count_is_peft_s(model_type: str) -> None:
         if targets is None:
             continue
         given = "all-linear" if targets == ["all-linear"] else targets  # PEFT wants the string
-        model = get_peft_model(_model(CONFIGS[model_type]), LoraConfig(r=4, target_modules=given))
+        model = get_peft_model(
+            seeded_model(CONFIGS[model_type]), LoraConfig(r=4, target_modules=given)
+        )
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
         names, _ = lora_targets(arch, targets)
         assert lora_parameters(arch, names, 4) == trainable, targets
