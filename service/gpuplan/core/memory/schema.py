@@ -337,10 +337,11 @@ class Workload(Record):
     the layer being run holds its activations (and the loss its own)."""
 
     compile: bool = False
-    """``torch.compile`` of the layers (Llama-style families): fused norms keep only
-    their input, the SwiGLU MLP only the gate and up projections (the product is
-    recomputed in the backward); the speed model's memory-bound kernels move less
-    (a factor fitted to published runs)."""
+    """``torch.compile`` of the layers (Llama-style and GPT-2 families): in a Llama-style
+    layer fused norms keep only their input, the SwiGLU MLP only the gate and up
+    projections (the product is recomputed in the backward); a GPT-2 layer's memory is
+    taken as eager's (an upper bound: fusion only frees tensors). The speed model's
+    memory-bound kernels and launches are fewer (a factor fitted to published runs)."""
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
     log-sum-exp per query, except ``sdpa`` training in fp32 on CUDA with grouped

@@ -105,6 +105,10 @@ class StepShape(Record, kw_only=True):
     ``fp8_param_gather``)."""
 
     compile: bool
+    autocast: bool = False
+    """``amp_*`` precision: 16-bit matmuls under ``torch.autocast``, whose float32 ops
+    (softmax, cross-entropy) run on upcast copies (:data:`AUTOCAST_SCORE_BYTES`)."""
+
     head_dim: int = 0
     """Size of one attention head; 0 where a measured attention table cannot time the
     attention (multi-head latent attention, an unknown model)."""
@@ -320,7 +324,12 @@ def micro_batch(
             # Eager attention and SDPA's math kernel write and read every score: heads x
             # keys per token.
             scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
-            traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
+            per_score = (
+                AUTOCAST_SCORE_BYTES
+                if shape.autocast
+                else k.eager_score_bytes * shape.activation_bytes / 2
+            )
+            traffic += scores * per_score
         traffic += routed_traffic_bytes(shape, lay, local_tokens)
     adapter_gemm, adapter_bytes = adapter_work(
         shape, lay, rates, local_tokens, peft=framework.name != "megatron"
@@ -370,6 +379,23 @@ passes are a real share of a small model's step. They are scaled as the other
 memory-bound kernels are: a framework's fused loss (Megatron's
 ``cross_entropy_loss_fusion``) by its ``elementwise_factor``, ``torch.compile``'s by
 ``compile_elementwise_factor``."""
+
+
+AUTOCAST_SCORE_BYTES = 72
+"""Bytes eager attention moves per score under ``torch.autocast`` (16-bit matmuls),
+forward and backward, counted from the written-out attention of karpathy/build-nanogpt
+train_gpt2.py at 177e4cd (``att = (q @ k.transpose(-2, -1)) * scale``,
+``att.masked_fill(mask == 0, -inf)``, ``F.softmax(att, dim=-1)``, ``y = att @ v``).
+``softmax`` is on autocast's float32 list (pytorch/pytorch, docs/source/amp.rst at
+e4b13f681dc1: "CUDA Ops that can autocast to ``float32``: ... ``softmax``") and ``@`` on
+its lower-precision list, so each runs on a cast copy. Forward: the scores written (2),
+the scale (read and write: 4), the mask (4), the cast up (read 2, write 4), the softmax
+(read 4, write 4), the cast down (read 4, write 2) and its read by ``@ v`` (2): 32.
+Backward: the probabilities' gradient written and the probabilities read for ``v``'s
+(4), the cast's gradient up (6), the softmax backward (gradient and output read, input
+gradient written: 12), the cast's gradient down (6), the mask's and the scale's (4
+each) and the scores' gradient read by the two matmuls (4): 40. Megatron's fused
+scale-mask-softmax in 16-bit moves ``kernels.eager_score_bytes`` instead."""
 
 
 ADAPTER_INPUT_BYTES = 6
