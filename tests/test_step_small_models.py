@@ -66,3 +66,44 @@ def test_a_compiled_gpt2_is_timed_as_compiled(
     eager, compiled = speed(False), speed(True)
     # fused memory-bound kernels and fewer launches: the same FLOPs in less time
     assert compiled["throughput"]["value"] > 1.1 * eager["throughput"]["value"]
+
+
+def test_flash_attentions_fused_gpt_moves_its_kernels_bytes() -> None:
+    rates = bf16_rates("a100-sxm4-80gb", None)
+    ddp = framework("ddp")
+    shape = _gpt2(causal_skip=True, autocast=True, fused_kernels=True, vocab_size=50264)
+    fused = micro_batch(GPT2, shape, Parallelism(), rates, ddp)
+    eager = micro_batch(GPT2, _gpt2(causal_skip=True, autocast=True), Parallelism(), rates, ddp)
+    # two dropout-add-LayerNorms (30 bytes a hidden element each) and the MLP's
+    # pre-activation (4 bytes an element) a layer; the loss's 8 bytes a logit
+    per_token = 12 * (2 * 30 * 768 + 4 * 3072) + 8 * 50264
+    speed = rates.bandwidth_bytes_per_s * rates.generation.bandwidth_efficiency
+    assert fused.elementwise_s == pytest.approx(16 * 1024 * per_token / speed)
+    assert fused.elementwise_s < 0.25 * eager.elementwise_s
+    assert fused.gemm_s == eager.gemm_s  # the matmuls are the same
+
+
+@pytest.mark.parametrize(
+    ("model", "workload", "status"),
+    [
+        ("gpt2", {"mode": "training"}, 200),
+        ("gpt2", {"mode": "training", "compile": True}, 422),
+        ("gpt2", {"mode": "inference"}, 422),
+        ("llama-2-7b", {"mode": "training"}, 422),
+        ("gpt2", {"mode": "training", "fused_kernels": "yes"}, 422),
+    ],
+)
+def test_fused_kernels_are_flash_attentions_gpt_training(
+    client: TestClient,  # type: ignore[type-arg]
+    model: str,
+    workload: dict[str, object],
+    status: int,
+) -> None:
+    body = {
+        "model": {"name": model},
+        "workload": {"sequence_length": 8, "fused_kernels": True, **workload},
+    }
+    response = client.post("/v1/memory/estimate", json=body)
+    assert response.status_code == status, response.text
+    if status == 422:
+        assert [e["path"] for e in response.json()["errors"]] == ["$.workload.fused_kernels"]

@@ -99,6 +99,15 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
                 "modelled for Llama-style and GPT-2 models (their fused blocks)",
             )
         )
+    if w.fused_kernels and (
+        arch is None or arch.family != "gpt2" or w.mode == "inference" or w.compile
+    ):
+        errors.append(
+            (
+                "$.workload.fused_kernels",
+                "flash-attention's fused GPT kernels: training a GPT-2 model, without compile",
+            )
+        )
     if w.checkpoint_every_n_layers > 1 and w.gradient_checkpointing not in ("full", "selective_op"):
         errors.append(
             (

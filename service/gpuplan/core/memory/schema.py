@@ -342,6 +342,13 @@ class Workload(Record):
     projections (the product is recomputed in the backward); a GPT-2 layer's memory is
     taken as eager's (an upper bound: fusion only frees tensors). The speed model's
     memory-bound kernels and launches are fewer (a factor fitted to published runs)."""
+    fused_kernels: bool = False
+    """Training a GPT-2 model with flash-attention's fused kernels (its training GPT:
+    ``fused_dropout_add_ln``, ``fused_mlp``, ``fused_bias_fc``, ``residual_in_fp32`` and
+    ``flash_attn.losses.cross_entropy``): the speed model counts those kernels' traffic
+    (gpuplan.core.perf.step's ``FUSED_*`` bytes) instead of the eager kernels'. The memory
+    is estimated as eager's."""
+
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
     log-sum-exp per query, except ``sdpa`` training in fp32 on CUDA with grouped

@@ -311,6 +311,7 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         gather_bytes=1 if w.precision == "fp8" else (4 if wide else 2),
         compile=w.compile,
         autocast=w.precision.startswith("amp_"),
+        fused_kernels=w.fused_kernels,
         vision=job.vision,
     )
 
