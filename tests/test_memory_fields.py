@@ -175,15 +175,17 @@ def test_a_classifier_head_replaces_the_vocabulary_logits(
 
 
 @pytest.mark.parametrize(
-    ("field", "value"), [("gradient_checkpointing", "selective_op"), ("compile", True)]
+    ("model", "field", "value"),
+    [("gpt2", "gradient_checkpointing", "selective_op"), ("bert-base", "compile", True)],
 )
 def test_llama_only_techniques_say_so_elsewhere(
     client: TestClient,  # type: ignore[type-arg]
+    model: str,
     field: str,
     value: object,
 ) -> None:
     body = {
-        "model": {"name": "gpt2"},
+        "model": {"name": model},
         "workload": {"mode": "training", "sequence_length": 8, field: value},
     }
     response = client.post("/v1/memory/estimate", json=body)

@@ -92,9 +92,21 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
                 "selective_op follows torchtitan's Llama block; modelled for Llama-style models",
             )
         )
-    if w.compile and not llama:
+    if w.compile and not (llama or (arch is not None and arch.family == "gpt2")):
         errors.append(
-            ("$.workload.compile", "modelled for Llama-style models (their fused blocks)")
+            (
+                "$.workload.compile",
+                "modelled for Llama-style and GPT-2 models (their fused blocks)",
+            )
+        )
+    if w.fused_kernels and (
+        arch is None or arch.family != "gpt2" or w.mode == "inference" or w.compile
+    ):
+        errors.append(
+            (
+                "$.workload.fused_kernels",
+                "flash-attention's fused GPT kernels: training a GPT-2 model, without compile",
+            )
         )
     if w.checkpoint_every_n_layers > 1 and w.gradient_checkpointing not in ("full", "selective_op"):
         errors.append(

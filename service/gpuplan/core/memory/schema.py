@@ -337,10 +337,18 @@ class Workload(Record):
     the layer being run holds its activations (and the loss its own)."""
 
     compile: bool = False
-    """``torch.compile`` of the layers (Llama-style families): fused norms keep only
-    their input, the SwiGLU MLP only the gate and up projections (the product is
-    recomputed in the backward); the speed model's memory-bound kernels move less
-    (a factor fitted to published runs)."""
+    """``torch.compile`` of the layers (Llama-style and GPT-2 families): in a Llama-style
+    layer fused norms keep only their input, the SwiGLU MLP only the gate and up
+    projections (the product is recomputed in the backward); a GPT-2 layer's memory is
+    taken as eager's (an upper bound: fusion only frees tensors). The speed model's
+    memory-bound kernels and launches are fewer (a factor fitted to published runs)."""
+    fused_kernels: bool = False
+    """Training a GPT-2 model with flash-attention's fused kernels (its training GPT:
+    ``fused_dropout_add_ln``, ``fused_mlp``, ``fused_bias_fc``, ``residual_in_fp32`` and
+    ``flash_attn.losses.cross_entropy``): the speed model counts those kernels' traffic
+    (gpuplan.core.perf.step's ``FUSED_*`` bytes) instead of the eager kernels'. The memory
+    is estimated as eager's."""
+
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
     log-sum-exp per query, except ``sdpa`` training in fp32 on CUDA with grouped

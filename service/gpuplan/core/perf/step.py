@@ -105,6 +105,15 @@ class StepShape(Record, kw_only=True):
     ``fp8_param_gather``)."""
 
     compile: bool
+    autocast: bool = False
+    """``amp_*`` precision: 16-bit matmuls under ``torch.autocast``, whose float32 ops
+    (softmax, cross-entropy) run on upcast copies (:data:`AUTOCAST_SCORE_BYTES`)."""
+
+    fused_kernels: bool = False
+    """flash-attention's fused GPT kernels (``workload.fused_kernels``): the memory-bound
+    traffic is counted from them (:data:`FUSED_NORM_BYTES`, :data:`FUSED_MLP_BYTES`,
+    :data:`FUSED_LOSS_BYTES_PER_LOGIT`)."""
+
     head_dim: int = 0
     """Size of one attention head; 0 where a measured attention table cannot time the
     attention (multi-head latent attention, an unknown model)."""
@@ -308,7 +317,9 @@ def micro_batch(
     else:
         attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
     traffic = 0.0
-    if not shape.vision:
+    if shape.fused_kernels and not shape.vision:
+        traffic = fused_traffic_bytes(shape, lay, local_tokens, layers)
+    elif not shape.vision:
         width = (shape.hidden_size + shape.mlp_width) / lay.tensor
         traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
         # The loss over the logits, on the last stage (the one that sets the pace).
@@ -316,12 +327,17 @@ def micro_batch(
         traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
         if shape.compile:
             traffic *= k.compile_elementwise_factor
-        if not shape.causal_skip:
-            # Eager attention and SDPA's math kernel write and read every score: heads x
-            # keys per token.
-            scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
-            traffic += scores * k.eager_score_bytes * shape.activation_bytes / 2
         traffic += routed_traffic_bytes(shape, lay, local_tokens)
+    if not shape.vision and not shape.causal_skip:
+        # Eager attention and SDPA's math kernel write and read every score: heads x
+        # keys per token.
+        scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
+        per_score = (
+            AUTOCAST_SCORE_BYTES
+            if shape.autocast
+            else k.eager_score_bytes * shape.activation_bytes / 2
+        )
+        traffic += scores * per_score
     adapter_gemm, adapter_bytes = adapter_work(
         shape, lay, rates, local_tokens, peft=framework.name != "megatron"
     )
@@ -370,6 +386,57 @@ passes are a real share of a small model's step. They are scaled as the other
 memory-bound kernels are: a framework's fused loss (Megatron's
 ``cross_entropy_loss_fusion``) by its ``elementwise_factor``, ``torch.compile``'s by
 ``compile_elementwise_factor``."""
+
+
+FUSED_NORM_BYTES = 30
+"""Bytes per hidden element one of flash-attention's fused dropout-add-LayerNorms moves
+(Dao-AILab/flash-attention, flash_attn/modules/block.py and flash_attn/ops/layer_norm.py
+at 0b037c2d96ab; ``dropout_add_layer_norm(..., prenorm=True, residual_in_fp32=True)``):
+forward, the sublayer's 16-bit output and the fp32 residual read (2 + 4), the normed
+16-bit input of the next sublayer, the new fp32 residual and a byte of dropout mask
+written (2 + 4 + 1): 13; backward, the normed input's gradient, the residual's fp32
+gradient, the saved fp32 residual and the mask read (2 + 4 + 4 + 1), the sublayer
+output's and the residual's gradients written (2 + 4): 17. Two a layer."""
+
+FUSED_MLP_BYTES = 4
+"""Bytes per MLP element flash-attention's ``FusedMLP`` (flash_attn/ops/fused_dense.py at
+0b037c2d96ab, ``checkpoint_lvl`` 0) moves outside its GEMMs: the GELU runs in the first
+GEMM's epilogue, which also writes the 16-bit pre-activation (2), and its gradient in the
+epilogue of the second GEMM's input-gradient GEMM, which reads it back (2). The biases
+of ``fused_bias_fc`` are epilogues too; the attention reads its packed q, k, v in place."""
+
+FUSED_LOSS_BYTES_PER_LOGIT = 8
+"""Bytes per 16-bit logit of flash-attention's cross-entropy (flash_attn/losses/
+cross_entropy.py at 0b037c2d96ab: apex's ``xentropy`` kernels; the training config's
+``inplace_backward: True``): the forward reads the row twice, for its maximum and then
+its sum of exponentials (4); the backward reads it and writes its gradient in place (4)."""
+
+
+def fused_traffic_bytes(shape: StepShape, lay: Parallelism, tokens: float, layers: int) -> float:
+    """The memory-bound bytes of one micro-batch of flash-attention's fused GPT on one
+    GPU: two fused norms and the MLP's epilogue traffic a layer, and the fused loss."""
+    per_token = layers * (
+        2 * FUSED_NORM_BYTES * shape.hidden_size + FUSED_MLP_BYTES * shape.mlp_width
+    )
+    per_token += shape.vocab_size * FUSED_LOSS_BYTES_PER_LOGIT
+    return tokens * per_token / lay.tensor * shape.activation_bytes / 2
+
+
+AUTOCAST_SCORE_BYTES = 72
+"""Bytes eager attention moves per score under ``torch.autocast`` (16-bit matmuls),
+forward and backward, counted from the written-out attention of karpathy/build-nanogpt
+train_gpt2.py at 177e4cd (``att = (q @ k.transpose(-2, -1)) * scale``,
+``att.masked_fill(mask == 0, -inf)``, ``F.softmax(att, dim=-1)``, ``y = att @ v``).
+``softmax`` is on autocast's float32 list (pytorch/pytorch, docs/source/amp.rst at
+e4b13f681dc1: "CUDA Ops that can autocast to ``float32``: ... ``softmax``") and ``@`` on
+its lower-precision list, so each runs on a cast copy. Forward: the scores written (2),
+the scale (read and write: 4), the mask (4), the cast up (read 2, write 4), the softmax
+(read 4, write 4), the cast down (read 4, write 2) and its read by ``@ v`` (2): 32.
+Backward: the probabilities' gradient written and the probabilities read for ``v``'s
+(4), the cast's gradient up (6), the softmax backward (gradient and output read, input
+gradient written: 12), the cast's gradient down (6), the mask's and the scale's (4
+each) and the scores' gradient read by the two matmuls (4): 40. Megatron's fused
+scale-mask-softmax in 16-bit moves ``kernels.eager_score_bytes`` instead."""
 
 
 ADAPTER_INPUT_BYTES = 6

@@ -310,6 +310,8 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         weight_bytes=4 if wide else 2,
         gather_bytes=1 if w.precision == "fp8" else (4 if wide else 2),
         compile=w.compile,
+        autocast=w.precision.startswith("amp_"),
+        fused_kernels=w.fused_kernels,
         vision=job.vision,
     )
 
