@@ -104,3 +104,27 @@ def test_a_broken_run_is_refused_at_load(change: dict[str, object], message: str
     run = _corpus_with(change)
     with pytest.raises((published.RunsError, msgspec.ValidationError), match=message):
         published._check([run])  # type: ignore[list-item]
+
+
+def test_the_ibm_fsdp_blog_runs_say_what_its_code_ran() -> None:
+    """PyTorch's 'Maximizing training throughput using PyTorch FSDP' (March 2024) trained
+    with FSDP1 (fms-fsdp's ``FSDP(model, ..., use_orig_params=cfg.use_torch_compile)``,
+    compile off) in bf16 mixed precision over fp32 shards; its 13B 'Selective'
+    checkpointing recomputes whole blocks, one in two by its HFU/MFU ratio."""
+    runs = {
+        r["id"]: r
+        for r in published.load()
+        if r["source_id"] == "pytorch-blog-2024-03-maximizing-training"
+    }
+    assert len(runs) == 5
+    for run in runs.values():
+        work = run["request"]["workload"]
+        assert work["parallelism"]["framework"] == "fsdp1"
+        assert work["parallelism"]["fsdp1"] == {"use_orig_params": False}
+        assert work["precision"] == "amp_bf16"
+        assert not work.get("compile", False)
+    thirteen = runs["fsdp-llama2-13b-a100x128-bf16"]["request"]["workload"]
+    assert thirteen["gradient_checkpointing"] == "full"
+    assert thirteen["checkpoint_every_n_layers"] == 2
+    # 1 + p/3 with p the checkpointed share of blocks: the blog's HFU/MFU of 0.59/0.51
+    assert round(3 * (0.59 / 0.51 - 1) * 2) / 2 == 0.5

@@ -1,6 +1,6 @@
 """The training step's context-parallel key/value exchange (only the tensor-parallel
-rank's heads), the pipeline's last stage (which holds the output head) and the loss's
-memory passes over the logits."""
+rank's heads), the pipeline's last stage (which holds the output head), the loss's
+memory passes over the logits and the fused attention's backward."""
 
 from typing import Any
 
@@ -12,7 +12,9 @@ from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import framework
 from gpuplan.core.perf.flops import TokenFlops
+from gpuplan.core.perf.kernels import context_attention_seconds
 from gpuplan.core.perf.step import (
+    FUSED_ATTENTION_BACKWARD_OVER_FORWARD,
     LOSS_BYTES_PER_LOGIT,
     StepLinks,
     StepShape,
@@ -90,3 +92,28 @@ def test_the_loss_reads_and_writes_every_logit() -> None:
     assert fused.elementwise_s - fused_bare.elementwise_s < 0.5 * (
         head.elementwise_s - bare.elementwise_s
     )
+
+
+def test_a_fused_attention_backward_takes_three_forwards() -> None:
+    """The measured prefill table times the forward; the backward recomputes the scores
+    and runs slower per FLOP: about three forwards (cuDNN's measured training SDPA on
+    H200), not the model FLOPs' two."""
+    assert FUSED_ATTENTION_BACKWARD_OVER_FORWARD == 3.0
+    rates = bf16_rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    shape = _llama2_7b(seq=16384)
+    lay = Parallelism(tensor=2)
+    micro = micro_batch(LLAMA2_7B, shape, lay, rates, framework("megatron"))
+    forward = context_attention_seconds("h100-sxm5-80gb", 1.0, 16384.0, 16.0, 128.0)
+    share = rates.kernels.measured_kernel_share
+    assert micro.attention_s == pytest.approx(4 * 32 * forward / share)
+    # context parallelism splits the same work
+    cp = micro_batch(
+        LLAMA2_7B, shape, Parallelism(tensor=2, context=2), rates, framework("megatron")
+    )
+    assert cp.attention_s == pytest.approx(micro.attention_s / 2)
+    # the forward is a quarter of it: what a full or selective recompute repeats
+    assert micro.attention_forward_share == pytest.approx(1 / 4)
+    assert micro.recompute_s("selective") == pytest.approx(micro.attention_s / 4)
+    # eager attention keeps the model FLOPs' split (forward 1, backward 2)
+    eager = micro_batch(LLAMA2_7B, _llama2_7b(causal_skip=False), lay, rates, framework("ddp"))
+    assert eager.attention_forward_share == pytest.approx(1 / 3)

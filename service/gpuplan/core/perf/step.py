@@ -35,6 +35,22 @@ from gpuplan.core.perf.kernels import (
 )
 from gpuplan.core.record import Record
 
+FUSED_ATTENTION_BACKWARD_OVER_FORWARD = 3.0
+"""Seconds a fused (flash) attention's backward takes per second of its forward.
+
+The backward does more than the model FLOPs' two matmuls per forward one: it recomputes
+the scores (``S = QKᵀ``) besides ``dV``, ``dP``, ``dQ`` and ``dK``, five matmuls to the
+forward's two (FlashAttention's own count: ``flops(..., mode="bwd") = 2.5 * f``,
+Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py at 0469c72723278048),
+and at a lower rate than the forward. Measured, cuDNN's training SDPA in bf16 with the
+causal mask, Llama 3.1 shape (64 query heads, 8 KV, head size 128) on H200:
+``bwd_time_ms / fwd_time_ms`` = 1.450 / 0.465, 5.083 / 1.708, 19.002 / 6.531 and
+75.688 / 25.566 at 4K, 8K, 16K and 32K tokens, 3.12, 2.98, 2.91 and 2.96
+(NVIDIA/cudnn-frontend, benchmark/sdpa_benchmark_training/results/h200_919_only_cudnn/
+llama3.1_20260227_034703.csv at df73764adb98, cuDNN 9.19); GB200 and GB300 measure 2.95
+to 3.41 (results/llama3.1/gb200 and gb300 of the same repository). The measured prefill
+tables time the forward only (:func:`_measured_attention_seconds`)."""
+
 
 class StepShape(Record, kw_only=True):
     """What of the model and workload a step's time depends on."""
@@ -243,6 +259,11 @@ class MicroBatch(NamedTuple):
     measured: bool = False
     """The GEMMs (and fused attention) were timed from a measured kernel table."""
 
+    attention_forward_share: float = 1 / 3
+    """Share of the attention time that is forward: a third by the model FLOPs (eager
+    attention), ``1 / (1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD)`` for a fused kernel,
+    whose backward recomputes the scores."""
+
     @property
     def compute_s(self) -> float:
         return self.gemm_s + self.attention_s + self.elementwise_s + self.launch_s
@@ -253,10 +274,14 @@ class MicroBatch(NamedTuple):
 
     @property
     def forward_s(self) -> float:
-        """The forward: its GEMMs, a third of attention (forward 1, backward 2), and a
-        third of the memory-bound kernels and launches."""
-        rest = self.attention_s + self.elementwise_s + self.launch_s
-        return self.gemm_s * self.forward_gemm_share + rest / 3
+        """The forward: its GEMMs, attention's forward share, and a third of the
+        memory-bound kernels and launches."""
+        rest = self.elementwise_s + self.launch_s
+        return (
+            self.gemm_s * self.forward_gemm_share
+            + self.attention_s * self.attention_forward_share
+            + rest / 3
+        )
 
     def recompute_s(self, checkpointing: str, every: int = 1) -> float:
         """Full repeats the forward; selective the attention core's forward;
@@ -266,7 +291,7 @@ class MicroBatch(NamedTuple):
         if checkpointing == "full":
             return self.forward_s / every
         if checkpointing == "selective":
-            return self.attention_s / 3
+            return self.attention_s * self.attention_forward_share
         if checkpointing == "selective_op":
             return (self.elementwise_s + self.launch_s) / 3 / every
         return 0.0
@@ -348,7 +373,14 @@ def micro_batch(
         launch *= k.compile_elementwise_factor  # fused kernels are fewer launches too
     elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
     return MicroBatch(
-        weights + attention, gemm, attention_s, elementwise, launch, forward_share, measured
+        weights + attention,
+        gemm,
+        attention_s,
+        elementwise,
+        launch,
+        forward_share,
+        measured,
+        1 / (1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD) if shape.causal_skip else 1 / 3,
     )
 
 
@@ -617,8 +649,9 @@ def _measured_attention_seconds(
 ) -> float | None:
     """Fused causal attention of one micro-batch by the measured prefill table: the
     forward of each layer's heads (split by tensor parallelism), and the backward at
-    twice it (its two matmuls per forward one, as the FLOPs count), context
-    parallelism splitting the work. None: the table measured no attention."""
+    :data:`FUSED_ATTENTION_BACKWARD_OVER_FORWARD` times it (not the model FLOPs' twice:
+    it recomputes the scores, at a lower rate), context parallelism splitting the work.
+    None: the table measured no attention."""
     table = rates.kernel_table
     assert table is not None
     if kernel_tables()[table].context_attention is None:
@@ -627,7 +660,8 @@ def _measured_attention_seconds(
     forward = context_attention_seconds(
         table, float(shape.batch_size), float(shape.seq), heads, float(shape.head_dim)
     )
-    return 3 * layers * forward / lay.context / rates.kernels.measured_kernel_share
+    both = 1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD
+    return both * layers * forward / lay.context / rates.kernels.measured_kernel_share
 
 
 def _micro_comm(
