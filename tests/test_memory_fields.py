@@ -55,6 +55,7 @@ FIELDS = [
         True,
     ),
     ("$.workload.compile", "max", "--compile", True),
+    ("$.workload.fused_kernels", "yes", "--fused-kernels", True),
     ("$.workload.gradient_checkpointing", "op", "--gradient-checkpointing", True),
     ("$.workload.checkpoint_every_n_layers", 0, "--checkpoint-every-n-layers", True),
     ("$.workload.keep_outputs", "yes", "--keep-outputs", True),
