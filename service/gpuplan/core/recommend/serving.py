@@ -99,6 +99,7 @@ def serving_options(
             and t <= most
         ]
     )
+    closest: tuple[int, int, Workload, ReplicaMemory] | None = None
     for tp in degrees:
         if not given and not multi_gpu_allowed(gpu, tp, c):
             break
@@ -109,6 +110,16 @@ def serving_options(
         memory = replica_memory(job, oracle, workload, gpu, tp, key=key)
         if memory is None:
             continue
+        if not given:
+            # A replica that does not fit is only ever the GPU's closest miss, chosen by
+            # its required bytes alone (which need no timing): only the one chosen is
+            # served, after the loop (about half the options of a large model miss).
+            length, fits = fit_of(job, gpu, memory, spec, workload.batch_size)
+            if not fits:
+                required = _unfit_required(memory, spec, length, workload.batch_size)
+                if closest is None or required < closest[0]:
+                    closest = (required, tp, workload, memory)
+                continue
         option = serve_option(
             job,
             ctx,
@@ -118,10 +129,10 @@ def serving_options(
             c=c,
             replicas=job.given.data if given else None,
         )
-        if option.fits or given:
-            options.append(option)
-        elif miss.required == 0 or option.required < miss.required:
-            miss = option
+        options.append(option)
+    if closest is not None:
+        _, tp, workload, memory = closest
+        miss = serve_option(job, ctx, workload, tp=tp, memory=memory, c=c)
     return options, miss
 
 
@@ -823,6 +834,15 @@ def model_len(job: Job, memory: ReplicaMemory, spec: EngineSpec, batch: int) -> 
     return length, fits(length)
 
 
+def fit_of(
+    job: Job, gpu: GpuSpec, memory: ReplicaMemory, spec: EngineSpec, batch: int
+) -> tuple[int, bool]:
+    """The ``max_model_len`` the plan sets, and whether the replica fits: the estimate
+    within the GPU's usable memory and the engine's cache holding that length."""
+    length, holds = model_len(job, memory, spec, batch)
+    return length, memory.estimate_bytes <= gpu.usable_memory_bytes and holds
+
+
 def serve_shape(job: Job, w: Workload, memory: ReplicaMemory) -> ServeShape:
     """What of the model, its requests and one replica's memory the step time reads."""
     arch = job.arch
@@ -885,8 +905,7 @@ def serve_option(
         )[0]
 
     held = memory.sequences
-    length, holds = model_len(job, memory, spec, w.batch_size)
-    fits = memory.estimate_bytes <= gpu.usable_memory_bytes and holds
+    length, fits = fit_of(job, gpu, memory, spec, w.batch_size)
     s, limit, required = _concurrency(
         run,
         job,
