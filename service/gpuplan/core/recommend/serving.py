@@ -34,10 +34,10 @@ from gpuplan.core.perf.serve import (
     Replica,
     Served,
     ServeShape,
+    Stepper,
     apart_step_seconds,
     budget_concurrency,
     serve,
-    step_seconds,
 )
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import (
@@ -513,15 +513,21 @@ class EngineQueue:
         return max_rate(self.steps, slo.ttft_p95_s, slo.tpot_p95_s) * self.ways
 
 
-def engine_queue(job: Job, shape: ServeShape, replica: Replica, cap: int) -> EngineQueue:
+def engine_queue(
+    job: Job, shape: ServeShape, replica: Replica, cap: int, stepper: Stepper | None = None
+) -> EngineQueue:
     """A tensor-parallel replica's queue: the speed model's engine step (the same
     function the saturated plan uses; with SGLang's prefill batches apart from decodes,
-    a decode step and the prefill batches between two of them)."""
+    a decode step and the prefill batches between two of them). ``stepper``: the
+    replica's, when the caller keeps one."""
+    timed = stepper or Stepper(job.flops, shape, replica)
 
     def step(n: float, p: float) -> float:
         if not job.inference.mixed_chunk:
-            return apart_step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)
-        return step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
+            return apart_step_seconds(
+                job.flops, shape, replica, decode=round(n), prompt=p, stepper=timed
+            )
+        return timed(round(n), p)[0]
 
     return EngineQueue(job, step, cap, shape.token_budget)
 
@@ -894,15 +900,22 @@ def serve_option(
         mbu_given=ctx.mbu_given,
     )
     static_batch = w.batch_size > 1 or not spec.paged
+    stepper = Stepper(job.flops, shape, replica)  # every step this option times
 
     def run(batch: int) -> Served:
-        return serve(job.flops, shape, replica, batch, static=static_batch, mixed=iv.mixed_chunk)
+        return serve(
+            job.flops,
+            shape,
+            replica,
+            batch,
+            static=static_batch,
+            mixed=iv.mixed_chunk,
+            stepper=stepper,
+        )
 
     def tpot(batch: int) -> float:  # serve()'s steady-state step, alone
         o = max(shape.output_tokens, 1)
-        return step_seconds(
-            job.flops, shape, replica, decode=batch, prompt=batch * shape.prompt_tokens / o
-        )[0]
+        return stepper(batch, batch * shape.prompt_tokens / o)[0]
 
     held = memory.sequences
     length, fits = fit_of(job, gpu, memory, spec, w.batch_size)
@@ -926,7 +939,7 @@ def serve_option(
         else 1
     )
 
-    queue = None if static_batch else engine_queue(job, shape, replica, s.batch)
+    queue = None if static_batch else engine_queue(job, shape, replica, s.batch, stepper)
     # The percentiles under load (but where the SLO needs them), the rate within the SLO
     # and the launch command change no ranking: ``Option.finish`` adds them to the
     # candidates a response shows (a search times ~150 options, a response shows a few).
