@@ -128,31 +128,45 @@ class StepTable:
         hit = self._points.get(n)
         if hit is None:
             decode, chunk = self._both(n)
-            tokens = self.chunk_tokens(n)
+            sched = self.sched
+            # chunk_tokens(n), inline: a search reads thousands of points.
+            tokens = float(min(sched.prompt_tokens, max(sched.budget - math.floor(n), 1)))
             per_token = max(chunk - decode, 0.0) / tokens
-            chunks = math.ceil(self.sched.prompt_tokens / tokens)
+            chunks = math.ceil(sched.prompt_tokens / tokens)
             hit = self._points[n] = (decode, chunk, per_token, chunks)
         return hit
 
     def _both(self, n: float) -> tuple[float, float]:
         """``(decode(n), chunk(n))`` with one search for ``n``'s segment (what
-        :meth:`_at` computes for each, in the same operations)."""
+        :meth:`_at` computes for each, in the same operations); the knots' steps read
+        from their lists once timed."""
         ns = self.ns
-        d, c = self._decode_s, self._chunk_s
         if len(ns) == 1:
-            return self._value(d, 0, chunk=False), self._value(c, 0, chunk=True)
+            return self._knot(0)
         n = min(max(n, 0.0), float(ns[-1]))
         j = 1
-        while j < len(ns) - 1 and n > ns[j]:
+        last = len(ns) - 1
+        while j < last and n > ns[j]:
             j += 1
         if n == ns[j]:
-            return self._value(d, j, chunk=False), self._value(c, j, chunk=True)
+            return self._knot(j)
+        d_low, c_low = self._knot(j - 1)
+        d_high, c_high = self._knot(j)
         share = n - ns[j - 1]
         width = ns[j] - ns[j - 1]
-        low, high = self._value(d, j - 1, chunk=False), self._value(d, j, chunk=False)
-        decode = low + (high - low) * share / width
-        low, high = self._value(c, j - 1, chunk=True), self._value(c, j, chunk=True)
-        return decode, low + (high - low) * share / width
+        return (
+            d_low + (d_high - d_low) * share / width,
+            c_low + (c_high - c_low) * share / width,
+        )
+
+    def _knot(self, j: int) -> tuple[float, float]:
+        """The decode and chunk steps at knot ``j`` (each timed when first read)."""
+        decode, chunk = self._decode_s[j], self._chunk_s[j]
+        if decode is None:
+            decode = self._value(self._decode_s, j, chunk=False)
+        if chunk is None:
+            chunk = self._value(self._chunk_s, j, chunk=True)
+        return decode, chunk
 
     def chunk_tokens(self, n: float) -> float:
         """Prompt tokens a prompt-carrying step holds beside ``n`` decodes."""
