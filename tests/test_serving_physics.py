@@ -66,6 +66,26 @@ def test_one_gpu_has_no_all_reduce() -> None:
     assert small_all_reduce_seconds(8192, 4, none, "nccl") == 0.0
 
 
+def test_the_all_reduce_of_a_kept_replica_is_the_formula_to_the_bit() -> None:
+    # small_all_reduce precomputes what does not depend on the message: each figure must
+    # be the LL ring's formula and comm.all_reduce_seconds', min of the two, exactly.
+    pcie = Link(kind="pcie", bytes_per_s=32e9, latency_s=3e-6)
+    for library in ("nccl", "rccl"):
+        lib = collective_libraries()[library]
+        for link in (NVLINK, pcie):
+            for size in (2, 3, 4, 8):
+                steps = 2 * (size - 1)
+                bus = min(link.bytes_per_s * lib.ll_bandwidth_share, lib.ll_max_bus_bytes_per_s)
+                for nbytes in (0.0, 1.0, 8192, 8192 * 37.5, 3e6, 256 * 2**20):
+                    ll = (
+                        lib.base_latency_seconds
+                        + steps * lib.hop_latency_seconds[link.kind]
+                        + steps / size * nbytes / bus
+                    )
+                    expected = min(ll, all_reduce_seconds(nbytes, size, link))
+                    assert small_all_reduce_seconds(nbytes, size, link, library) == expected
+
+
 def test_amd_gpus_run_rccl() -> None:
     assert library_for("amd") == "rccl"
     assert library_for("nvidia") == "nccl"

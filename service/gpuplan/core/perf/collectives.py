@@ -15,14 +15,16 @@ chunk) still goes at the full bandwidth of the simple protocol: the step takes t
 faster of the two, as the tuner would.
 """
 
+import math
 import tomllib
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Literal
 
 import msgspec
 
-from gpuplan.core.perf.comm import Link, all_reduce_seconds
+from gpuplan.core.perf.comm import Link
 
 Library = Literal["nccl", "rccl"]
 
@@ -67,14 +69,39 @@ def small_all_reduce_seconds(nbytes: float, size: int, link: Link, library: Libr
     """One all-reduce of ``nbytes`` over ``size`` GPUs on ``link``: the faster of the LL
     ring the library's tuner times for small messages and the bandwidth-bound model of
     :func:`gpuplan.core.perf.comm.all_reduce_seconds` for large ones."""
+    return small_all_reduce(size, link, library)(nbytes)
+
+
+def small_all_reduce(size: int, link: Link, library: Library) -> Callable[[float], float]:
+    """:func:`small_all_reduce_seconds` of ``size`` GPUs on ``link`` as a function of the
+    message: what does not depend on it is computed once, for a caller that asks for
+    many messages (a serving search times hundreds of engine steps of one replica). The
+    operations are :func:`small_all_reduce_seconds`'s and ``all_reduce_seconds``'s, in
+    their order, so each figure is theirs to the bit."""
     if size <= 1 or link.kind == "none":
-        return 0.0
+        return _no_reduce
     lib = collective_libraries()[library]
     steps = 2 * (size - 1)
     bus = min(link.bytes_per_s * lib.ll_bandwidth_share, lib.ll_max_bus_bytes_per_s)
-    ll = (
-        lib.base_latency_seconds
-        + steps * lib.hop_latency_seconds[link.kind]
-        + steps / size * nbytes / bus
-    )
-    return min(ll, all_reduce_seconds(nbytes, size, link))
+    start = lib.base_latency_seconds + steps * lib.hop_latency_seconds[link.kind]
+    share = steps / size
+    # comm.all_reduce_seconds: the ring's and the tree's terms that are not the message's.
+    bandwidth = link.bytes_per_s
+    ring_share = 2 * (size - 1) / size
+    ring_start = 2 * (size - 1) * link.latency_s
+    tree_start = 2 * math.ceil(math.log2(size)) * link.latency_s
+
+    def seconds(nbytes: float) -> float:
+        ll = start + share * nbytes / bus
+        if nbytes <= 0:
+            return min(ll, 0.0)
+        ring = ring_share * nbytes / bandwidth + ring_start
+        tree = 2 * nbytes / bandwidth + tree_start
+        return min(ll, ring, tree)
+
+    return seconds
+
+
+def _no_reduce(nbytes: float) -> float:
+    """No all-reduce: one GPU, or GPUs with no link."""
+    return 0.0

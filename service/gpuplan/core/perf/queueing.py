@@ -116,17 +116,57 @@ class StepTable:
         self._decode_s: list[float | None] = [None] * len(self.ns)
         self._chunk_s: list[float | None] = [None] * len(self.ns)
         self._points: dict[float, tuple[float, float, float, int]] = {}
+        # What a search asks at one rate more than once (an SLO search's ``keeps``, then
+        # ``under_load`` at the rate it settled on): pure functions of the rate.
+        self._states: dict[float, _State | LoadPoint] = {}
+        self._quantiles: dict[tuple[float, float, bool], tuple[float, float]] = {}
+        self._saturation: float | None = None
 
     def point(self, n: float) -> tuple[float, float, float, int]:
         """At ``n`` decodes, in one look-up: the decode step, the chunk step, what a
         prompt token adds, and the steps of one prompt (memoized: a search asks again)."""
         hit = self._points.get(n)
         if hit is None:
-            decode, chunk, tokens = self.decode(n), self.chunk(n), self.chunk_tokens(n)
+            decode, chunk = self._both(n)
+            sched = self.sched
+            # chunk_tokens(n), inline: a search reads thousands of points.
+            tokens = float(min(sched.prompt_tokens, max(sched.budget - math.floor(n), 1)))
             per_token = max(chunk - decode, 0.0) / tokens
-            chunks = math.ceil(self.sched.prompt_tokens / tokens)
+            chunks = math.ceil(sched.prompt_tokens / tokens)
             hit = self._points[n] = (decode, chunk, per_token, chunks)
         return hit
+
+    def _both(self, n: float) -> tuple[float, float]:
+        """``(decode(n), chunk(n))`` with one search for ``n``'s segment (what
+        :meth:`_at` computes for each, in the same operations); the knots' steps read
+        from their lists once timed."""
+        ns = self.ns
+        if len(ns) == 1:
+            return self._knot(0)
+        n = min(max(n, 0.0), float(ns[-1]))
+        j = 1
+        last = len(ns) - 1
+        while j < last and n > ns[j]:
+            j += 1
+        if n == ns[j]:
+            return self._knot(j)
+        d_low, c_low = self._knot(j - 1)
+        d_high, c_high = self._knot(j)
+        share = n - ns[j - 1]
+        width = ns[j] - ns[j - 1]
+        return (
+            d_low + (d_high - d_low) * share / width,
+            c_low + (c_high - c_low) * share / width,
+        )
+
+    def _knot(self, j: int) -> tuple[float, float]:
+        """The decode and chunk steps at knot ``j`` (each timed when first read)."""
+        decode, chunk = self._decode_s[j], self._chunk_s[j]
+        if decode is None:
+            decode = self._value(self._decode_s, j, chunk=False)
+        if chunk is None:
+            chunk = self._value(self._chunk_s, j, chunk=True)
+        return decode, chunk
 
     def chunk_tokens(self, n: float) -> float:
         """Prompt tokens a prompt-carrying step holds beside ``n`` decodes."""
@@ -179,7 +219,15 @@ class StepTable:
 
 def saturation_rate(steps: StepTable) -> float:
     """Arrivals per second at which all ``cap`` slots are always busy: ``cap / (o x
-    step)`` where each step carries ``cap x s / o`` prompt tokens' worth of chunks."""
+    step)`` where each step carries ``cap x s / o`` prompt tokens' worth of chunks
+    (memoized on the table: every load a search asks for reads it)."""
+    sat = steps._saturation
+    if sat is None:
+        sat = steps._saturation = _saturation_rate(steps)
+    return sat
+
+
+def _saturation_rate(steps: StepTable) -> float:
     sched = steps.sched
     cap, o, s = sched.cap, sched.output_tokens, sched.prompt_tokens
     step = steps.decode(cap) + cap * s / o * steps.per_prompt_token(cap)
@@ -212,10 +260,13 @@ def _erlang_c(servers: int, load: float) -> float:
 
 def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
     """How long one request holds a slot at occupancy ``n``: its prompt's chunks and its
-    output's decode steps (the last chunk yields the first token)."""
-    o = steps.sched.output_tokens
-    _, chunk, _, chunks = steps.point(n)
-    return chunks * chunk + (o - 1) * steps.mean_step(n, rate)
+    output's decode steps (the last chunk yields the first token). The mean step is
+    :meth:`StepTable.mean_step`'s, from the same look-up of ``n``."""
+    sched = steps.sched
+    decode, chunk, per_token, chunks = steps.point(n)
+    busy = rate * sched.prompt_tokens * per_token
+    mean = decode / (1 - busy) if busy < 1 else math.inf
+    return chunks * chunk + (sched.output_tokens - 1) * mean
 
 
 def _occupancy(steps: StepTable, rate: float) -> float:
@@ -260,7 +311,7 @@ def under_load(steps: StepTable, rate: float, *, serial_prompts: bool = True) ->
     if isinstance(state, LoadPoint):
         return state
     ttft, tpot = zip(
-        *(_quantile(steps, rate, state, q, serial_prompts=serial_prompts) for q in QUANTILES),
+        *(_quantile_at(steps, rate, state, q, serial_prompts=serial_prompts) for q in QUANTILES),
         strict=True,
     )
     sat, m, wait_p, _ = state
@@ -278,19 +329,41 @@ class _State(NamedTuple):
 
 
 def _state(steps: StepTable, rate: float) -> "_State | LoadPoint":
-    """The shared state at ``rate``; past saturation, the (infinite) point itself."""
+    """The shared state at ``rate``; past saturation, the (infinite) point itself
+    (memoized on the table: an SLO search asks ``keeps`` then ``under_load`` at a rate)."""
+    hit = steps._states.get(rate)
+    if hit is None:
+        hit = steps._states[rate] = _state_of(steps, rate)
+    return hit
+
+
+def _state_of(steps: StepTable, rate: float) -> "_State | LoadPoint":
     sched = steps.sched
     sat = saturation_rate(steps)
     cap, o = sched.cap, sched.output_tokens
-    if rate >= sat or not math.isfinite(steps.mean_step(cap, rate)):
+    full_step = steps.mean_step(cap, rate)
+    if rate >= sat or not math.isfinite(full_step):
         inf = Percentiles(math.inf, math.inf, math.inf)
         return LoadPoint(rate, sat, float(cap), 1.0, inf, inf)
     m = _occupancy(steps, rate)
     # Admission: cap servers of the saturated slot time (o steps, prompts inside them).
-    slot_full = o * steps.mean_step(cap, rate)
+    slot_full = o * full_step
     wait_p = _erlang_c(cap, rate * slot_full)
     admit_mean = slot_full * (1 + SERVICE_SCV) / (2 * max(cap - rate * slot_full, 1e-9))
     return _State(sat, m, wait_p, admit_mean)
+
+
+def _quantile_at(
+    steps: StepTable, rate: float, state: _State, q: float, *, serial_prompts: bool
+) -> tuple[float, float]:
+    """:func:`_quantile`, memoized on the table by the rate (``state`` is the rate's)."""
+    key = (rate, q, serial_prompts)
+    hit = steps._quantiles.get(key)
+    if hit is None:
+        hit = steps._quantiles[key] = _quantile(
+            steps, rate, state, q, serial_prompts=serial_prompts
+        )
+    return hit
 
 
 def _quantile(
@@ -344,7 +417,7 @@ def keeps(
     state = _state(steps, rate)
     if isinstance(state, LoadPoint):
         return within(state, ttft_p95_s, tpot_p95_s)
-    ttft, tpot = _quantile(steps, rate, state, 0.95, serial_prompts=True)
+    ttft, tpot = _quantile_at(steps, rate, state, 0.95, serial_prompts=True)
     return (ttft_p95_s is None or ttft <= ttft_p95_s) and (tpot_p95_s is None or tpot <= tpot_p95_s)
 
 

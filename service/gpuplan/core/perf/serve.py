@@ -25,7 +25,7 @@ import math
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
-from gpuplan.core.perf.collectives import Library, small_all_reduce_seconds
+from gpuplan.core.perf.collectives import Library, small_all_reduce
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
@@ -36,7 +36,7 @@ from gpuplan.core.perf.kernels import (
     kernel_tables,
     model_gemms,
 )
-from gpuplan.core.perf.step import Rates, gemm_efficiency
+from gpuplan.core.perf.step import Rates
 from gpuplan.core.record import Record
 
 Bound = Literal["memory", "compute"]
@@ -120,66 +120,191 @@ def step_seconds(
     The GEMMs take the step's decode and prompt rows together, so they last as long as
     the larger of reading the weights and their FLOPs; attention runs apart, reading each
     decoding sequence's KV cache and computing the prompt tokens' scores; the memory-bound
-    kernels are fused as serving engines fuse them (forward only).
-    """
-    rates, tp, k = r.rates, r.tp, r.rates.kernels
-    s = shape.prompt_tokens
-    context = s + shape.output_tokens / 2
-    bandwidth = rates.bandwidth_bytes_per_s * r.mbu
-    weights = shape.weights_bytes / bandwidth
-    kv = decode * shape.kv_bytes_per_token * context / bandwidth
-    # The steps that carry a prompt carry a chunk of it (at most the budget beside the
-    # decodes): their GEMMs have that many rows and more.
-    chunk = max(prompt, min(s, max(shape.token_budget - decode, 1))) if prompt > 0 else 0.0
-    gemm_flops = 2 * t.matmul_parameters * (decode + prompt) / tp
-    prompt_attention = (
-        (forward_flops_per_token(t, s, causal_skip=shape.causal_skip) - 2 * t.matmul_parameters)
-        * prompt
-        / tp
-    )
-    if rates.mfu is not None:
-        gemm = gemm_flops / (rates.peak_flops * rates.mfu)
-        attention = prompt_attention / (rates.peak_flops * rates.mfu)
-        elementwise = 0.0
-    else:
-        gen = rates.generation
-        width = shape.hidden_size / tp
-        # Rows of a skinny decode-only GEMM leave tensor cores idle, but the weight reads
-        # bound that step anyway: its FLOPs are timed at the wide plateau.
-        rows = chunk + decode if prompt > 0 else math.inf
-        gemm = gemm_flops / (rates.peak_flops * gemm_efficiency(rates, width, rows))
-        attention = prompt_attention / (rates.attention_peak_flops * gen.attention_efficiency)
-        traffic = (decode + prompt) * shape.num_layers * (shape.hidden_size + shape.mlp_width) / tp
-        traffic *= k.elementwise_bytes_per_hidden / 3 * k.compile_elementwise_factor
-        traffic *= shape.activation_bytes / 2
-        elementwise = traffic / (rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency)
-    launches = shape.num_layers * k.decode_overhead_seconds
-    if prompt > 0:
-        launches += (
-            min(1.0, prompt / chunk)
-            * shape.num_layers
-            * k.layer_overhead_seconds
-            / 3
-            * k.compile_elementwise_factor
+    kernels are fused as serving engines fuse them (forward only). :class:`Stepper` of
+    the replica, for one step (a caller that times many steps of one replica keeps the
+    stepper)."""
+    return Stepper(t, shape, r)(decode, prompt)
+
+
+class Stepper:
+    """:func:`step_seconds` of one model on one replica, as a function of the step's
+    decodes and prompt tokens. What does not depend on them (the weight read, the
+    attention FLOPs per prompt token, the rates' denominators, the all-reduce's
+    start-up) is computed once: a serving search times hundreds of steps of each
+    replica. Each step is computed in :func:`step_seconds`'s operations, in their order
+    (a factor is taken out only where it comes first), so every figure is the same to
+    the bit."""
+
+    def __init__(self, t: TokenFlops, shape: ServeShape, r: Replica) -> None:
+        rates, tp, k = r.rates, r.tp, r.rates.kernels
+        self.shape, self.r = shape, r
+        self.tp = tp
+        self.s = s = shape.prompt_tokens
+        self.context = s + shape.output_tokens / 2
+        self.bandwidth = bandwidth = rates.bandwidth_bytes_per_s * r.mbu
+        self.weights = shape.weights_bytes / bandwidth
+        self.kv_bytes = shape.kv_bytes_per_token
+        self.budget = shape.token_budget
+        self.two_n = 2 * t.matmul_parameters
+        self.attention_per_prompt = (
+            forward_flops_per_token(t, s, causal_skip=shape.causal_skip) - 2 * t.matmul_parameters
         )
-    message = (decode + prompt) * shape.hidden_size * shape.activation_bytes
-    comm = shape.num_layers * 2 * small_all_reduce_seconds(message, tp, r.link, r.collectives)
-    bound: Bound = "memory" if weights + kv >= gemm + attention else "compute"
-    if rates.kernel_source == "measured" and shape.hidden_size > 0:
-        gemm, kv, attention = _measured(
-            shape,
-            r,
-            decode=decode,
-            rows=chunk + decode if prompt > 0 else decode,
-            prompt=prompt,
-            context=context,
-            roofline=(kv, attention),
-            gemm_flops=gemm_flops,
-        )
-        if not r.mbu_given:
-            weights = measured_weight_read_seconds(shape, r)
-    seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
-    return seconds * r.serial, bound
+        self.mfu_rate = rates.peak_flops * rates.mfu if rates.mfu is not None else None
+        self.peak = rates.peak_flops
+        if rates.mfu is None:
+            gen = rates.generation
+            # gemm_efficiency's plateau x width factor; its rows' factor is the step's.
+            width = shape.hidden_size / tp
+            plateau = (gen.fp8_gemm_efficiency if rates.fp8 else gen.gemm_efficiency) * (
+                rates.vision_factor
+            )
+            self.plateau_wide = plateau * (
+                width / (width + k.gemm_half_width) if width > 0 else 1.0
+            )
+            self.half_tokens = k.gemm_half_tokens
+            self.attention_rate = rates.attention_peak_flops * gen.attention_efficiency
+            self.hidden_mlp = shape.hidden_size + shape.mlp_width
+            self.elementwise_factor = (
+                k.elementwise_bytes_per_hidden / 3 * k.compile_elementwise_factor
+            )
+            self.activation_factor = shape.activation_bytes / 2
+            self.elementwise_rate = rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency
+        self.layers = shape.num_layers
+        self.launches = shape.num_layers * k.decode_overhead_seconds
+        self.layer_overhead = k.layer_overhead_seconds
+        self.compile_factor = k.compile_elementwise_factor
+        self.message_bytes = shape.hidden_size
+        self.activation_bytes = shape.activation_bytes
+        self.comm_count = shape.num_layers * 2
+        self.reduce = small_all_reduce(tp, r.link, r.collectives)
+        self.serial = r.serial
+        self.measured = rates.kernel_source == "measured" and shape.hidden_size > 0
+        if self.measured:
+            table = rates.kernel_table
+            assert table is not None
+            self.table = table
+            self.dtype = "fp8" if rates.fp8 else "bf16"
+            self.gemms = _gemms(shape, r)
+            self.share = rates.kernels.measured_kernel_share
+            measured = kernel_tables()[table]
+            timed_heads = shape.head_dim > 0 and shape.num_heads > 0
+            self.heads = max(shape.num_heads / tp, 1.0) if timed_heads else 0.0
+            self.kv_heads = max(shape.kv_width / shape.head_dim / tp, 1.0) if timed_heads else 0.0
+            self.head_dim = float(shape.head_dim)
+            self.decode_table = (
+                timed_heads and shape.kv_cache_16bit and measured.generation_attention is not None
+            )
+            self.prompt_table = (
+                timed_heads
+                and s > 0
+                and shape.causal_skip
+                and measured.context_attention is not None
+            )
+            if not r.mbu_given:
+                self.weights_measured = measured_weight_read_seconds(shape, r)
+
+    def __call__(self, decode: int, prompt: float) -> tuple[float, Bound]:
+        tp, s = self.tp, self.s
+        weights = self.weights
+        kv = decode * self.kv_bytes * self.context / self.bandwidth
+        # The steps that carry a prompt carry a chunk of it (at most the budget beside the
+        # decodes): their GEMMs have that many rows and more.
+        chunk = max(prompt, min(s, max(self.budget - decode, 1))) if prompt > 0 else 0.0
+        gemm_flops = self.two_n * (decode + prompt) / tp
+        prompt_attention = self.attention_per_prompt * prompt / tp
+        if self.mfu_rate is not None:
+            gemm = gemm_flops / self.mfu_rate
+            attention = prompt_attention / self.mfu_rate
+            elementwise = 0.0
+        else:
+            # Rows of a skinny decode-only GEMM leave tensor cores idle, but the weight reads
+            # bound that step anyway: its FLOPs are timed at the wide plateau.
+            if prompt > 0:
+                rows = chunk + decode
+                efficiency = self.plateau_wide * (rows / (rows + self.half_tokens))
+            else:
+                efficiency = self.plateau_wide * 1.0
+            gemm = gemm_flops / (self.peak * efficiency)
+            attention = prompt_attention / self.attention_rate
+            traffic = (decode + prompt) * self.layers * self.hidden_mlp / tp
+            traffic *= self.elementwise_factor
+            traffic *= self.activation_factor
+            elementwise = traffic / self.elementwise_rate
+        launches = self.launches
+        if prompt > 0:
+            launches += (
+                min(1.0, prompt / chunk)
+                * self.layers
+                * self.layer_overhead
+                / 3
+                * self.compile_factor
+            )
+        message = (decode + prompt) * self.message_bytes * self.activation_bytes
+        comm = self.comm_count * self.reduce(message)
+        bound: Bound = "memory" if weights + kv >= gemm + attention else "compute"
+        if self.measured:
+            gemm, kv, attention = self._measured(
+                decode,
+                rows=chunk + decode if prompt > 0 else decode,
+                prompt=prompt,
+                roofline=(kv, attention),
+                gemm_flops=gemm_flops,
+            )
+            if not self.r.mbu_given:
+                weights = self.weights_measured
+        seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
+        return seconds * self.serial, bound
+
+    def _measured(
+        self,
+        decode: int,
+        *,
+        rows: float,
+        prompt: float,
+        roofline: tuple[float, float],
+        gemm_flops: float,
+    ) -> tuple[float, float, float]:
+        """(GEMMs, decode attention, prompt attention) of one engine step from the measured
+        kernel table: the GEMMs over the step's rows (forward only; a skinny decode GEMM's
+        measured time is its weight reads, so the weights still bound it), each decoding
+        sequence's attention over its mean context from the generation table (where the KV
+        cache is 16-bit, as measured), the prompt tokens' causal attention from the prefill
+        table as their share of whole prompts. The GEMMs' FLOPs are the model's
+        (``gemm_flops``: every matmul parameter, a gated MLP's gate and an MoE's experts
+        included) at the rate the table gives the typical shapes over the step's rows, as
+        the training step times them (``step._measured_gemm_rate``):
+        :func:`gpuplan.core.perf.kernels.model_gemms` lists one MLP up-projection of the MLP
+        width, so its shapes' own FLOPs would leave a SwiGLU gate out (a quarter of a
+        Llama's matmuls). Each at the share of the isolated kernels'
+        speed a real step realizes (``kernels.measured_kernel_share``, fitted with the
+        training runs) where the tensor cores bound it: the share stands for the clocks of
+        a sustained load, which slow arithmetic and leave the memory's bandwidth as it is,
+        so a GEMM's isolated time is split by its rate (``rate / peak`` of it at the
+        tensor-core roofline, slowed by the share; the rest reading memory, not), and the
+        decode attention, which streams each sequence's KV cache once, keeps the measured
+        time. The launches, host work and gaps between kernels are timed apart
+        (``decode_overhead_seconds``, ``layer_overhead_seconds``). ``roofline``: the decode and prompt attention of the roofline model,
+        kept where the table cannot time them."""
+        table, share = self.table, self.share
+        kv, attention = roofline
+        s = self.s
+        rate = gemm_rate(table, self.dtype, max(round(rows), 1), self.gemms, 0)
+        gemm = _share_slowed(gemm_flops / rate, rate, self.peak, share)
+        if decode > 0 and self.decode_table:
+            one = generation_attention_seconds(
+                table, float(decode), self.context, self.kv_heads, self.head_dim
+            )
+            kv = self.layers * one  # KV reads: memory-bound, no share
+        if prompt > 0 and self.prompt_table:
+            # Fewer than a whole prompt per step on average (a steady state of few
+            # arrivals): a whole prompt's kernel runs in one step of several, so a step
+            # carries its share of that kernel, not the kernel's floor at a fraction of
+            # a prompt (below the table's smallest batch the time stays).
+            prompts = prompt / s
+            whole = max(prompts, 1.0)
+            one = context_attention_seconds(table, whole, float(s), self.heads, self.head_dim)
+            attention = self.layers * one * prompts / whole / share
+        return gemm, kv, attention
 
 
 def measured_weight_read_seconds(shape: ServeShape, r: Replica) -> float:
@@ -246,83 +371,14 @@ def _share_slowed(seconds: float, rate: float, peak_flops: float, share: float) 
     return seconds * (1 + tensor_bound * (1 / share - 1))
 
 
-def _measured_gemm_seconds(
-    shape: ServeShape, r: Replica, *, rows: float, gemm_flops: float
-) -> float:
-    """``gemm_flops`` of the model's GEMMs over ``rows`` rows at the measured table's
-    rate, the tensor-core-bound share of it slowed by ``measured_kernel_share`` (see
-    :func:`_measured`)."""
-    rates = r.rates
-    table = rates.kernel_table
-    assert table is not None
-    gemms = _gemms(shape, r)
-    rate = gemm_rate(table, "fp8" if rates.fp8 else "bf16", max(round(rows), 1), gemms, 0)
-    share = rates.kernels.measured_kernel_share
-    return _share_slowed(gemm_flops / rate, rate, rates.peak_flops, share)
-
-
-def _measured(
+def prefill_apart(
+    t: TokenFlops,
     shape: ServeShape,
     r: Replica,
     *,
     decode: int,
-    rows: float,
     prompt: float,
-    context: float,
-    roofline: tuple[float, float],
-    gemm_flops: float,
-) -> tuple[float, float, float]:
-    """(GEMMs, decode attention, prompt attention) of one engine step from the measured
-    kernel table: the GEMMs over the step's rows (forward only; a skinny decode GEMM's
-    measured time is its weight reads, so the weights still bound it), each decoding
-    sequence's attention over its mean context from the generation table (where the KV
-    cache is 16-bit, as measured), the prompt tokens' causal attention from the prefill
-    table as their share of whole prompts. The GEMMs' FLOPs are the model's
-    (``gemm_flops``: every matmul parameter, a gated MLP's gate and an MoE's experts
-    included) at the rate the table gives the typical shapes over the step's rows, as
-    the training step times them (``step._measured_gemm_rate``):
-    :func:`gpuplan.core.perf.kernels.model_gemms` lists one MLP up-projection of the MLP
-    width, so its shapes' own FLOPs would leave a SwiGLU gate out (a quarter of a
-    Llama's matmuls). Each at the share of the isolated kernels'
-    speed a real step realizes (``kernels.measured_kernel_share``, fitted with the
-    training runs) where the tensor cores bound it: the share stands for the clocks of
-    a sustained load, which slow arithmetic and leave the memory's bandwidth as it is,
-    so a GEMM's isolated time is split by its rate (``rate / peak`` of it at the
-    tensor-core roofline, slowed by the share; the rest reading memory, not), and the
-    decode attention, which streams each sequence's KV cache once, keeps the measured
-    time. The launches, host work and gaps between kernels are timed apart
-    (``decode_overhead_seconds``, ``layer_overhead_seconds``). ``roofline``: the decode and prompt attention of the roofline model,
-    kept where the table cannot time them."""
-    rates, tp = r.rates, r.tp
-    table = rates.kernel_table
-    assert table is not None
-    share = rates.kernels.measured_kernel_share
-    kv, attention = roofline
-    s = shape.prompt_tokens
-    gemm = _measured_gemm_seconds(shape, r, rows=rows, gemm_flops=gemm_flops)
-    measured = kernel_tables()[table]
-    if shape.head_dim > 0 and shape.num_heads > 0:
-        heads = max(shape.num_heads / tp, 1.0)
-        kv_heads = max(shape.kv_width / shape.head_dim / tp, 1.0)
-        if decode > 0 and shape.kv_cache_16bit and measured.generation_attention is not None:
-            one = generation_attention_seconds(
-                table, float(decode), context, kv_heads, float(shape.head_dim)
-            )
-            kv = shape.num_layers * one  # KV reads: memory-bound, no share
-        if prompt > 0 and s > 0 and shape.causal_skip and measured.context_attention is not None:
-            # Fewer than a whole prompt per step on average (a steady state of few
-            # arrivals): a whole prompt's kernel runs in one step of several, so a step
-            # carries its share of that kernel, not the kernel's floor at a fraction of
-            # a prompt (below the table's smallest batch the time stays).
-            prompts = prompt / s
-            whole = max(prompts, 1.0)
-            one = context_attention_seconds(table, whole, float(s), heads, float(shape.head_dim))
-            attention = shape.num_layers * one * prompts / whole / share
-    return gemm, kv, attention
-
-
-def prefill_apart(
-    t: TokenFlops, shape: ServeShape, r: Replica, *, decode: int, prompt: float
+    stepper: Stepper | None = None,
 ) -> tuple[float, float, float, Bound]:
     """(decode step, prefill step, prefill steps per decode step, bound) of an engine
     that runs prompts in prefill batches of their own, never beside decodes, for
@@ -343,23 +399,35 @@ def prefill_apart(
     step. In steady state ``prompt = B · s / o``."""
     arrivals = prompt / max(shape.prompt_tokens, 1)
     per_decode = -math.expm1(-arrivals)
-    step, bound = step_seconds(t, shape, r, decode=decode, prompt=0)
+    timed = stepper or Stepper(t, shape, r)
+    step, bound = timed(decode, 0)
     prefill = 0.0
     if per_decode > 0:
-        prefill, _ = step_seconds(t, shape, r, decode=0, prompt=prompt / per_decode)
+        prefill, _ = timed(0, prompt / per_decode)
     return step, prefill, per_decode, bound
 
 
 def apart_step_seconds(
-    t: TokenFlops, shape: ServeShape, r: Replica, *, decode: int, prompt: float
+    t: TokenFlops,
+    shape: ServeShape,
+    r: Replica,
+    *,
+    decode: int,
+    prompt: float,
+    stepper: Stepper | None = None,
 ) -> float:
     """The mean time between one decode step and the next when prompts run apart
-    (:func:`prefill_apart`): a decode step and the prefill batches that come between."""
-    step, prefill, per_decode, _ = prefill_apart(t, shape, r, decode=decode, prompt=prompt)
+    (:func:`prefill_apart`): a decode step and the prefill batches that come between.
+    ``stepper``: the replica's :class:`Stepper`, when the caller keeps one."""
+    step, prefill, per_decode, _ = prefill_apart(
+        t, shape, r, decode=decode, prompt=prompt, stepper=stepper
+    )
     return step + per_decode * prefill
 
 
-def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int) -> float:
+def time_to_first_token(
+    t: TokenFlops, shape: ServeShape, r: Replica, batch: int, stepper: Stepper | None = None
+) -> float:
     """A new prompt in chunks of the budget left beside the decodes, one step each; in
     steady state each of those steps also carries the other arrivals' prompt tokens, and
     the first token comes at the end of the last.
@@ -375,10 +443,11 @@ def time_to_first_token(t: TokenFlops, shape: ServeShape, r: Replica, batch: int
     room = max(shape.token_budget - others, 1)
     chunks = math.ceil(s / room)
     prompt = max(s / chunks, others * s / o)
-    step, _ = step_seconds(t, shape, r, decode=others, prompt=prompt)
+    timed = stepper or Stepper(t, shape, r)
+    step, _ = timed(others, prompt)
     in_progress = 0.0
     if others > 0:
-        in_progress, _ = step_seconds(t, shape, r, decode=others, prompt=others * s / o)
+        in_progress, _ = timed(others, others * s / o)
     return in_progress / 2 + chunks * step
 
 
@@ -390,6 +459,7 @@ def serve(
     *,
     static: bool = False,
     mixed: bool = True,
+    stepper: Stepper | None = None,
 ) -> Served:
     """One replica serving ``batch`` sequences at once, in steady state.
 
@@ -401,30 +471,32 @@ def serve(
     decodes); else prompts run in prefill batches of their own between decode steps
     (:func:`prefill_apart`), and a new prompt, which the scheduler admits first, waits
     for the step in progress and then its own prefill batch.
+    ``stepper``: the replica's :class:`Stepper`, when the caller keeps one.
     """
+    timed = stepper or Stepper(t, shape, r)
     o = max(shape.output_tokens, 1)
     s = shape.prompt_tokens
     if static:
-        prefill, _ = step_seconds(t, shape, r, decode=0, prompt=batch * s)
-        step, bound = step_seconds(t, shape, r, decode=batch, prompt=0)
+        prefill, _ = timed(0, batch * s)
+        step, bound = timed(batch, 0)
         ttft, tpot = prefill, step
         tokens_per_s = batch * o / (prefill + (o - 1) * step)
     elif not mixed:
         decode, prefill, per_decode, bound = prefill_apart(
-            t, shape, r, decode=batch, prompt=batch * s / o
+            t, shape, r, decode=batch, prompt=batch * s / o, stepper=timed
         )
         step = decode + per_decode * prefill
         # The step in progress at a random moment: decode and prefill steps, each
         # found in proportion to its length (residual life E[T²] / 2E[T]); then the
         # prompt's own prefill batch, with the others that arrived (Poisson) beside it.
         in_progress = (decode**2 + per_decode * prefill**2) / (2 * step)
-        own, _ = step_seconds(t, shape, r, decode=0, prompt=s * (1 + batch / o))
+        own, _ = timed(0, s * (1 + batch / o))
         ttft = (in_progress if batch > 1 else 0.0) + own
         tpot = step
         tokens_per_s = batch / step
     else:
-        step, bound = step_seconds(t, shape, r, decode=batch, prompt=batch * s / o)
-        ttft, tpot = time_to_first_token(t, shape, r, batch), step
+        step, bound = timed(batch, batch * s / o)
+        ttft, tpot = time_to_first_token(t, shape, r, batch, timed), step
         tokens_per_s = batch / step
     requests = tokens_per_s / o
     flops_per_request = s * forward_flops_per_token(

@@ -19,6 +19,7 @@ cannot hide behind compute stays on the critical path. A pipeline idles
 """
 
 import math
+from functools import lru_cache
 from typing import NamedTuple
 
 from gpuplan.core.memory.schema import Parallelism
@@ -507,18 +508,8 @@ def adapter_work(
         return 0.0, 0.0
     layers = -(-shape.num_layers // lay.pipeline)
     r = float(shape.adapter_rank)
-    t = lay.tensor
-    local = [
-        (count, fan_in / t if row else fan_in, fan_out if row else fan_out / t)
-        for count, fan_in, fan_out, row in shape.adapters
-    ]
-    gemms = tuple(
-        g
-        for count, fan_in, fan_out in local
-        for g in (
-            (count * layers, r, float(round(fan_in))),
-            (count * layers, float(round(fan_out)), r),
-        )
+    gemms, element = _adapter_shapes(
+        shape.adapters, r, layers, lay.tensor, dropout=shape.adapter_dropout
     )
     flops = sum(c * 2 * 3 * tokens * n * k for c, n, k in gemms)
     if rates.mfu is not None:
@@ -534,13 +525,40 @@ def adapter_work(
         seconds = flops / (rates.peak_flops * gemm_efficiency(rates, r, tokens))
     if not peft:
         return seconds, 0.0
-    per_input = ADAPTER_INPUT_BYTES + (DROPOUT_INPUT_BYTES if shape.adapter_dropout else 0)
+    traffic = tokens * layers * element * shape.activation_bytes / 2
+    return seconds, traffic
+
+
+@lru_cache(maxsize=1024)
+def _adapter_shapes(
+    adapters: tuple[tuple[int, int, int, bool], ...],
+    r: float,
+    layers: int,
+    t: int,
+    *,
+    dropout: bool,
+) -> tuple[tuple[tuple[float, float, float], ...], float]:
+    """(the adapters' GEMMs on one GPU, their elementwise bytes per token and layer) for
+    :func:`adapter_work`: what does not depend on the micro-batch's tokens (memoized: a
+    search times every layout of every GPU with the same adapters)."""
+    local = [
+        (count, fan_in / t if row else fan_in, fan_out if row else fan_out / t)
+        for count, fan_in, fan_out, row in adapters
+    ]
+    gemms = tuple(
+        g
+        for count, fan_in, fan_out in local
+        for g in (
+            (count * layers, r, float(round(fan_in))),
+            (count * layers, float(round(fan_out)), r),
+        )
+    )
+    per_input = ADAPTER_INPUT_BYTES + (DROPOUT_INPUT_BYTES if dropout else 0)
     element = sum(
         count * (fan_in * per_input + fan_out * ADAPTER_OUTPUT_BYTES)
         for count, fan_in, fan_out in local
     )
-    traffic = tokens * layers * element * shape.activation_bytes / 2
-    return seconds, traffic
+    return gemms, element
 
 
 def routed_traffic_bytes(shape: StepShape, lay: Parallelism, tokens: float) -> float:

@@ -41,7 +41,7 @@ from gpuplan.core.perf.queueing import (
     saturation_rate,
     under_load,
 )
-from gpuplan.core.perf.serve import Replica, ServeShape, step_seconds
+from gpuplan.core.perf.serve import Replica, ServeShape, Stepper
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.disagg_schema import (
     Disaggregation,
@@ -474,8 +474,10 @@ def _least(ok: Callable[[int], bool], low: int, high: int) -> int:
 def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Replica) -> _Pool:
     """A tensor-parallel decode replica (:func:`_decode_pool`)."""
 
+    stepper = Stepper(job.flops, shape, r)
+
     def step(batch: int) -> float:
-        return step_seconds(job.flops, shape, r, decode=batch, prompt=0)[0]
+        return stepper(batch, 0)[0]
 
     return _decode_pool(
         job,
@@ -604,8 +606,10 @@ def _whole_cache_per_token(job: Job, m: ReplicaMemory, tp: int) -> float:
 def _prefills(job: Job, m: ReplicaMemory, shape: ServeShape, r: Replica) -> list[_Pool]:
     """Tensor-parallel prefill replicas (:func:`_prefill_pools`)."""
 
+    stepper = Stepper(job.flops, shape, r)
+
     def step(tokens: float) -> float:
-        return step_seconds(job.flops, shape, r, decode=0, prompt=tokens)[0]
+        return stepper(0, tokens)[0]
 
     whole = _whole_cache_per_token(job, m, r.tp)
     return _prefill_pools(job, m, step, budget=shape.token_budget, tp=r.tp, whole=whole)

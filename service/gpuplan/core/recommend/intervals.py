@@ -7,6 +7,8 @@ published run covers, or more GPUs than the largest run, widens it. Figures that
 one over the throughput (time, cost, energy) take its interval inverted.
 """
 
+import msgspec
+
 from gpuplan.core.perf.efficiency import generation
 from gpuplan.core.perf.residuals import SERVING, TRAINING, residual_tables
 from gpuplan.core.recommend.job import Job
@@ -39,7 +41,9 @@ def _spread(
 ) -> Spread:
     """The spread of ``regime`` at ``count`` GPUs. ``spreads``: the ones already computed
     for the request's candidates (a spread is a function of the table, the regime and
-    what lies outside the corpus; many candidates share all three)."""
+    what lies outside the corpus; many candidates share all three). Its figures depend
+    on what lies outside only through how many reasons widen it (the reasons differ
+    where the count passes the largest run), so candidates alike in that share them."""
     known = {(g.axis, g.name) for g in table.groups}
     outside = [
         f"no published run of {axis} {name}"
@@ -53,7 +57,13 @@ def _spread(
     key = (id(table), *regime.items(), *outside)
     hit = spreads.get(key)
     if hit is None:
-        hit = spreads[key] = spread(table, regime, outside)
+        alike = ("widened", id(table), *regime.items(), len(outside))
+        figures = spreads.get(alike)
+        if figures is None:
+            hit = spreads[alike] = spread(table, regime, outside)
+        else:
+            hit = msgspec.structs.replace(figures, widened=list(outside))
+        spreads[key] = hit
     return hit
 
 

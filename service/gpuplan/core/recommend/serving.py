@@ -34,10 +34,10 @@ from gpuplan.core.perf.serve import (
     Replica,
     Served,
     ServeShape,
+    Stepper,
     apart_step_seconds,
     budget_concurrency,
     serve,
-    step_seconds,
 )
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import (
@@ -99,6 +99,7 @@ def serving_options(
             and t <= most
         ]
     )
+    closest: tuple[int, int, Workload, ReplicaMemory] | None = None
     for tp in degrees:
         if not given and not multi_gpu_allowed(gpu, tp, c):
             break
@@ -109,6 +110,16 @@ def serving_options(
         memory = replica_memory(job, oracle, workload, gpu, tp, key=key)
         if memory is None:
             continue
+        if not given:
+            # A replica that does not fit is only ever the GPU's closest miss, chosen by
+            # its required bytes alone (which need no timing): only the one chosen is
+            # served, after the loop (about half the options of a large model miss).
+            length, fits = fit_of(job, gpu, memory, spec, workload.batch_size)
+            if not fits:
+                required = _unfit_required(memory, spec, length, workload.batch_size)
+                if closest is None or required < closest[0]:
+                    closest = (required, tp, workload, memory)
+                continue
         option = serve_option(
             job,
             ctx,
@@ -118,10 +129,10 @@ def serving_options(
             c=c,
             replicas=job.given.data if given else None,
         )
-        if option.fits or given:
-            options.append(option)
-        elif miss.required == 0 or option.required < miss.required:
-            miss = option
+        options.append(option)
+    if closest is not None:
+        _, tp, workload, memory = closest
+        miss = serve_option(job, ctx, workload, tp=tp, memory=memory, c=c)
     return options, miss
 
 
@@ -502,15 +513,21 @@ class EngineQueue:
         return max_rate(self.steps, slo.ttft_p95_s, slo.tpot_p95_s) * self.ways
 
 
-def engine_queue(job: Job, shape: ServeShape, replica: Replica, cap: int) -> EngineQueue:
+def engine_queue(
+    job: Job, shape: ServeShape, replica: Replica, cap: int, stepper: Stepper | None = None
+) -> EngineQueue:
     """A tensor-parallel replica's queue: the speed model's engine step (the same
     function the saturated plan uses; with SGLang's prefill batches apart from decodes,
-    a decode step and the prefill batches between two of them)."""
+    a decode step and the prefill batches between two of them). ``stepper``: the
+    replica's, when the caller keeps one."""
+    timed = stepper or Stepper(job.flops, shape, replica)
 
     def step(n: float, p: float) -> float:
         if not job.inference.mixed_chunk:
-            return apart_step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)
-        return step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
+            return apart_step_seconds(
+                job.flops, shape, replica, decode=round(n), prompt=p, stepper=timed
+            )
+        return timed(round(n), p)[0]
 
     return EngineQueue(job, step, cap, shape.token_budget)
 
@@ -823,6 +840,15 @@ def model_len(job: Job, memory: ReplicaMemory, spec: EngineSpec, batch: int) -> 
     return length, fits(length)
 
 
+def fit_of(
+    job: Job, gpu: GpuSpec, memory: ReplicaMemory, spec: EngineSpec, batch: int
+) -> tuple[int, bool]:
+    """The ``max_model_len`` the plan sets, and whether the replica fits: the estimate
+    within the GPU's usable memory and the engine's cache holding that length."""
+    length, holds = model_len(job, memory, spec, batch)
+    return length, memory.estimate_bytes <= gpu.usable_memory_bytes and holds
+
+
 def serve_shape(job: Job, w: Workload, memory: ReplicaMemory) -> ServeShape:
     """What of the model, its requests and one replica's memory the step time reads."""
     arch = job.arch
@@ -874,19 +900,25 @@ def serve_option(
         mbu_given=ctx.mbu_given,
     )
     static_batch = w.batch_size > 1 or not spec.paged
+    stepper = Stepper(job.flops, shape, replica)  # every step this option times
 
     def run(batch: int) -> Served:
-        return serve(job.flops, shape, replica, batch, static=static_batch, mixed=iv.mixed_chunk)
+        return serve(
+            job.flops,
+            shape,
+            replica,
+            batch,
+            static=static_batch,
+            mixed=iv.mixed_chunk,
+            stepper=stepper,
+        )
 
     def tpot(batch: int) -> float:  # serve()'s steady-state step, alone
         o = max(shape.output_tokens, 1)
-        return step_seconds(
-            job.flops, shape, replica, decode=batch, prompt=batch * shape.prompt_tokens / o
-        )[0]
+        return stepper(batch, batch * shape.prompt_tokens / o)[0]
 
     held = memory.sequences
-    length, holds = model_len(job, memory, spec, w.batch_size)
-    fits = memory.estimate_bytes <= gpu.usable_memory_bytes and holds
+    length, fits = fit_of(job, gpu, memory, spec, w.batch_size)
     s, limit, required = _concurrency(
         run,
         job,
@@ -907,7 +939,7 @@ def serve_option(
         else 1
     )
 
-    queue = None if static_batch else engine_queue(job, shape, replica, s.batch)
+    queue = None if static_batch else engine_queue(job, shape, replica, s.batch, stepper)
     # The percentiles under load (but where the SLO needs them), the rate within the SLO
     # and the launch command change no ranking: ``Option.finish`` adds them to the
     # candidates a response shows (a search times ~150 options, a response shows a few).

@@ -20,6 +20,7 @@ model running low), its low end from the spread above.
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 from statistics import NormalDist, fmean
 
 from gpuplan.core.uncertainty.model import Interval, ResidualTable, Spread
@@ -29,8 +30,10 @@ PRIOR_RUNS = 4.0
 choice, not fitted: it halves the say of a regime measured by four runs)."""
 
 
+@lru_cache(maxsize=64)
 def z_score(coverage: float) -> float:
-    """The normal quantile of a two-sided interval of ``coverage`` (0.8: 1.2816)."""
+    """The normal quantile of a two-sided interval of ``coverage`` (0.8: 1.2816);
+    memoized: every interval of every candidate asks for the same few coverages."""
     if not 0 < coverage < 1:
         raise ValueError(f"coverage must be in (0, 1), got {coverage}")
     return NormalDist().inv_cdf((1 + coverage) / 2)
