@@ -128,3 +128,27 @@ def test_the_ibm_fsdp_blog_runs_say_what_its_code_ran() -> None:
     assert thirteen["checkpoint_every_n_layers"] == 2
     # 1 + p/3 with p the checkpointed share of blocks: the blog's HFU/MFU of 0.59/0.51
     assert round(3 * (0.59 / 0.51 - 1) * 2) / 2 == 0.5
+
+
+def test_megatron_fsdp_runs_are_megatron_with_zero_3() -> None:
+    """Megatron-Bridge's runs with a non-zero FSDP column ran Megatron-FSDP: Megatron-core's
+    kernels (Transformer Engine's fused ones) with ZeRO-3 sharding, so framework megatron
+    and zero stage 3, never PyTorch's fsdp2."""
+    runs = [
+        r
+        for r in published.load()
+        if r["source_id"] == "megatron-bridge-perf-summary" and "| FSDP |" in r["quote"]
+    ]
+    fsdp = []
+    for run in runs:
+        header, *rows = [line for line in run["quote"].split("\n") if line.startswith("|")]
+        cells = [c.strip() for c in header.strip("|").split("|")]
+        value = [c.strip() for c in rows[-1].strip("|").split("|")][cells.index("FSDP")]
+        if value not in ("0", "n/a", "-", ""):
+            fsdp.append(run["id"])
+            parallelism = run["request"]["workload"]["parallelism"]
+            assert parallelism["framework"] == "megatron", run["id"]
+            assert parallelism["zero_stage"] == 3, run["id"]
+            assert "Megatron-FSDP" in run["assumptions"], run["id"]
+    assert "mbridge2511-llama3-8b-h100x8-fp8cs" in fsdp
+    assert len(fsdp) >= 4

@@ -5,9 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
-from bench.published.cv import RESULTS, evaluate, folds, neutral, regimes, source_of
-from bench.published.fit import Case, ServingCase, parameters
+from bench.published.cv import RESULTS, evaluate, folds, regimes, source_of
+from bench.published.fit import Case, ServingCase, fit, measured_half_width, neutral, parameters
 from bench.published.runs import load
+
+from gpuplan.core.perf.efficiency import efficiency_data
 
 
 def _cases() -> list[Case | ServingCase]:
@@ -52,3 +54,24 @@ def test_the_committed_cross_validation_is_current() -> None:
         assert new["cv_error"] == pytest.approx(old["cv_error"], abs=1e-4), new["id"]
         assert new["in_sample_error"] == pytest.approx(old["in_sample_error"], abs=1e-6)
     assert now["fitted_constants"] == committed["fitted_constants"]
+
+
+def test_gemm_half_width_is_measured_from_the_a100_table_not_fitted() -> None:
+    assert "kernels.gemm_half_width" not in [p.name for p in parameters()]
+    shipped = efficiency_data().kernels.gemm_half_width
+    assert shipped == pytest.approx(measured_half_width(), abs=0.1)
+    assert 400 < shipped < 900  # w = 1024 reaches about 60% of the plateau on A100
+
+
+def test_with_no_run_every_constant_goes_to_the_middle_of_its_bounds() -> None:
+    """The shipped values and every fold share one estimator: the pull goes to the
+    neutral prior, never to the values fitted before (with no run, nothing else counts)."""
+    params = parameters()
+    shipped = [p.get() for p in params]
+    try:
+        fit([], params)
+        for p in params:
+            assert p.get() == pytest.approx(neutral(p), rel=1e-3), p.name
+    finally:
+        for p, value in zip(params, shipped, strict=True):
+            p.put(value)

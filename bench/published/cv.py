@@ -11,13 +11,14 @@ without any run of its own source (``source_id``: one document, paper or results
 so no constant has seen a figure of the source it is judged on.
 
 Each fold refits the constants of :func:`bench.published.fit.parameters` on the
-calibration runs of the other sources, as ``fit.py`` does for the shipped values, with
-one difference that keeps the fold honest: the weak pull of every constant goes to a
+calibration runs of the other sources by :func:`bench.published.fit.fit`, the very
+estimator that gives the shipped values: the pull of every constant goes to a
 data-independent prior, the middle of its physical bounds (in log space for the
-constants fitted as logs), never to the shipped value, which was fitted with the held-out
-source in. The fold starts from the shipped values only to converge in a few steps: with
-the pull towards the neutral prior, the optimum it reaches does not depend on the start
-(the problem is smooth and bounded), only the time does.
+constants fitted as logs), measured in its half-range, never to the shipped value, which
+was fitted with the held-out source in; two starts, the shipped values and the prior,
+the lower objective kept (the problem is smooth and bounded but not convex, so a single
+start could land in a minimum that depends on it). ``kernels.gemm_half_width`` is
+measured from a kernel table, not fitted, in every fold as in the shipped values.
 
 Beside it, labelled, the in-sample figure: the shipped constants on every run.
 
@@ -38,7 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.published.fit import Case, Parameter, ServingCase, fit, parameters
+from bench.published.fit import Case, ServingCase, fit, parameters
 from bench.published.runs import load
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.perf.efficiency import generation
@@ -96,12 +97,6 @@ def regimes(run: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def neutral(p: Parameter) -> float:
-    """A constant's data-independent prior: the middle of its bounds (geometric for a
-    constant fitted as a log)."""
-    return math.sqrt(p.low * p.high) if p.log else (p.low + p.high) / 2
-
-
 Cases = list[Case | ServingCase]
 
 
@@ -131,13 +126,12 @@ def cross_validate(
     """The log error of each case predicted by the model fitted without its source."""
     params = parameters()
     shipped = [p.get() for p in params]
-    priors = [neutral(p) for p in params]
     out: dict[str, float] = {}
     try:
         for source, train, held in folds(cases):
             for p, value in zip(params, shipped, strict=True):
                 p.put(value)
-            fit(train, params, priors=priors)
+            fit(train, params)
             out |= _predict_all(held)
             progress(f"{source}: {len(held)} run(s) predicted, fitted on {len(train)}")
     finally:
@@ -252,7 +246,8 @@ def evaluate(progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]
         )
     result: dict[str, Any] = {
         "method": "leave-one-source-out; each fold refits the constants on the other "
-        "sources' calibration runs, pulled to the middle of their bounds",
+        "sources' calibration runs, pulled to the middle of their bounds (fit.fit, "
+        "the shipped values' estimator)",
         "fitted_constants": [p.name for p in parameters()],
         "sources": len({r["source"] for r in rows}),
         "rows": rows,
