@@ -1,6 +1,7 @@
 """The training step's context-parallel key/value exchange (only the tensor-parallel
 rank's heads), the pipeline's last stage (which holds the output head), the loss's
-memory passes over the logits and the fused attention's backward."""
+memory passes over the logits, the fused attention's backward and FlashAttention-2 on
+Hopper."""
 
 from typing import Any
 
@@ -14,6 +15,7 @@ from gpuplan.core.perf.efficiency import framework
 from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.kernels import context_attention_seconds
 from gpuplan.core.perf.step import (
+    FLASH2_HOPPER_CAUSAL,
     FUSED_ATTENTION_BACKWARD_OVER_FORWARD,
     LOSS_BYTES_PER_LOGIT,
     StepLinks,
@@ -117,3 +119,42 @@ def test_a_fused_attention_backward_takes_three_forwards() -> None:
     # eager attention keeps the model FLOPs' split (forward 1, backward 2)
     eager = micro_batch(LLAMA2_7B, _llama2_7b(causal_skip=False), lay, rates, framework("ddp"))
     assert eager.attention_forward_share == pytest.approx(1 / 3)
+
+
+def test_flash_attention_2_on_hopper_runs_at_its_measured_rate() -> None:
+    """``attention: flash`` (FlashAttention-2: the flash-attn 2 package, or SDPA's flash
+    backend before torch 2.11) runs on Hopper at its measured rate, 314 TFLOP/s forward
+    and 249 backward at 4K keys (NVIDIA/cudnn-frontend's SDPA benchmark), slower than the
+    measured prefill table; other GPUs, and ``sdpa``, keep the table."""
+    h100 = bf16_rates("h100-sxm5-80gb", "h100-sxm5-80gb")
+    shape = _llama2_7b(seq=4096, batch_size=2)
+    lay = Parallelism()
+    table = micro_batch(LLAMA2_7B, shape, lay, h100, framework("fsdp1"))
+    flash = micro_batch(LLAMA2_7B, _llama2_7b(seq=4096, batch_size=2, flash2=True), lay, h100,
+                        framework("fsdp1"))  # fmt: skip
+    forward_flops = 2 * 2 * 2 * 4096**2 * 128 * 32 / 2
+    seq, forward_rate, backward_rate = FLASH2_HOPPER_CAUSAL[0]
+    assert seq == 4096
+    forward = forward_flops / (forward_rate * 1e12)
+    backward = 2.5 * forward_flops / (backward_rate * 1e12)
+    share = h100.kernels.measured_kernel_share
+    assert flash.attention_s == pytest.approx(32 * (forward + backward) / share)
+    assert flash.attention_forward_share == pytest.approx(forward / (forward + backward))
+    assert flash.attention_s > 1.3 * table.attention_s
+    assert flash.gemm_s == table.gemm_s
+    assert flash.elementwise_s == table.elementwise_s
+    # shorter sequences are clamped to the 4K row, context parallelism splits the work
+    short = _llama2_7b(seq=2048, batch_size=4, flash2=True)
+    assert micro_batch(LLAMA2_7B, short, lay, h100, framework("fsdp1")).attention_s == (
+        pytest.approx(flash.attention_s / 2)
+    )
+    cp = micro_batch(LLAMA2_7B, _llama2_7b(seq=4096, batch_size=2, flash2=True),
+                     Parallelism(context=2), h100, framework("fsdp1"))  # fmt: skip
+    assert cp.attention_s == pytest.approx(flash.attention_s / 2)
+    # an A100 keeps its measured table
+    a100 = bf16_rates("a100-sxm4-80gb", "a100-sxm4-80gb")
+    assert micro_batch(
+        LLAMA2_7B, _llama2_7b(seq=4096, batch_size=2, flash2=True), lay, a100, framework("fsdp1")
+    ).attention_s == pytest.approx(
+        micro_batch(LLAMA2_7B, shape, lay, a100, framework("fsdp1")).attention_s
+    )

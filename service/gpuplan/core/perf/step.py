@@ -167,6 +167,12 @@ class StepShape(Record, kw_only=True):
     """Parameters whose gradients are reduced, where they differ from the trainable ones
     (FSDP1 adapters inside their layers' units reduce whole layers)."""
 
+    flash2: bool = False
+    """The attention runs FlashAttention-2's kernels (``workload.attention: flash``: the
+    ``flash-attn`` 2.x package, or PyTorch SDPA's flash backend, which SDPA picks on
+    Hopper before cuDNN's until torch 2.11): on Hopper they are timed at FlashAttention-2's
+    measured rate (:data:`FLASH2_HOPPER_CAUSAL`), not the measured prefill table's."""
+
 
 class StepLinks(Record, kw_only=True):
     tensor: Link
@@ -333,12 +339,17 @@ def micro_batch(
                 math.inf if shape.vision else local_tokens,
             )
         )
-    timed = (
-        _measured_attention_seconds(shape, lay, rates, layers)
-        if measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
+    fused = measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
+    attention_forward = 1 / (1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD)
+    flash2 = (
+        _flash2_hopper_seconds(shape, lay, rates, layers)
+        if fused and shape.flash2 and gen.name == "hopper"
         else None
     )
-    if timed is not None:
+    timed = _measured_attention_seconds(shape, lay, rates, layers) if fused else None
+    if flash2 is not None:
+        attention_s, attention_forward = flash2
+    elif timed is not None:
         attention_s = timed
     else:
         attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
@@ -381,7 +392,7 @@ def micro_batch(
         launch,
         forward_share,
         measured,
-        1 / (1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD) if shape.causal_skip else 1 / 3,
+        attention_forward if shape.causal_skip else 1 / 3,
     )
 
 
@@ -680,6 +691,61 @@ def _measured_attention_seconds(
     )
     both = 1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD
     return both * layers * forward / lay.context / rates.kernels.measured_kernel_share
+
+
+FLASH2_HOPPER_CAUSAL = (
+    (4096, 314.06, 248.76),
+    (8192, 325.14, 277.44),
+    (16384, 324.77, 305.18),
+    (32768, 345.30, 317.28),
+    (65536, 342.65, 323.16),
+)
+"""FlashAttention-2 on Hopper, causal, head size 128, bf16: ``(keys, forward TFLOP/s,
+backward TFLOP/s)``, in FlashAttention's own FLOP count (a causal forward
+``2 · 2 · s² · d · heads / 2`` per sequence, the backward 2.5 times it).
+
+Measured by NVIDIA against cuDNN's SDPA (NVIDIA/cudnn-frontend,
+benchmark/benchmark_results.csv and benchmark/README.md at 505fcfebcc8c, "Pytorch native
+sdpa operation vs cudnn sdpa operation", clocks locked as the README's H200 example; 16
+heads, ``batch · seq`` = 16K tokens; cuDNN 9.1 runs the same shapes at 542 / 444 TFLOP/s
+at 4K). PyTorch's SDPA picks its flash backend, FlashAttention-2's sm80 kernels, before
+cuDNN's on Hopper: cuDNN was made opt-in in 2.5 (pytorch/pytorch#138649: "we are going
+to make the CuDNN backend Opt-in by default"), and ``check_prefer_cudnn_attention``
+(aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) puts it first on sm90 only with a
+bundled cuDNN above 9.15, which torch 2.11 ships (huggingface/transformers#48163, its
+closing comment); a 2.6 nightly on H100 measures SDPA at 329 TFLOP/s against cuDNN's 631
+at (1, 24, 4608, 128) (pytorch/pytorch#142132). The ``flash-attn`` 2.x package runs the
+same kernels. So a request that says ``attention: flash`` runs Hopper's attention at
+these rates, not at the measured prefill table's (TensorRT-LLM's Hopper kernels, 419
+TFLOP/s forward at two 4K sequences of 32 heads), which stays the estimate for ``sdpa``
+(cuDNN's, on a current PyTorch) and for Transformer Engine's fused attention. Shorter
+sequences are clamped to the 4K row (the kernel only slows below it), longer ones to the
+64K row. Other GPUs keep their measured tables."""
+
+
+def _flash2_hopper_seconds(
+    shape: StepShape, lay: Parallelism, rates: Rates, layers: int
+) -> tuple[float, float]:
+    """(seconds, forward share) of one micro-batch's fused causal attention at
+    FlashAttention-2's measured Hopper rates (:data:`FLASH2_HOPPER_CAUSAL`), scaled as
+    the measured table's are (``kernels.measured_kernel_share``, context parallelism)."""
+    rows = FLASH2_HOPPER_CAUSAL
+    keys = float(shape.seq)
+    if keys <= rows[0][0]:
+        forward_rate, backward_rate = rows[0][1], rows[0][2]
+    elif keys >= rows[-1][0]:
+        forward_rate, backward_rate = rows[-1][1], rows[-1][2]
+    else:
+        i = max(j for j, row in enumerate(rows) if row[0] <= keys)
+        (s0, f0, b0), (s1, f1, b1) = rows[i], rows[i + 1]
+        x = math.log(keys / s0) / math.log(s1 / s0)
+        forward_rate, backward_rate = f0 + x * (f1 - f0), b0 + x * (b1 - b0)
+    heads = max(shape.num_heads / lay.tensor, 1.0)
+    forward_flops = 2 * 2 * shape.batch_size * keys * keys * shape.head_dim * heads / 2
+    forward = forward_flops / (forward_rate * 1e12)
+    backward = 2.5 * forward_flops / (backward_rate * 1e12)
+    scale = layers / lay.context / rates.kernels.measured_kernel_share
+    return (forward + backward) * scale, forward / (forward + backward)
 
 
 def _micro_comm(

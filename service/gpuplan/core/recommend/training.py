@@ -313,6 +313,7 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         autocast=w.precision.startswith("amp_"),
         fused_kernels=w.fused_kernels,
         vision=job.vision,
+        flash2=w.attention == "flash",
     )
 
 
