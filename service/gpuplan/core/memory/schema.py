@@ -353,7 +353,9 @@ class Workload(Record):
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
     log-sum-exp per query, except ``sdpa`` training in fp32 on CUDA with grouped
     key/value heads, which PyTorch runs through its math kernel (measured on an H200):
-    it keeps the scores as ``eager`` does."""
+    it keeps the scores as ``eager`` does. The speed model times ``flash`` training on
+    Hopper at FlashAttention-2's measured rate (what PyTorch's SDPA flash kernel runs there
+    before torch 2.11; cuDNN's is faster), ``sdpa`` at the measured kernel table's."""
 
     gradient_accumulation_steps: Annotated[int, msgspec.Meta(ge=1, le=1 << 16)] = 1
     parallelism: Parallelism = msgspec.field(default_factory=Parallelism)
