@@ -32,10 +32,13 @@ measured figures inside their 80% intervals is reported.
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import statistics
 import sys
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -120,23 +123,63 @@ def folds(cases: Cases) -> list[tuple[str, Cases, Cases]]:
     ]
 
 
-def cross_validate(
-    cases: Cases, progress: Callable[[str], None] = lambda _: None
-) -> dict[str, float]:
-    """The log error of each case predicted by the model fitted without its source."""
+def _fold(cases: Cases, index: int) -> tuple[str, int, int, dict[str, float]]:
+    """Fold ``index`` of :func:`folds`: (its source, runs predicted, runs fitted, the
+    predicted runs' log errors), fitted from the shipped values and put back after."""
+    source, train, held = folds(cases)[index]
     params = parameters()
     shipped = [p.get() for p in params]
-    out: dict[str, float] = {}
     try:
-        for source, train, held in folds(cases):
-            for p, value in zip(params, shipped, strict=True):
-                p.put(value)
-            fit(train, params)
-            out |= _predict_all(held)
-            progress(f"{source}: {len(held)} run(s) predicted, fitted on {len(train)}")
+        fit(train, params)
+        return source, len(held), len(train), _predict_all(held)
     finally:
         for p, value in zip(params, shipped, strict=True):
             p.put(value)
+
+
+def load_cases() -> Cases:
+    """Every published run, training then serving, resolved once."""
+    return [Case(r) for r in load()] + [ServingCase(r) for r in load("inference")]
+
+
+_WORKER_CASES: Cases = []
+"""A worker process's cases (:func:`_start_worker`): built once, as the parent's are."""
+
+
+def _start_worker() -> None:
+    _WORKER_CASES.extend(load_cases())
+
+
+def _worker_fold(index: int) -> tuple[str, int, int, dict[str, float]]:
+    return _fold(_WORKER_CASES, index)
+
+
+def workers() -> int:
+    """Processes for the folds: the CPUs this process may use (at most 8)."""
+    return max(1, min(len(os.sched_getaffinity(0)), 8))
+
+
+def cross_validate(
+    cases: Cases, progress: Callable[[str], None] = lambda _: None, processes: int = 1
+) -> dict[str, float]:
+    """The log error of each case predicted by the model fitted without its source.
+
+    Each fold starts from the shipped values and is fitted alone, so the folds are
+    independent: with ``processes`` above 1 they run in that many fresh (spawned)
+    processes, each building the published runs' cases as :func:`load_cases` does,
+    with the same results as one process (``cases`` must then be :func:`load_cases`'s).
+    Two starts per fold make a fold the slow part of the suite's slow tier."""
+    indices = range(len(folds(cases)))
+    if processes <= 1:
+        results = [_fold(cases, i) for i in indices]
+    else:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, context, initializer=_start_worker) as pool:
+            results = list(pool.map(_worker_fold, indices))
+    out: dict[str, float] = {}
+    for source, held, train, errors in results:
+        out |= errors
+        progress(f"{source}: {held} run(s) predicted, fitted on {train}")
     return out
 
 
@@ -222,12 +265,14 @@ def by_measure(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def evaluate(progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-    runs = load()
-    serving = load("inference")
-    cases: Cases = [Case(r) for r in runs] + [ServingCase(r) for r in serving]
+def evaluate(
+    progress: Callable[[str], None] = lambda _: None, processes: int | None = None
+) -> dict[str, Any]:
+    """The table: in-sample and cross-validated errors of every run, by regime, with the
+    intervals' coverage (``processes``: for the folds; default :func:`workers`)."""
+    cases = load_cases()
     in_sample = _predict_all(cases)
-    held_out = cross_validate(cases, progress)
+    held_out = cross_validate(cases, progress, workers() if processes is None else processes)
     rows = []
     for c in cases:
         run = c.run
