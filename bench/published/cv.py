@@ -160,7 +160,10 @@ def workers() -> int:
 
 
 def cross_validate(
-    cases: Cases, progress: Callable[[str], None] = lambda _: None, processes: int = 1
+    cases: Cases,
+    progress: Callable[[str], None] = lambda _: None,
+    processes: int = 1,
+    only: list[int] | None = None,
 ) -> dict[str, float]:
     """The log error of each case predicted by the model fitted without its source.
 
@@ -168,8 +171,9 @@ def cross_validate(
     independent: with ``processes`` above 1 they run in that many fresh (spawned)
     processes, each building the published runs' cases as :func:`load_cases` does,
     with the same results as one process (``cases`` must then be :func:`load_cases`'s).
-    Two starts per fold make a fold the slow part of the suite's slow tier."""
-    indices = range(len(folds(cases)))
+    Two starts per fold make a fold the slow part of the suite's slow tier. ``only``:
+    these folds (indices into :func:`folds`) alone, for a check of a sample."""
+    indices = range(len(folds(cases))) if only is None else only
     if processes <= 1:
         results = [_fold(cases, i) for i in indices]
     else:
