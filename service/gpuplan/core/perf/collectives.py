@@ -15,7 +15,6 @@ chunk) still goes at the full bandwidth of the simple protocol: the step takes t
 faster of the two, as the tuner would.
 """
 
-import math
 import tomllib
 from collections.abc import Callable
 from functools import cache
@@ -24,7 +23,7 @@ from typing import Literal
 
 import msgspec
 
-from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.comm import Link, all_reduce_seconds
 
 Library = Literal["nccl", "rccl"]
 
@@ -74,10 +73,9 @@ def small_all_reduce_seconds(nbytes: float, size: int, link: Link, library: Libr
 
 def small_all_reduce(size: int, link: Link, library: Library) -> Callable[[float], float]:
     """:func:`small_all_reduce_seconds` of ``size`` GPUs on ``link`` as a function of the
-    message: what does not depend on it is computed once, for a caller that asks for
-    many messages (a serving search times hundreds of engine steps of one replica). The
-    operations are :func:`small_all_reduce_seconds`'s and ``all_reduce_seconds``'s, in
-    their order, so each figure is theirs to the bit."""
+    message: the LL ring's start-up and bus bandwidth are computed once, for a caller
+    that asks for many messages (a serving search times hundreds of engine steps of one
+    replica); the bandwidth-bound side stays :func:`all_reduce_seconds`."""
     if size <= 1 or link.kind == "none":
         return _no_reduce
     lib = collective_libraries()[library]
@@ -85,19 +83,9 @@ def small_all_reduce(size: int, link: Link, library: Library) -> Callable[[float
     bus = min(link.bytes_per_s * lib.ll_bandwidth_share, lib.ll_max_bus_bytes_per_s)
     start = lib.base_latency_seconds + steps * lib.hop_latency_seconds[link.kind]
     share = steps / size
-    # comm.all_reduce_seconds: the ring's and the tree's terms that are not the message's.
-    bandwidth = link.bytes_per_s
-    ring_share = 2 * (size - 1) / size
-    ring_start = 2 * (size - 1) * link.latency_s
-    tree_start = 2 * math.ceil(math.log2(size)) * link.latency_s
 
     def seconds(nbytes: float) -> float:
-        ll = start + share * nbytes / bus
-        if nbytes <= 0:
-            return min(ll, 0.0)
-        ring = ring_share * nbytes / bandwidth + ring_start
-        tree = 2 * nbytes / bandwidth + tree_start
-        return min(ll, ring, tree)
+        return min(start + share * nbytes / bus, all_reduce_seconds(nbytes, size, link))
 
     return seconds
 

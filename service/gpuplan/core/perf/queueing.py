@@ -213,8 +213,14 @@ class StepTable:
         ``f`` of the steps carries a chunk, so that ``f x chunk / step = rate x s``;
         ``inf`` when the prompts alone outrun the steps."""
         decode, _, per_token, _ = self.point(n)
-        busy = rate * self.sched.prompt_tokens * per_token
-        return decode / (1 - busy) if busy < 1 else math.inf
+        return _mean_step(decode, per_token, self.sched.prompt_tokens, rate)
+
+
+def _mean_step(decode: float, per_token: float, prompt_tokens: int, rate: float) -> float:
+    """:meth:`StepTable.mean_step` from a point's decode step and per-token cost (a
+    caller holding the point reads it without a second look-up)."""
+    busy = rate * prompt_tokens * per_token
+    return decode / (1 - busy) if busy < 1 else math.inf
 
 
 def saturation_rate(steps: StepTable) -> float:
@@ -264,8 +270,7 @@ def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
     :meth:`StepTable.mean_step`'s, from the same look-up of ``n``."""
     sched = steps.sched
     decode, chunk, per_token, chunks = steps.point(n)
-    busy = rate * sched.prompt_tokens * per_token
-    mean = decode / (1 - busy) if busy < 1 else math.inf
+    mean = _mean_step(decode, per_token, sched.prompt_tokens, rate)
     return chunks * chunk + (sched.output_tokens - 1) * mean
 
 

@@ -36,7 +36,7 @@ from gpuplan.core.perf.kernels import (
     kernel_tables,
     model_gemms,
 )
-from gpuplan.core.perf.step import Rates
+from gpuplan.core.perf.step import Rates, wide_gemm_efficiency
 from gpuplan.core.record import Record
 
 Bound = Literal["memory", "compute"]
@@ -153,14 +153,8 @@ class Stepper:
         self.peak = rates.peak_flops
         if rates.mfu is None:
             gen = rates.generation
-            # gemm_efficiency's plateau x width factor; its rows' factor is the step's.
-            width = shape.hidden_size / tp
-            plateau = (gen.fp8_gemm_efficiency if rates.fp8 else gen.gemm_efficiency) * (
-                rates.vision_factor
-            )
-            self.plateau_wide = plateau * (
-                width / (width + k.gemm_half_width) if width > 0 else 1.0
-            )
+            # gemm_efficiency's factors: the width's here, the step's rows' in __call__.
+            self.plateau_wide = wide_gemm_efficiency(rates, shape.hidden_size / tp)
             self.half_tokens = k.gemm_half_tokens
             self.attention_rate = rates.attention_peak_flops * gen.attention_efficiency
             self.hidden_mlp = shape.hidden_size + shape.mlp_width
@@ -223,7 +217,7 @@ class Stepper:
                 rows = chunk + decode
                 efficiency = self.plateau_wide * (rows / (rows + self.half_tokens))
             else:
-                efficiency = self.plateau_wide * 1.0
+                efficiency = self.plateau_wide
             gemm = gemm_flops / (self.peak * efficiency)
             attention = prompt_attention / self.attention_rate
             traffic = (decode + prompt) * self.layers * self.hidden_mlp / tp

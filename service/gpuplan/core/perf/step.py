@@ -244,11 +244,18 @@ def gemm_efficiency(r: Rates, width: float, tokens: float) -> float:
     over ``tokens`` rows reaches: the plateau, less where either dimension is too small
     to fill the GPU's tiles and waves (``x / (x + half)`` in each). A model of unknown
     width (a bare parameter count, a vision preset) is taken at the plateau's width."""
+    tall = 1.0 if math.isinf(tokens) else tokens / (tokens + r.kernels.gemm_half_tokens)
+    return wide_gemm_efficiency(r, width) * tall
+
+
+def wide_gemm_efficiency(r: Rates, width: float) -> float:
+    """:func:`gemm_efficiency` of a GEMM with rows enough to fill the GPU: the plateau,
+    less where ``width`` is too small (a caller that times many row counts of one width,
+    a serving replica's steps, computes it once)."""
     gen, k = r.generation, r.kernels
     plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
     wide = width / (width + k.gemm_half_width) if width > 0 else 1.0
-    tall = 1.0 if math.isinf(tokens) else tokens / (tokens + k.gemm_half_tokens)
-    return plateau * wide * tall
+    return plateau * wide
 
 
 class MicroBatch(NamedTuple):
