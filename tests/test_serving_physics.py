@@ -30,6 +30,7 @@ from gpuplan.core.perf.serve import (
 )
 from gpuplan.core.perf.step import Rates
 from gpuplan.core.recommend.engine import engine_spec, step_factor
+from gpuplan.core.recommend.schema import Latency
 
 NVLINK = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
 
@@ -230,27 +231,32 @@ def test_a_prompt_of_an_apart_engine_waits_only_for_its_prefill_batch() -> None:
     assert busy == pytest.approx(residual + mine)
 
 
+def _sglang_8b_on_one_h100(**inference: object) -> Latency:
+    """The top plan's latency for Llama 3.1 8B on SGLang on one H100, 1,024-token
+    prompts and 128 output tokens, with ``inference``'s other fields."""
+    from gpuplan.core.recommend import RecommendRequest, recommend
+
+    body = {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 1024},
+        "inference": {"engine": "sglang", "output_tokens": 128, **inference},
+        "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [1]},
+    }
+    answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
+    latency = answer.recommendations[0].latency
+    assert latency is not None
+    return latency
+
+
 def test_the_queue_of_an_apart_engine_waits_for_its_prefill_batches() -> None:
     # The same SGLang replica under the same load and SLO: with prompts in batches of
     # their own, every sequence waits for them, so fewer requests/s keep the p95s.
-    from gpuplan.core.recommend import RecommendRequest, recommend
-
     def within(mixed: bool) -> float:
-        body = {
-            "model": {"name": "llama-3.1-8b"},
-            "workload": {"mode": "inference", "sequence_length": 1024},
-            "inference": {
-                "engine": "sglang",
-                "output_tokens": 128,
-                "mixed_chunk": mixed,
-                "requests_per_second": 5,
-                "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.05},
-            },
-            "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [1]},
-        }
-        answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
-        latency = answer.recommendations[0].latency
-        assert latency is not None
+        latency = _sglang_8b_on_one_h100(
+            mixed_chunk=mixed,
+            requests_per_second=5,
+            slo={"ttft_p95_s": 2.0, "tpot_p95_s": 0.05},
+        )
         assert latency.max_requests_per_s_within_slo is not None
         return latency.max_requests_per_s_within_slo
 
@@ -276,24 +282,9 @@ def test_a_serial_scheduler_lengthens_every_step_and_the_plan() -> None:
     slow, _ = step_seconds(t, SHAPE, r._replace(serial=1.1), decode=32, prompt=128)
     assert slow == pytest.approx(1.1 * base)
 
-    from gpuplan.core.recommend import RecommendRequest, recommend
-
     def tpot(version: str | None) -> float:
-        body = {
-            "model": {"name": "llama-3.1-8b"},
-            "workload": {"mode": "inference", "sequence_length": 1024},
-            "inference": {
-                "engine": "sglang",
-                "output_tokens": 128,
-                "max_concurrency": 16,
-                **({} if version is None else {"engine_version": version}),
-            },
-            "constraints": {"include": ["h100-sxm5-80gb"], "gpu_counts": [1]},
-        }
-        answer = recommend(msgspec.convert(body, RecommendRequest), builtin_catalog())
-        latency = answer.recommendations[0].latency
-        assert latency is not None
-        return latency.time_per_output_token_s
+        given = {} if version is None else {"engine_version": version}
+        return _sglang_8b_on_one_h100(max_concurrency=16, **given).time_per_output_token_s
 
     assert tpot("0.3.0") == pytest.approx(1.1 * tpot(None))
     assert tpot("0.4.0") == pytest.approx(tpot(None))
