@@ -12,10 +12,10 @@ from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import framework
+from gpuplan.core.perf.flash_attention import flash2_tables, parse
 from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.kernels import context_attention_seconds
 from gpuplan.core.perf.step import (
-    FLASH2_HOPPER_CAUSAL,
     FUSED_ATTENTION_BACKWARD_OVER_FORWARD,
     LOSS_BYTES_PER_LOGIT,
     StepLinks,
@@ -133,7 +133,8 @@ def test_flash_attention_2_on_hopper_runs_at_its_measured_rate() -> None:
     flash = micro_batch(LLAMA2_7B, _llama2_7b(seq=4096, batch_size=2, flash2=True), lay, h100,
                         framework("fsdp1"))  # fmt: skip
     forward_flops = 2 * 2 * 2 * 4096**2 * 128 * 32 / 2
-    seq, forward_rate, backward_rate = FLASH2_HOPPER_CAUSAL[0]
+    first = flash2_tables()["hopper"].rows[0]
+    seq, forward_rate, backward_rate = first.keys, first.forward_tflops, first.backward_tflops
     assert seq == 4096
     forward = forward_flops / (forward_rate * 1e12)
     backward = 2.5 * forward_flops / (backward_rate * 1e12)
@@ -158,3 +159,65 @@ def test_flash_attention_2_on_hopper_runs_at_its_measured_rate() -> None:
     ).attention_s == pytest.approx(
         micro_batch(LLAMA2_7B, shape, lay, a100, framework("fsdp1")).attention_s
     )
+
+
+def _flash_toml(rows: str, backward: str = "2.5", generation: str = "hopper") -> str:
+    return f"""
+[[table]]
+kernel = "flash-attention-2"
+generation = "{generation}"
+dtype = "bf16"
+causal = true
+head_dim = 128
+flops = "count"
+backward_flops_over_forward = {backward}
+source = "test"
+rows = [{rows}]
+"""
+
+
+def test_flash_attention_table_interpolates_between_measured_rows() -> None:
+    """Log-linear in the keys between rows, clamped outside them: the shipped table's
+    rows come back exactly, 6K lies between 4K's and 8K's rates."""
+    table = flash2_tables()["hopper"]
+    for row in table.rows:
+        assert table.rates(row.keys) == (row.forward_tflops, row.backward_tflops)
+    lo, hi = table.rows[0], table.rows[1]
+    mid_forward, mid_backward = table.rates((lo.keys * hi.keys) ** 0.5)
+    assert mid_forward == pytest.approx((lo.forward_tflops + hi.forward_tflops) / 2)
+    assert mid_backward == pytest.approx((lo.backward_tflops + hi.backward_tflops) / 2)
+    assert table.rates(512) == table.rates(lo.keys)
+    assert table.rates(10**7) == table.rates(table.rows[-1].keys)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            _flash_toml(
+                "{ keys = 8192, forward_tflops = 1.0, backward_tflops = 1.0 },"
+                "{ keys = 4096, forward_tflops = 1.0, backward_tflops = 1.0 }"
+            ),
+            "ascend",
+        ),
+        (_flash_toml("{ keys = 4096, forward_tflops = 0.0, backward_tflops = 1.0 }"), "positive"),
+        (_flash_toml(""), "no rows"),
+        (
+            _flash_toml("{ keys = 4096, forward_tflops = 1.0, backward_tflops = 1.0 }", "0"),
+            "backward",
+        ),
+        (
+            _flash_toml("{ keys = 4096, forward_tflops = 1.0, backward_tflops = 1.0 }") * 2,
+            "two tables",
+        ),
+    ],
+)
+def test_flash_attention_table_is_validated_at_load(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse(text)
+
+
+def test_flash_attention_table_rejects_a_missing_field() -> None:
+    text = _flash_toml("{ keys = 4096, forward_tflops = 1.0 }")
+    with pytest.raises(msgspec.ValidationError, match="backward_tflops"):
+        parse(text)

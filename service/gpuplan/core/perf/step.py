@@ -25,6 +25,7 @@ from typing import NamedTuple
 from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
+from gpuplan.core.perf.flash_attention import flash2_tables
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
     Gemm,
@@ -171,7 +172,8 @@ class StepShape(Record, kw_only=True):
     """The attention runs FlashAttention-2's kernels (``workload.attention: flash``: the
     ``flash-attn`` 2.x package, or PyTorch SDPA's flash backend, which SDPA picks on
     Hopper before cuDNN's until torch 2.11): on Hopper they are timed at FlashAttention-2's
-    measured rate (:data:`FLASH2_HOPPER_CAUSAL`), not the measured prefill table's."""
+    measured rate (:mod:`gpuplan.core.perf.flash_attention`), not the measured prefill
+    table's."""
 
 
 class StepLinks(Record, kw_only=True):
@@ -348,11 +350,7 @@ def micro_batch(
         )
     fused = measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
     attention_forward = 1 / (1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD)
-    flash2 = (
-        _flash2_hopper_seconds(shape, lay, rates, layers)
-        if fused and shape.flash2 and gen.name == "hopper"
-        else None
-    )
+    flash2 = _flash2_seconds(shape, lay, rates, layers) if fused and shape.flash2 else None
     timed = _measured_attention_seconds(shape, lay, rates, layers) if fused else None
     if flash2 is not None:
         attention_s, attention_forward = flash2
@@ -700,57 +698,22 @@ def _measured_attention_seconds(
     return both * layers * forward / lay.context / rates.kernels.measured_kernel_share
 
 
-FLASH2_HOPPER_CAUSAL = (
-    (4096, 314.06, 248.76),
-    (8192, 325.14, 277.44),
-    (16384, 324.77, 305.18),
-    (32768, 345.30, 317.28),
-    (65536, 342.65, 323.16),
-)
-"""FlashAttention-2 on Hopper, causal, head size 128, bf16: ``(keys, forward TFLOP/s,
-backward TFLOP/s)``, in FlashAttention's own FLOP count (a causal forward
-``2 · 2 · s² · d · heads / 2`` per sequence, the backward 2.5 times it).
-
-Measured by NVIDIA against cuDNN's SDPA (NVIDIA/cudnn-frontend,
-benchmark/benchmark_results.csv and benchmark/README.md at 505fcfebcc8c, "Pytorch native
-sdpa operation vs cudnn sdpa operation", clocks locked as the README's H200 example; 16
-heads, ``batch · seq`` = 16K tokens; cuDNN 9.1 runs the same shapes at 542 / 444 TFLOP/s
-at 4K). PyTorch's SDPA picks its flash backend, FlashAttention-2's sm80 kernels, before
-cuDNN's on Hopper: cuDNN was made opt-in in 2.5 (pytorch/pytorch#138649: "we are going
-to make the CuDNN backend Opt-in by default"), and ``check_prefer_cudnn_attention``
-(aten/src/ATen/native/transformers/cuda/sdp_utils.cpp) puts it first on sm90 only with a
-bundled cuDNN above 9.15, which torch 2.11 ships (huggingface/transformers#48163, its
-closing comment); a 2.6 nightly on H100 measures SDPA at 329 TFLOP/s against cuDNN's 631
-at (1, 24, 4608, 128) (pytorch/pytorch#142132). The ``flash-attn`` 2.x package runs the
-same kernels. So a request that says ``attention: flash`` runs Hopper's attention at
-these rates, not at the measured prefill table's (TensorRT-LLM's Hopper kernels, 419
-TFLOP/s forward at two 4K sequences of 32 heads), which stays the estimate for ``sdpa``
-(cuDNN's, on a current PyTorch) and for Transformer Engine's fused attention. Shorter
-sequences are clamped to the 4K row (the kernel only slows below it), longer ones to the
-64K row. Other GPUs keep their measured tables."""
-
-
-def _flash2_hopper_seconds(
+def _flash2_seconds(
     shape: StepShape, lay: Parallelism, rates: Rates, layers: int
-) -> tuple[float, float]:
+) -> tuple[float, float] | None:
     """(seconds, forward share) of one micro-batch's fused causal attention at
-    FlashAttention-2's measured Hopper rates (:data:`FLASH2_HOPPER_CAUSAL`), scaled as
-    the measured table's are (``kernels.measured_kernel_share``, context parallelism)."""
-    rows = FLASH2_HOPPER_CAUSAL
+    FlashAttention-2's measured rates (:mod:`gpuplan.core.perf.flash_attention`), scaled
+    as the measured table's are (``kernels.measured_kernel_share``, context parallelism);
+    None on a generation with no such table (it keeps the measured prefill table)."""
+    table = flash2_tables().get(rates.generation.name)
+    if table is None:
+        return None
     keys = float(shape.seq)
-    if keys <= rows[0][0]:
-        forward_rate, backward_rate = rows[0][1], rows[0][2]
-    elif keys >= rows[-1][0]:
-        forward_rate, backward_rate = rows[-1][1], rows[-1][2]
-    else:
-        i = max(j for j, row in enumerate(rows) if row[0] <= keys)
-        (s0, f0, b0), (s1, f1, b1) = rows[i], rows[i + 1]
-        x = math.log(keys / s0) / math.log(s1 / s0)
-        forward_rate, backward_rate = f0 + x * (f1 - f0), b0 + x * (b1 - b0)
+    forward_rate, backward_rate = table.rates(keys)
     heads = max(shape.num_heads / lay.tensor, 1.0)
     forward_flops = 2 * 2 * shape.batch_size * keys * keys * shape.head_dim * heads / 2
     forward = forward_flops / (forward_rate * 1e12)
-    backward = 2.5 * forward_flops / (backward_rate * 1e12)
+    backward = table.backward_flops_over_forward * forward_flops / (backward_rate * 1e12)
     scale = layers / lay.context / rates.kernels.measured_kernel_share
     return (forward + backward) * scale, forward / (forward + backward)
 
