@@ -362,8 +362,12 @@ def micro_batch(
     if shape.fused_kernels and not shape.vision:
         traffic = fused_traffic_bytes(shape, lay, local_tokens, layers)
     elif not shape.vision:
-        width = (shape.hidden_size + shape.mlp_width) / lay.tensor
-        traffic = local_tokens * layers * width * k.elementwise_bytes_per_hidden
+        traffic = (
+            local_tokens
+            * layers
+            / lay.tensor
+            * eager_layer_bytes(shape.hidden_size, shape.kv_width, shape.mlp_width, k)
+        )
         # The loss over the logits, on the last stage (the one that sets the pace).
         traffic += local_tokens * shape.vocab_size / lay.tensor * LOSS_BYTES_PER_LOGIT
         traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
@@ -399,6 +403,15 @@ def micro_batch(
         measured,
         attention_forward if shape.causal_skip else 1 / 3,
     )
+
+
+def eager_layer_bytes(hidden: int, kv_width: int, mlp_width: int, k: Kernels) -> float:
+    """Bytes an eager layer's memory-bound kernels move per token, forward and
+    backward, in 16-bit activations: counted per unit of hidden size, key/value width
+    (the hidden size where unknown) and MLP width (``kernels.eager_*_bytes``,
+    ``python -m bench.kernels.eager_bytes``)."""
+    kv = kv_width if kv_width > 0 else hidden
+    return hidden * k.eager_hidden_bytes + kv * k.eager_kv_bytes + mlp_width * k.eager_mlp_bytes
 
 
 def last_stage_parameters(t: TokenFlops, shape: StepShape, lay: Parallelism) -> float:
