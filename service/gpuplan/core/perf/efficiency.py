@@ -236,8 +236,9 @@ def generation(gpu: GpuSpec) -> Generation:
     GPU's own measured matmul rate and copy bandwidth (:class:`Card`) where one is
     shipped: its ``gemm_efficiency`` is then the measured rate over the datasheet's
     16-bit peak (at most 1: a GeForce card boosts past the clock its datasheet peak is
-    quoted at) and its ``bandwidth_efficiency`` the copy's share of the datasheet
-    bandwidth."""
+    quoted at), its ``fp8_gemm_efficiency`` the generation's ratio of fp8 to 16-bit
+    plateau on that share, and its ``bandwidth_efficiency`` the copy's share of the
+    datasheet bandwidth."""
     text = f"{gpu.architecture} {gpu.id}".lower()
     for gen in efficiency_data().generations:
         if not gen.match or any(word in text for word in gen.match):
@@ -250,9 +251,13 @@ def _measured(gen: Generation, gpu: GpuSpec) -> Generation:
     peak = gpu.peak_flops.get(card.dtype) if card is not None else None
     if card is None or not peak:
         return gen
+    share = min(1.0, card.matmul_flops / peak)
     return msgspec.structs.replace(
         gen,
-        gemm_efficiency=min(1.0, card.matmul_flops / peak),
+        gemm_efficiency=share,
+        # fp8 is not measured: the generation's fp8 plateau as a share of its 16-bit one
+        # (how bench/published/fit parameterizes it), on the measured 16-bit share
+        fp8_gemm_efficiency=min(1.0, share * gen.fp8_gemm_efficiency / gen.gemm_efficiency),
         bandwidth_efficiency=min(1.0, card.copy_bytes_per_s / gpu.memory_bandwidth_bytes_per_s),
         measured_plateau=True,
         source=(

@@ -258,12 +258,13 @@ def wide_gemm_efficiency(r: Rates, width: float) -> float:
 
 
 def gemm_plateau(r: Rates) -> float:
-    """The share of the peak the widest GEMMs reach: the generation's plateau, or the
-    card's measured matmul rate (a kernel timed alone) at the share of it a step realizes
-    (``kernels.measured_kernel_share``, as for a measured kernel table)."""
+    """The share of the peak the widest GEMMs reach: the generation's plateau, or one
+    anchored to the card's measured matmul rate (a kernel timed alone), at the share of
+    it a step realizes (``kernels.measured_kernel_share``, as for a measured kernel
+    table)."""
     gen = r.generation
     plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
-    if gen.measured_plateau and not r.fp8:
+    if gen.measured_plateau:
         plateau *= r.kernels.measured_kernel_share
     return plateau
 
