@@ -72,9 +72,10 @@ def test_the_last_pipeline_stage_holds_the_whole_head() -> None:
     rates = bf16_rates("h100-sxm5-80gb", None)
     one = micro_batch(LLAMA2_7B, shape, Parallelism(), rates, framework("megatron"))
     four = micro_batch(LLAMA2_7B, shape, Parallelism(pipeline=4), rates, framework("megatron"))
-    # the model FLOPs split evenly; the time is the last stage's, head and all
+    # the model FLOPs split evenly; the time is the last stage's, head and all (its
+    # GEMMs at their shapes' rates, within a fraction of a percent of the whole model's)
     assert four.model_flops == pytest.approx(one.model_flops / 4)
-    assert four.gemm_s / one.gemm_s == pytest.approx(((n - head) / 4 + head) / n)
+    assert four.gemm_s / one.gemm_s == pytest.approx(((n - head) / 4 + head) / n, rel=2e-3)
     assert four.gemm_s > one.gemm_s / 4
 
 

@@ -57,6 +57,10 @@ class Generation(Record, kw_only=True):
 
     verified: bool
     source: str
+    measured_plateau: bool = False
+    """``gemm_efficiency`` is one card's measured matmul rate (:class:`Card`), a kernel
+    timed alone: a training step realizes ``kernels.measured_kernel_share`` of it, as of
+    a measured kernel table's."""
 
 
 class Kernels(Record, kw_only=True):
@@ -140,6 +144,26 @@ class Framework(Record, kw_only=True):
     source: str
 
 
+class Card(Record, kw_only=True):
+    """One GPU's measured 16-bit matmul rate and copy bandwidth: they replace its
+    generation's ``gemm_efficiency`` and ``bandwidth_efficiency`` (:func:`generation`)."""
+
+    gpu: str
+    """Catalog id."""
+
+    dtype: Literal["bf16", "fp16"]
+    """The precision the matmul rate was measured in."""
+
+    matmul_flops: Annotated[float, msgspec.Meta(gt=0)]
+    """The best rate of large square matmuls, FLOP/s."""
+
+    copy_bytes_per_s: Annotated[float, msgspec.Meta(gt=0)]
+    """A large device-to-device copy, bytes read and written per second."""
+
+    source: str
+    quote: str
+
+
 class Latency(Record, kw_only=True):
     nvlink_seconds: float
     pcie_seconds: float
@@ -195,6 +219,7 @@ class EfficiencyData(Record, kw_only=True):
     generations: list[Generation] = msgspec.field(name="generation")
     kernels: Kernels
     frameworks: list[Framework] = msgspec.field(name="framework")
+    cards: list[Card] = msgspec.field(name="card", default_factory=list)
     latency: Latency
     vision: Vision
     serving: Serving
@@ -216,12 +241,39 @@ def efficiency_data() -> EfficiencyData:
 
 
 def generation(gpu: GpuSpec) -> Generation:
-    """The first generation naming a word of the GPU's architecture or id."""
+    """The first generation naming a word of the GPU's architecture or id, with the
+    GPU's own measured matmul rate and copy bandwidth (:class:`Card`) where one is
+    shipped: its ``gemm_efficiency`` is then the measured rate over the datasheet's
+    16-bit peak (at most 1: a GeForce card boosts past the clock its datasheet peak is
+    quoted at), its ``fp8_gemm_efficiency`` the generation's ratio of fp8 to 16-bit
+    plateau on that share, and its ``bandwidth_efficiency`` the copy's share of the
+    datasheet bandwidth."""
     text = f"{gpu.architecture} {gpu.id}".lower()
     for gen in efficiency_data().generations:
         if not gen.match or any(word in text for word in gen.match):
-            return gen
+            return _measured(gen, gpu)
     raise AssertionError("unreachable: the last generation matches everything")
+
+
+def _measured(gen: Generation, gpu: GpuSpec) -> Generation:
+    card = next((c for c in efficiency_data().cards if c.gpu == gpu.id), None)
+    peak = gpu.peak_flops.get(card.dtype) if card is not None else None
+    if card is None or not peak:
+        return gen
+    share = min(1.0, card.matmul_flops / peak)
+    return msgspec.structs.replace(
+        gen,
+        gemm_efficiency=share,
+        # fp8 is not measured: the generation's fp8 plateau as a share of its 16-bit one
+        # (how bench/published/fit parameterizes it), on the measured 16-bit share
+        fp8_gemm_efficiency=min(1.0, share * gen.fp8_gemm_efficiency / gen.gemm_efficiency),
+        bandwidth_efficiency=min(1.0, card.copy_bytes_per_s / gpu.memory_bandwidth_bytes_per_s),
+        measured_plateau=True,
+        source=(
+            f"{gpu.id} GEMM plateau and bandwidth measured ({card.source}: {card.quote!r}); "
+            f"the rest: {gen.source}"
+        ),
+    )
 
 
 def framework(name: FrameworkName) -> Framework:

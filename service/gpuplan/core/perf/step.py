@@ -32,6 +32,7 @@ from gpuplan.core.perf.kernels import (
     KernelSource,
     context_attention_seconds,
     gemm_rate,
+    gemm_seconds,
     kernel_tables,
     model_gemms,
 )
@@ -254,10 +255,20 @@ def wide_gemm_efficiency(r: Rates, width: float) -> float:
     """:func:`gemm_efficiency` of a GEMM with rows enough to fill the GPU: the plateau,
     less where ``width`` is too small (a caller that times many row counts of one width,
     a serving replica's steps, computes it once)."""
-    gen, k = r.generation, r.kernels
+    wide = width / (width + r.kernels.gemm_half_width) if width > 0 else 1.0
+    return gemm_plateau(r) * wide
+
+
+def gemm_plateau(r: Rates) -> float:
+    """The share of the peak the widest GEMMs reach: the generation's plateau, or one
+    anchored to the card's measured matmul rate (a kernel timed alone), at the share of
+    it a step realizes (``kernels.measured_kernel_share``, as for a measured kernel
+    table)."""
+    gen = r.generation
     plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
-    wide = width / (width + k.gemm_half_width) if width > 0 else 1.0
-    return plateau * wide
+    if gen.measured_plateau:
+        plateau *= r.kernels.measured_kernel_share
+    return plateau
 
 
 class MicroBatch(NamedTuple):
@@ -338,6 +349,12 @@ def micro_batch(
     measured = rates.kernel_source == "measured" and not shape.vision and shape.hidden_size > 0
     if measured:
         gemm = stage_weights / _measured_gemm_rate(shape, lay, rates, local_tokens)
+    elif not shape.vision and shape.hidden_size > 0:
+        gemm = stage_weights / (
+            rates.peak_flops
+            * gemm_plateau(rates)
+            * reference_shape_share(shape, lay, local_tokens, rates.fp8)
+        )
     else:
         gemm = stage_weights / (
             rates.peak_flops
@@ -362,18 +379,7 @@ def micro_batch(
     if shape.fused_kernels and not shape.vision:
         traffic = fused_traffic_bytes(shape, lay, local_tokens, layers)
     elif not shape.vision:
-        traffic = (
-            local_tokens
-            * layers
-            / lay.tensor
-            * eager_layer_bytes(shape.hidden_size, shape.kv_width, shape.mlp_width, k)
-        )
-        # The loss over the logits, on the last stage (the one that sets the pace).
-        traffic += local_tokens * shape.vocab_size / lay.tensor * LOSS_BYTES_PER_LOGIT
-        traffic *= shape.activation_bytes / 2 * framework.elementwise_factor
-        if shape.compile:
-            traffic *= k.compile_elementwise_factor
-        traffic += routed_traffic_bytes(shape, lay, local_tokens)
+        traffic = layer_traffic_bytes(shape, lay, local_tokens, layers, k=k, framework=framework)
     if not shape.vision and not shape.causal_skip:
         # Eager attention and SDPA's math kernel write and read every score: heads x
         # keys per token.
@@ -414,6 +420,32 @@ def eager_layer_bytes(hidden: int, kv_width: int, mlp_width: int, k: Kernels) ->
     return hidden * k.eager_hidden_bytes + kv * k.eager_kv_bytes + mlp_width * k.eager_mlp_bytes
 
 
+def layer_traffic_bytes(
+    shape: StepShape,
+    lay: Parallelism,
+    tokens: float,
+    layers: int,
+    *,
+    k: Kernels,
+    framework: Framework,
+) -> float:
+    """The memory-bound bytes of one micro-batch on one GPU outside fused attention: the
+    layers' norms, activations and residual adds (:func:`eager_layer_bytes`, less what
+    the framework's or ``torch.compile``'s fusion leaves out), the loss over the logits
+    on the last stage (the one that sets the pace), and the routed experts' dispatch."""
+    per_token = eager_layer_bytes(shape.hidden_size, shape.kv_width, shape.mlp_width, k)
+    traffic = tokens * layers / lay.tensor * per_token
+    logits = tokens * shape.vocab_size / lay.tensor
+    scale = shape.activation_bytes / 2
+    if shape.compile:
+        traffic *= k.compile_elementwise_factor
+        traffic += logits * COMPILED_LOSS_BYTES_PER_LOGIT
+    else:
+        traffic += logits * LOSS_BYTES_PER_LOGIT
+    traffic *= scale * framework.elementwise_factor
+    return traffic + routed_traffic_bytes(shape, lay, tokens)
+
+
 def last_stage_parameters(t: TokenFlops, shape: StepShape, lay: Parallelism) -> float:
     """Matmul weights a token multiplies on the last pipeline stage: its share of the
     layers and the whole output head.
@@ -444,10 +476,26 @@ output, and a write: 16), ``nll_loss``'s backward writing a zeroed gradient (4),
 softmax backward (a read of the gradient for its sum, then the gradient and the output
 read and the input's gradient written: 16) and the cast back (read 4, write 2). The
 vocabulary is wide (32k to 150k logits a token against a few thousand hidden), so these
-passes are a real share of a small model's step. They are scaled as the other
-memory-bound kernels are: a framework's fused loss (Megatron's
-``cross_entropy_loss_fusion``) by its ``elementwise_factor``, ``torch.compile``'s by
-``compile_elementwise_factor``."""
+passes are a real share of a small model's step. A framework's fused loss (Megatron's
+``cross_entropy_loss_fusion``) is scaled by its ``elementwise_factor``;
+``torch.compile``'s is counted apart (:data:`COMPILED_LOSS_BYTES_PER_LOGIT`)."""
+
+
+COMPILED_LOSS_BYTES_PER_LOGIT = 8
+"""Bytes per 16-bit logit the cross-entropy loss moves under ``torch.compile``, forward
+and backward. Inductor lowers ``cross_entropy`` (autocast's fp32 cast, ``log_softmax``,
+``nll_loss``) to per-row reductions and fuses the casts and the exponentials into them:
+"There are four ops that are lowered from the ``torch.nn.CrossEntropyLoss()``", the
+row's maximum (``op0.writes = [MemoryDep('buf0', c0, {c0: 3})]``, one value a row), its
+sum of exponentials (``buf1``, one a row, reading ``buf0``), then the scalar loss
+(pytorch/pytorch issue #153346, 2025-05-11); the ``[tokens, vocabulary]`` log-probabilities
+are not written ("torch.compile is able to optimize away this memory allocation",
+allenai/open-instruct PR #584, for the same ``log_softmax`` and gather). So the forward
+reads the 16-bit row twice, once for each reduction (4); the backward, ``softmax - onehot``
+recomputed from the row and its two saved values and cast back to 16 bits, is one
+pointwise kernel that reads the row and writes its gradient (4). Eagerly
+:data:`LOSS_BYTES_PER_LOGIT`; the layers' traffic keeps the fitted
+``kernels.compile_elementwise_factor``."""
 
 
 FUSED_NORM_BYTES = 30
@@ -632,6 +680,52 @@ def _measured_gemm_rate(shape: StepShape, lay: Parallelism, rates: Rates, tokens
             flops += work
             seconds += work / gemm_rate(table, dtype, rows, gemms, gradients)
     return flops / seconds * rates.kernels.measured_kernel_share
+
+
+REFERENCE_GEMM_TABLE = "a100-sxm4-80gb"
+"""The measured kernel table whose shapes time the GEMMs of a GPU that has none
+(:func:`reference_shape_share`): the one ``kernels.gemm_half_width`` is measured from."""
+
+
+def reference_shape_share(shape: StepShape, lay: Parallelism, tokens: float, fp8: bool) -> float:
+    """What share of its plateau a GPU without a measured kernel table reaches on the
+    model's GEMMs, forward and backward, over ``tokens`` rows: the share the reference
+    table (:data:`REFERENCE_GEMM_TABLE`) measures for the same shapes, over its own
+    plateau (:func:`reference_plateau`).
+
+    One width, the hidden size, cannot stand for a model's GEMMs: a small model's MLP
+    GEMMs are four times as wide and its output head 65 times, and a training
+    micro-batch's rows are many. Measured (A100 SXM4 80GB table, forward with both
+    backward GEMMs), GPT-2 124M's GEMMs over 32,768 rows reach 0.86 of the plateau where
+    ``w / (w + gemm_half_width)`` at its 768 gives 0.55; the L40S, H100 SXM and RTX PRO
+    6000 tables measure 0.75 to 0.94 for the same shapes. Each group's FLOPs run at its
+    own rate, as :func:`_measured_gemm_rate` times them."""
+    table = REFERENCE_GEMM_TABLE
+    dtype = "fp8" if fp8 and "fp8" in kernel_tables()[table].gemm else "bf16"
+    gradients = 1 if shape.frozen_base else 2
+    flops = seconds = 0.0
+    for rows, gemms in expert_gemm_groups(shape, lay, tokens):
+        work = sum(c * 2 * (1 + gradients) * rows * n * k for c, n, k in gemms)
+        if work > 0:
+            flops += work
+            seconds += work / gemm_rate(table, dtype, rows, gemms, gradients)
+    if flops == 0.0:
+        return 1.0
+    return flops / seconds / reference_plateau(dtype)
+
+
+@lru_cache(maxsize=4)
+def reference_plateau(dtype: str = "bf16") -> float:
+    """The reference table's plateau: the mean rate of its square GEMMs ``n = k`` of
+    4096 to 16384 over 4096 and 8192 rows (where neither the width nor the rows limit
+    it)."""
+    table = REFERENCE_GEMM_TABLE
+    rates = [
+        2.0 * m * w * w / gemm_seconds(table, dtype, m, w, w)
+        for w in (4096, 8192, 16384)
+        for m in (4096, 8192)
+    ]
+    return sum(rates) / len(rates)
 
 
 def expert_gemm_groups(
