@@ -145,11 +145,11 @@ def layer_bytes_per_token(hidden: int, kv_heads: int, mlp: int, tokens: int = 12
     )
 
 
-def count() -> dict[str, Any]:
-    import transformers
-
-    # Small widths: the bytes are linear in them (the checks say so), and the CPU
-    # computes the step for real.
+def constants() -> tuple[float, float, float]:
+    """(bytes per unit of hidden size, of key/value width, of MLP width) per token per
+    layer, solved from three configurations that differ in one width each."""
+    # Small widths: the bytes are linear in them (count()'s checks say so), and the
+    # CPU computes the step for real.
     h, m = 256, 768
     base = layer_bytes_per_token(h, 8, m)  # kv = h
     grouped = layer_bytes_per_token(h, 2, m)  # kv = h / 4
@@ -157,6 +157,13 @@ def count() -> dict[str, Any]:
     c_m = (wide - base) / m
     c_kv = (base - grouped) / (h - h // 4)
     c_h = (base - c_kv * h - c_m * m) / h
+    return c_h, c_kv, c_m
+
+
+def count() -> dict[str, Any]:
+    import transformers
+
+    c_h, c_kv, c_m = constants()
     checks = []
     for hidden, kv_heads, mlp, tokens in ((384, 4, 1024, 128), (256, 8, 768, 256)):
         counted = layer_bytes_per_token(hidden, kv_heads, mlp, tokens)
