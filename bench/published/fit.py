@@ -20,7 +20,7 @@ the shipped values do not depend on the history of the fits.
 Why the prior is strong enough to matter (``PRIOR_WEIGHT``, measured in the constant's
 half-range, :func:`fit`): the calibration runs are few (24 training runs) against the
 check runs they must predict, and some constants trade against each other on them
-(``elementwise_bytes_per_hidden`` and ``layer_overhead_seconds`` slow an unfused small
+(``compile_elementwise_factor`` and ``layer_overhead_seconds`` slow an unfused small
 model, ``measured_kernel_share`` speeds every measured GEMM back up). With a pull that
 was nearly nil (its scale was the constant's own log, so a factor of 20 in
 ``layer_overhead_seconds`` cost less than a 2% error on one run) one unexplained run
@@ -170,14 +170,6 @@ def parameters() -> list[Parameter]:
     params += [
         # gemm_half_width is measured (measured_half_width), not fitted.
         _attr(k, "gemm_half_tokens", 1.0, 4096.0, "kernels.gemm_half_tokens", log=True),
-        _attr(
-            k,
-            "elementwise_bytes_per_hidden",
-            4.0,
-            400.0,
-            "kernels.elementwise_bytes_per_hidden",
-            log=True,
-        ),
         _attr(k, "compile_elementwise_factor", 0.3, 1.0, "kernels.compile_elementwise_factor"),
         _attr(k, "layer_overhead_seconds", 1e-6, 2e-3, "kernels.layer_overhead_seconds", log=True),
         _attr(k, "measured_kernel_share", 0.5, 1.0, "kernels.measured_kernel_share"),

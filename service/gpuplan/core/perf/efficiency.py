@@ -74,9 +74,18 @@ class Kernels(Record, kw_only=True):
     """Rows (tokens) at which a GEMM reaches half its plateau: a decode step of a few
     sequences or a short prompt leaves most of the GPU's tiles idle."""
 
-    elementwise_bytes_per_hidden: Annotated[float, msgspec.Meta(ge=0)]
-    """Bytes memory-bound kernels move per token, per layer, per unit of width (hidden
-    plus the MLP's active width) in 16-bit activations, forward and backward."""
+    eager_hidden_bytes: Annotated[float, msgspec.Meta(ge=0)]
+    """Bytes an eager layer's memory-bound kernels (normalizations, rotary embedding,
+    residual adds, layout copies) move per token per unit of hidden size, in 16-bit
+    activations, forward and backward. Counted from the model's code, not fitted
+    (``python -m bench.kernels.eager_bytes``)."""
+
+    eager_kv_bytes: Annotated[float, msgspec.Meta(ge=0)]
+    """The same per unit of key/value width (rotary on the keys, grouped-query
+    attention's copies of the keys and values to every head)."""
+
+    eager_mlp_bytes: Annotated[float, msgspec.Meta(ge=0)]
+    """The same per unit of the MLP's active width (the gated activation)."""
 
     compile_elementwise_factor: Fraction
     """What of the elementwise traffic, and of the launches, is left after

@@ -36,7 +36,7 @@ from gpuplan.core.perf.kernels import (
     kernel_tables,
     model_gemms,
 )
-from gpuplan.core.perf.step import Rates, wide_gemm_efficiency
+from gpuplan.core.perf.step import Rates, eager_layer_bytes, wide_gemm_efficiency
 from gpuplan.core.record import Record
 
 Bound = Literal["memory", "compute"]
@@ -157,10 +157,12 @@ class Stepper:
             self.plateau_wide = wide_gemm_efficiency(rates, shape.hidden_size / tp)
             self.half_tokens = k.gemm_half_tokens
             self.attention_rate = rates.attention_peak_flops * gen.attention_efficiency
-            self.hidden_mlp = shape.hidden_size + shape.mlp_width
-            self.elementwise_factor = (
-                k.elementwise_bytes_per_hidden / 3 * k.compile_elementwise_factor
+            # An eager layer's counted bytes, forward only (a third), left after the
+            # engine's fused kernels as torch.compile leaves them.
+            self.layer_bytes = eager_layer_bytes(
+                shape.hidden_size, shape.kv_width, shape.mlp_width, k
             )
+            self.elementwise_factor = k.compile_elementwise_factor / 3
             self.activation_factor = shape.activation_bytes / 2
             self.elementwise_rate = rates.bandwidth_bytes_per_s * gen.bandwidth_efficiency
         self.layers = shape.num_layers
@@ -220,7 +222,7 @@ class Stepper:
                 efficiency = self.plateau_wide
             gemm = gemm_flops / (self.peak * efficiency)
             attention = prompt_attention / self.attention_rate
-            traffic = (decode + prompt) * self.layers * self.hidden_mlp / tp
+            traffic = (decode + prompt) * self.layers * self.layer_bytes / tp
             traffic *= self.elementwise_factor
             traffic *= self.activation_factor
             elementwise = traffic / self.elementwise_rate

@@ -411,6 +411,15 @@ def micro_batch(
     )
 
 
+def eager_layer_bytes(hidden: int, kv_width: int, mlp_width: int, k: Kernels) -> float:
+    """Bytes an eager layer's memory-bound kernels move per token, forward and
+    backward, in 16-bit activations: counted per unit of hidden size, key/value width
+    (the hidden size where unknown) and MLP width (``kernels.eager_*_bytes``,
+    ``python -m bench.kernels.eager_bytes``)."""
+    kv = kv_width if kv_width > 0 else hidden
+    return hidden * k.eager_hidden_bytes + kv * k.eager_kv_bytes + mlp_width * k.eager_mlp_bytes
+
+
 def layer_traffic_bytes(
     shape: StepShape,
     lay: Parallelism,
@@ -421,12 +430,11 @@ def layer_traffic_bytes(
     framework: Framework,
 ) -> float:
     """The memory-bound bytes of one micro-batch on one GPU outside fused attention: the
-    layers' norms, activations and residual adds (``kernels.elementwise_bytes_per_hidden``
-    of the width, less what the framework's or ``torch.compile``'s fusion leaves out), the
-    loss over the logits on the last stage (the one that sets the pace), and the routed
-    experts' dispatch."""
-    width = (shape.hidden_size + shape.mlp_width) / lay.tensor
-    traffic = tokens * layers * width * k.elementwise_bytes_per_hidden
+    layers' norms, activations and residual adds (:func:`eager_layer_bytes`, less what
+    the framework's or ``torch.compile``'s fusion leaves out), the loss over the logits
+    on the last stage (the one that sets the pace), and the routed experts' dispatch."""
+    per_token = eager_layer_bytes(shape.hidden_size, shape.kv_width, shape.mlp_width, k)
+    traffic = tokens * layers / lay.tensor * per_token
     logits = tokens * shape.vocab_size / lay.tensor
     scale = shape.activation_bytes / 2
     if shape.compile:
