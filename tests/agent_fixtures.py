@@ -40,12 +40,15 @@ def replay_source(name: str) -> tuple[NvmlSource, ReplayNvml]:
 
 
 def snapshot(
-    node: str = "node-a", fixture: str = "hgx-h200", ts: float | None = None
+    node: str = "node-a",
+    fixture: str = "hgx-h200",
+    ts: float | None = None,
+    bf16_flops: float = 760e12,
 ) -> NodeSnapshot:
     """A node snapshot built the agent's way from a recorded NVML session, with a
     benchmark report of made-up rates (test inputs, not measurements)."""
     rates: tuple[tuple[MatmulDtype, float], ...] = (
-        ("bf16", 760e12),
+        ("bf16", bf16_flops),
         ("fp8", 1400e12),
         ("tf32", 380e12),
     )

@@ -210,6 +210,12 @@ class Rates(Record, kw_only=True):
     """Catalog id of the measured kernel table that times this GPU's GEMMs and attention
     (:mod:`gpuplan.core.perf.kernels`); None: the roofline-and-efficiency model."""
 
+    measured_peak: bool = False
+    """``peak_flops`` is the live fleet's measured matmul rate (the agent's benchmark, a
+    kernel timed alone at its best shape), not the datasheet's: its GEMMs reach
+    ``kernels.measured_kernel_share`` of it, as of a measured card's or table's rate,
+    not the generation's plateau, which is a share of the datasheet peak."""
+
     @property
     def kernel_source(self) -> KernelSource:
         return "measured" if self.kernel_table is not None and self.mfu is None else "roofline"
@@ -261,9 +267,11 @@ def wide_gemm_efficiency(r: Rates, width: float) -> float:
 
 def gemm_plateau(r: Rates) -> float:
     """The share of the peak the widest GEMMs reach: the generation's plateau, or one
-    anchored to the card's measured matmul rate (a kernel timed alone), at the share of
-    it a step realizes (``kernels.measured_kernel_share``, as for a measured kernel
-    table)."""
+    anchored to the card's (or the live fleet's) measured matmul rate, a kernel timed
+    alone, at the share of it a step realizes (``kernels.measured_kernel_share``, as for
+    a measured kernel table)."""
+    if r.measured_peak:
+        return r.kernels.measured_kernel_share * r.vision_factor
     gen = r.generation
     plateau = (gen.fp8_gemm_efficiency if r.fp8 else gen.gemm_efficiency) * r.vision_factor
     if gen.measured_plateau:

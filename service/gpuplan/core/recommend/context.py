@@ -69,6 +69,7 @@ def gpu_context(
             vision_factor=data.vision.mfu_factor if job.vision else 1.0,
             mfu=request_mfu,
             kernel_table=_kernel_table(gpu, job, rate.precision),
+            measured_peak=rate.source == "measured",
         )
     mbu = request_mbu if request_mbu is not None else gen.decode_bandwidth_efficiency
     reasons: list[str] = []
