@@ -2,8 +2,8 @@
 (bench/kernels/eager_bytes.py), and the shipped constants are that count."""
 
 import pytest
-
 from bench.kernels import eager_bytes
+
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.perf.step import eager_layer_bytes
 
