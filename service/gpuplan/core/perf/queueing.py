@@ -129,9 +129,14 @@ class StepTable:
         if hit is None:
             decode, chunk = self._both(n)
             sched = self.sched
-            # chunk_tokens(n), inline: a search reads thousands of points.
-            tokens = float(min(sched.prompt_tokens, max(sched.budget - math.floor(n), 1)))
-            per_token = max(chunk - decode, 0.0) / tokens
+            # chunk_tokens(n), inline: a search reads thousands of points (min and max
+            # as conditionals that pick as the builtins do).
+            room = sched.budget - math.floor(n)
+            room = 1 if room < 1 else room
+            prompt = sched.prompt_tokens
+            tokens = float(room if room < prompt else prompt)
+            more = chunk - decode
+            per_token = (0.0 if more < 0.0 else more) / tokens
             chunks = math.ceil(sched.prompt_tokens / tokens)
             hit = self._points[n] = (decode, chunk, per_token, chunks)
         return hit
@@ -143,7 +148,9 @@ class StepTable:
         ns = self.ns
         if len(ns) == 1:
             return self._knot(0)
-        n = min(max(n, 0.0), float(ns[-1]))
+        n = 0.0 if n < 0.0 else n  # min(max(n, 0.0), top), as the builtins pick
+        top = float(ns[-1])
+        n = top if top < n else n
         j = 1
         last = len(ns) - 1
         while j < last and n > ns[j]:
@@ -277,10 +284,20 @@ def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
 def _occupancy(steps: StepTable, rate: float) -> float:
     """Mean sequences an arrival finds in flight below the cap: ``m = rate x T(m + 1)``,
     the slot time growing with occupancy (one root; secant steps from both ends)."""
-    cap = float(steps.sched.cap)
+    sched = steps.sched
+    cap = float(sched.cap)
+    prompt_tokens, decodes = sched.prompt_tokens, sched.output_tokens - 1
+    points, point = steps._points, steps.point
 
     def gap(m: float) -> float:
-        return rate * _slot_seconds(steps, min(m + 1, cap), rate) - m
+        # rate x _slot_seconds(steps, min(m + 1, cap), rate) - m, inline (the root's
+        # search reads a handful of points for every rate a search asks about).
+        n = m + 1
+        n = cap if cap < n else n  # min(m + 1, cap)
+        decode, chunk, per_token, chunks = points.get(n) or point(n)
+        busy = rate * prompt_tokens * per_token
+        mean = decode / (1 - busy) if busy < 1 else math.inf
+        return rate * (chunks * chunk + decodes * mean) - m
 
     low, high = 0.0, cap
     g_low, g_high = gap(low), gap(high)
@@ -400,9 +417,11 @@ def _quantile(
     # the prompts that arrive in that life (Poisson) each adding their chunk steps.
     life = cap if full else min(1 + m + _Z[q] * math.sqrt(m * LIFETIME_VARIANCE), cap)
     life = max(life, 1.0)
-    tau = steps.mean_step(life, rate)
+    # steps.mean_step(life, rate) and steps.per_prompt_token(life), from one look-up.
+    life_decode, _, life_per_token, _ = steps.point(life)
+    tau = _mean_step(life_decode, life_per_token, sched.prompt_tokens, rate)
     span = (o - 1) * tau
-    extra = steps.per_prompt_token(life) * sched.prompt_tokens
+    extra = life_per_token * sched.prompt_tokens
     spread = extra * math.sqrt(rate * span) / max(o - 1, 1)
     return ttft, tau + _Z[q] * spread
 
