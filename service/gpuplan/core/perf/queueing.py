@@ -111,6 +111,7 @@ class StepTable:
     def __init__(self, step: StepFn, sched: Scheduler) -> None:
         self.sched = sched
         self.ns = sorted({0, sched.cap // 4, sched.cap // 2, sched.cap})
+        self._last, self._top = len(self.ns) - 1, float(self.ns[-1])
         self._step = step
         # Each step is timed when first read: the saturation rate alone reads two.
         self._decode_s: list[float | None] = [None] * len(self.ns)
@@ -145,20 +146,25 @@ class StepTable:
         """``(decode(n), chunk(n))`` with one search for ``n``'s segment (what
         :meth:`_at` computes for each, in the same operations); the knots' steps read
         from their lists once timed."""
-        ns = self.ns
-        if len(ns) == 1:
+        ns, last = self.ns, self._last
+        if not last:
             return self._knot(0)
         n = 0.0 if n < 0.0 else n  # min(max(n, 0.0), top), as the builtins pick
-        top = float(ns[-1])
+        top = self._top
         n = top if top < n else n
         j = 1
-        last = len(ns) - 1
         while j < last and n > ns[j]:
             j += 1
         if n == ns[j]:
             return self._knot(j)
-        d_low, c_low = self._knot(j - 1)
-        d_high, c_high = self._knot(j)
+        # The knots' steps, from their lists once timed (else timed by _knot).
+        decode_s, chunk_s = self._decode_s, self._chunk_s
+        d_low, c_low = decode_s[j - 1], chunk_s[j - 1]
+        if d_low is None or c_low is None:
+            d_low, c_low = self._knot(j - 1)
+        d_high, c_high = decode_s[j], chunk_s[j]
+        if d_high is None or c_high is None:
+            d_high, c_high = self._knot(j)
         share = n - ns[j - 1]
         width = ns[j] - ns[j - 1]
         return (
@@ -397,13 +403,23 @@ def _quantile(
     _, m, wait_p, admit_mean = state
     tail = 1 - q
     full = tail <= wait_p
-    level = min(q / (1 - wait_p), 0.9999) if not full else 0.5
-    n = min(max(m + _NORMAL.inv_cdf(level) * math.sqrt(m), 0.0), cap - 1.0)
-    n = cap - 1.0 if full else n
+    # min and max of two as conditionals that pick as the builtins do.
+    if full:
+        level = 0.5
+    else:
+        level = q / (1 - wait_p)
+        level = 0.9999 if level > 0.9999 else level
+    n = m + _NORMAL.inv_cdf(level) * math.sqrt(m)
+    n = 0.0 if n < 0.0 else n
+    n = cap - 1.0 if full or n > cap - 1.0 else n
     # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
     decode, chunk, _, chunks = steps.point(n)
     prefill = chunks * chunk
-    rho = min(rate * prefill, 0.999) if serial_prompts else 0.0
+    if serial_prompts:
+        rho = rate * prefill
+        rho = 0.999 if rho > 0.999 else rho
+    else:
+        rho = 0.0
     prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
     admit = _tail_wait(wait_p, admit_mean, tail)
     ahead = _tail_wait(rho, prefill_mean, tail)

@@ -58,7 +58,7 @@ from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan, launch
 from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
-from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
+from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, pricing
 from gpuplan.core.recommend.schema import (
     Breach,
     ConcurrencyLimit,
@@ -997,13 +997,13 @@ def serve_option(
         kv_cache_tokens=memory.fits_length().tokens(),
         output_tokens=job.output_tokens,
     )
-    option = Option(
+    # Built priced (the fields priced() would set, without copying the option).
+    return Option(
         gpu=gpu,
         count=count,
         layout=layout,
         required=required,
         fits=fits,
-        admissible=not breaches,
         time_hours=job.duration_hours,
         speed_s=request_latency,
         throughput=Throughput(value=s.output_tokens_per_s * replicas, unit="tokens/s"),
@@ -1022,11 +1022,19 @@ def serve_option(
         source=ctx.rate.source if ctx.rate else "catalog",
         kernel_source=kernel_source,
         kernel_table=kernel_id,
-        reasons=reasons,
-        breaches=breaches,
         unverified=ctx.unverified,
         finish=finisher(
             queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=fits
         ),
+        **pricing(
+            ctx,
+            job,
+            c,
+            count=count,
+            time_hours=job.duration_hours,
+            admissible=not breaches,
+            reasons=reasons,
+            breaches=breaches,
+            delivered_flops=s.model_flops_per_s * replicas,
+        ),
     )
-    return priced(option, ctx, job, c, s.model_flops_per_s * replicas)

@@ -54,7 +54,7 @@ from gpuplan.core.perf.step import (
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, priced
+from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, pricing
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import (
     Constraints,
@@ -459,7 +459,7 @@ def _rung(job: Job, layout: ParallelLayout, trainable: int, oracle: MemoryOracle
     alike = msgspec.json.encode(msgspec.structs.replace(shape, accumulation=1))
     micro = (
         alike, p.tensor, p.pipeline, p.context, p.expert, framework.elementwise_factor,
-        framework.name,
+        framework.name == "megatron",
     )  # fmt: skip
     return Rung(layout, laid, key, shape, framework, _spans(layout), micro)
 
@@ -600,7 +600,7 @@ class GpuSearch:
         if hit is None:
             hit = oracle.links[shared] = (c, {}, {})
         self._links, self._step_links = hit[1], hit[2]
-        self._micros: dict[tuple[bytes, int, int, int, int, float, str], MicroBatch] = {}
+        self._micros: dict[tuple[bytes, int, int, int, int, float, bool], MicroBatch] = {}
 
     def link(self, size: int) -> Link:
         """The link of ``size`` of these GPUs (:func:`_link_of`)."""
@@ -794,15 +794,16 @@ def _option(
     describe: Callable[[ParallelLayout], str] | None = None,
 ) -> Option:
     step = timing.step
-    option = Option(
+    time_hours = timing.seconds / 3600
+    reasons = [*ctx.reasons, describe(layout) if describe else describe_layout(layout, ctx.gpu, c)]
+    # Built priced (the fields priced() would set, without copying the option).
+    return Option(
         gpu=ctx.gpu,
         count=count,
         layout=layout,
         required=required,
         fits=fits,
-        admissible=fits,
-        breaches=[] if fits else [memory_breach(required, ctx.gpu.usable_memory_bytes)],
-        time_hours=timing.seconds / 3600,
+        time_hours=time_hours,
         speed_s=timing.seconds,
         throughput=Throughput(
             value=timing.tokens_per_s, unit="samples/s" if job.vision else "tokens/s"
@@ -819,13 +820,19 @@ def _option(
         source=ctx.rate.source if ctx.rate else "catalog",
         kernel_source=step.kernel_source,
         kernel_table=step.kernel_table,
-        reasons=[
-            *ctx.reasons,
-            describe(layout) if describe else describe_layout(layout, ctx.gpu, c),
-        ],
         unverified=ctx.unverified,
+        **pricing(
+            ctx,
+            job,
+            c,
+            count=count,
+            time_hours=time_hours,
+            admissible=fits,
+            reasons=reasons,
+            breaches=[] if fits else [memory_breach(required, ctx.gpu.usable_memory_bytes)],
+            delivered_flops=timing.delivered_flops_per_s,
+        ),
     )
-    return priced(option, ctx, job, c, timing.delivered_flops_per_s)
 
 
 def given_layout(job: Job) -> ParallelLayout:
