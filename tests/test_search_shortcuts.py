@@ -141,8 +141,9 @@ def test_the_floor_never_exceeds_the_time(name: str) -> None:
 @pytest.mark.parametrize("name", REQUESTS)
 def test_a_micro_batch_reads_only_what_its_memo_key_holds(name: str) -> None:
     """Rungs alike in ``Rung.micro`` (the shape but its accumulation, the tensor,
-    pipeline, context and expert degrees, the framework's elementwise factor and name)
-    share a micro-batch: ``micro_batch`` must not read anything else of them."""
+    pipeline, context and expert degrees, the framework's elementwise factor and whether
+    it is Megatron) share a micro-batch: ``micro_batch`` must not read anything else of
+    them (another framework's name on the same side of Megatron included)."""
     for search, rungs in searches(REQUESTS[name])[::7]:
         for rung in rungs:
             p = rung.laid.parallelism
@@ -161,6 +162,9 @@ def test_a_micro_batch_reads_only_what_its_memo_key_holds(name: str) -> None:
             f = rung.framework
             other_framework = msgspec.structs.replace(
                 f,
+                name="megatron"
+                if f.name == "megatron"
+                else ("ddp" if f.name != "ddp" else "fsdp2"),
                 tensor_exposed=f.tensor_exposed / 2,
                 data_hidden_share=f.data_hidden_share / 2,
                 gather_hidden_share=f.gather_hidden_share / 2,

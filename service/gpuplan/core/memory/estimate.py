@@ -7,6 +7,7 @@ reads the clock, the environment or the network.
 """
 
 import math
+from operator import attrgetter
 
 import msgspec
 
@@ -22,7 +23,12 @@ from gpuplan.core.memory.layers import LayerCost, Step, Trainable, adapter_dropo
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, FP32, Numerics, numerics_for
-from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, count_parameters
+from gpuplan.core.memory.parameters import (
+    LayerParameters,
+    ParameterCount,
+    count_parameters,
+    distinct,
+)
 from gpuplan.core.memory.peak import Peak
 from gpuplan.core.memory.reserve import (
     UNREPLAYED_CACHE,
@@ -192,10 +198,14 @@ def _layer_costs(
     # inputs that need no gradient until one of its adapters ran: priced on its own.
     dropout = step.trainable.dropout and step.training
     priced: dict[tuple[int, int, int, int, bool], LayerCost] = {}
-    costs = []
+    costs: list[LayerCost] = []
+    last: tuple[LayerParameters | None, bool, LayerCost | None] = (None, False, None)
     for index in range(local):
         layer = counts.layers[index]
         first = dropout and index == 0
+        if layer is last[0] and first == last[1] and last[2] is not None:
+            costs.append(last[2])  # the previous layer's record: the same key, the same cost
+            continue
         key = (layer.attention, layer.mlp, layer.norms, layer.active_mlp, first)
         cost = priced.get(key)
         if cost is None:
@@ -227,6 +237,7 @@ def _layer_costs(
                 )
             priced[key] = cost
         costs.append(cost)
+        last = (layer, first, cost)
     return costs
 
 
@@ -385,7 +396,7 @@ def _training(
         ]
     else:
         # One record per kind of layer: the layers of a kind share one LayerParameters.
-        distinct = {id(layer): layer for layer in counts.layers}
+        kinds_of = distinct(counts.layers)
         # FSDP1 reduce-scatters a layer's flat gradient into its shard once its backward
         # is done: the shard is born at the end (its unsharded gradients are states.reduce*).
         kinds = {
@@ -398,9 +409,9 @@ def _training(
                 )
                 * per_param,
             )
-            for key, layer in distinct.items()
+            for key, layer in zip(map(id, kinds_of), kinds_of, strict=True)
         }
-        grads = [kinds[id(layer)] for layer in counts.layers[: len(costs)]]
+        grads = list(map(kinds.__getitem__, map(id, counts.layers[: len(costs)])))
     if w.gradient_checkpointing == "selective":
         assumptions.append(
             "selective checkpointing recomputes the attention core (Korthikanti et al.): its s x s tensors are not kept"
@@ -456,7 +467,8 @@ def _training(
     gap = allocator_gap(
         training_pattern(
             _replay_step(arch, counts, d=d, num=num, w=w, states=states),
-            max(costs, key=lambda c: c.saved),
+            # The first layer that saves the most (each kind of layer looked at once).
+            max(distinct(costs), key=attrgetter("saved")),
             head,
             checkpointing=w.gradient_checkpointing,
             accumulation=w.gradient_accumulation_steps,

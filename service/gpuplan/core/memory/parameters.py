@@ -6,8 +6,13 @@ counts once. The model-building path of other estimators (``init_empty_weights``
 double-counts tied embeddings; this one is checked against transformers itself.
 """
 
+from collections.abc import Sequence
+from typing import TypeVar
+
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.record import Record
+
+T = TypeVar("T")
 
 
 class LayerParameters(Record):
@@ -37,7 +42,14 @@ class ParameterCount(Record):
 
     @property
     def largest_layer(self) -> int:
-        return max((lp.attention + lp.mlp + lp.norms for lp in self.layers), default=0)
+        # Each kind of layer once: the layers of a kind share one record.
+        return max((lp.attention + lp.mlp + lp.norms for lp in distinct(self.layers)), default=0)
+
+
+def distinct(items: Sequence[T]) -> list[T]:
+    """Each object of ``items`` once (by identity), in the order they first appear: the
+    layers of a kind share one record, so a model's 80 layers are one or two kinds."""
+    return list(dict(zip(map(id, items), items, strict=True)).values())
 
 
 def _norm(arch: Architecture, width: int) -> int:

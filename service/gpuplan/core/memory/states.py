@@ -14,7 +14,7 @@ from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.gptq import exllama_buffer_bytes
 from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, half_dtype
-from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
+from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, distinct
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.record import Record
 
@@ -166,7 +166,7 @@ def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -
     tp, pp, ep = p.tensor, p.pipeline, p.expert
     layers_per_stage = -(-arch.num_layers // pp)
     per_layer = []
-    for lp in {id(lp): lp for lp in counts.layers}.values():  # each kind of layer once
+    for lp in distinct(counts.layers):  # each kind of layer once
         mlp = lp.mlp
         if arch.moe is not None and lp.mlp != lp.active_mlp and ep > 1:
             mlp = lp.mlp // ep

@@ -111,6 +111,7 @@ class StepTable:
     def __init__(self, step: StepFn, sched: Scheduler) -> None:
         self.sched = sched
         self.ns = sorted({0, sched.cap // 4, sched.cap // 2, sched.cap})
+        self._last, self._top = len(self.ns) - 1, float(self.ns[-1])
         self._step = step
         # Each step is timed when first read: the saturation rate alone reads two.
         self._decode_s: list[float | None] = [None] * len(self.ns)
@@ -129,9 +130,14 @@ class StepTable:
         if hit is None:
             decode, chunk = self._both(n)
             sched = self.sched
-            # chunk_tokens(n), inline: a search reads thousands of points.
-            tokens = float(min(sched.prompt_tokens, max(sched.budget - math.floor(n), 1)))
-            per_token = max(chunk - decode, 0.0) / tokens
+            # chunk_tokens(n), inline: a search reads thousands of points (min and max
+            # as conditionals that pick as the builtins do).
+            room = sched.budget - math.floor(n)
+            room = 1 if room < 1 else room
+            prompt = sched.prompt_tokens
+            tokens = float(room if room < prompt else prompt)
+            more = chunk - decode
+            per_token = (0.0 if more < 0.0 else more) / tokens
             chunks = math.ceil(sched.prompt_tokens / tokens)
             hit = self._points[n] = (decode, chunk, per_token, chunks)
         return hit
@@ -140,18 +146,25 @@ class StepTable:
         """``(decode(n), chunk(n))`` with one search for ``n``'s segment (what
         :meth:`_at` computes for each, in the same operations); the knots' steps read
         from their lists once timed."""
-        ns = self.ns
-        if len(ns) == 1:
+        ns, last = self.ns, self._last
+        if not last:
             return self._knot(0)
-        n = min(max(n, 0.0), float(ns[-1]))
+        n = 0.0 if n < 0.0 else n  # min(max(n, 0.0), top), as the builtins pick
+        top = self._top
+        n = top if top < n else n
         j = 1
-        last = len(ns) - 1
         while j < last and n > ns[j]:
             j += 1
         if n == ns[j]:
             return self._knot(j)
-        d_low, c_low = self._knot(j - 1)
-        d_high, c_high = self._knot(j)
+        # The knots' steps, from their lists once timed (else timed by _knot).
+        decode_s, chunk_s = self._decode_s, self._chunk_s
+        d_low, c_low = decode_s[j - 1], chunk_s[j - 1]
+        if d_low is None or c_low is None:
+            d_low, c_low = self._knot(j - 1)
+        d_high, c_high = decode_s[j], chunk_s[j]
+        if d_high is None or c_high is None:
+            d_high, c_high = self._knot(j)
         share = n - ns[j - 1]
         width = ns[j] - ns[j - 1]
         return (
@@ -277,10 +290,20 @@ def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
 def _occupancy(steps: StepTable, rate: float) -> float:
     """Mean sequences an arrival finds in flight below the cap: ``m = rate x T(m + 1)``,
     the slot time growing with occupancy (one root; secant steps from both ends)."""
-    cap = float(steps.sched.cap)
+    sched = steps.sched
+    cap = float(sched.cap)
+    prompt_tokens, decodes = sched.prompt_tokens, sched.output_tokens - 1
+    points, point = steps._points, steps.point
 
     def gap(m: float) -> float:
-        return rate * _slot_seconds(steps, min(m + 1, cap), rate) - m
+        # rate x _slot_seconds(steps, min(m + 1, cap), rate) - m, inline (the root's
+        # search reads a handful of points for every rate a search asks about).
+        n = m + 1
+        n = cap if cap < n else n  # min(m + 1, cap)
+        decode, chunk, per_token, chunks = points.get(n) or point(n)
+        busy = rate * prompt_tokens * per_token
+        mean = decode / (1 - busy) if busy < 1 else math.inf
+        return rate * (chunks * chunk + decodes * mean) - m
 
     low, high = 0.0, cap
     g_low, g_high = gap(low), gap(high)
@@ -380,13 +403,23 @@ def _quantile(
     _, m, wait_p, admit_mean = state
     tail = 1 - q
     full = tail <= wait_p
-    level = min(q / (1 - wait_p), 0.9999) if not full else 0.5
-    n = min(max(m + _NORMAL.inv_cdf(level) * math.sqrt(m), 0.0), cap - 1.0)
-    n = cap - 1.0 if full else n
+    # min and max of two as conditionals that pick as the builtins do.
+    if full:
+        level = 0.5
+    else:
+        level = q / (1 - wait_p)
+        level = 0.9999 if level > 0.9999 else level
+    n = m + _NORMAL.inv_cdf(level) * math.sqrt(m)
+    n = 0.0 if n < 0.0 else n
+    n = cap - 1.0 if full or n > cap - 1.0 else n
     # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
     decode, chunk, _, chunks = steps.point(n)
     prefill = chunks * chunk
-    rho = min(rate * prefill, 0.999) if serial_prompts else 0.0
+    if serial_prompts:
+        rho = rate * prefill
+        rho = 0.999 if rho > 0.999 else rho
+    else:
+        rho = 0.0
     prefill_mean = prefill * (1 + SERVICE_SCV) / (2 * (1 - rho))
     admit = _tail_wait(wait_p, admit_mean, tail)
     ahead = _tail_wait(rho, prefill_mean, tail)
@@ -400,9 +433,11 @@ def _quantile(
     # the prompts that arrive in that life (Poisson) each adding their chunk steps.
     life = cap if full else min(1 + m + _Z[q] * math.sqrt(m * LIFETIME_VARIANCE), cap)
     life = max(life, 1.0)
-    tau = steps.mean_step(life, rate)
+    # steps.mean_step(life, rate) and steps.per_prompt_token(life), from one look-up.
+    life_decode, _, life_per_token, _ = steps.point(life)
+    tau = _mean_step(life_decode, life_per_token, sched.prompt_tokens, rate)
     span = (o - 1) * tau
-    extra = steps.per_prompt_token(life) * sched.prompt_tokens
+    extra = life_per_token * sched.prompt_tokens
     spread = extra * math.sqrt(rate * span) / max(o - 1, 1)
     return ttft, tau + _Z[q] * spread
 

@@ -135,9 +135,16 @@ class Stepper:
     (a factor is taken out only where it comes first), so every figure is the same to
     the bit."""
 
+    _rates: dict[int, float]
+    """The measured table's GEMM rate by a step's rows."""
+
+    _decodes: dict[int, float]
+    """The measured table's decode attention of one layer by a step's decodes."""
+
     def __init__(self, t: TokenFlops, shape: ServeShape, r: Replica) -> None:
         rates, tp, k = r.rates, r.tp, r.rates.kernels
         self.shape, self.r = shape, r
+        self._steps: dict[tuple[int, float], tuple[float, Bound]] = {}
         self.tp = tp
         self.s = s = shape.prompt_tokens
         self.context = s + shape.output_tokens / 2
@@ -181,6 +188,7 @@ class Stepper:
             self.table = table
             self.dtype = "fp8" if rates.fp8 else "bf16"
             self.gemms = _gemms(shape, r)
+            self._rates, self._decodes = {}, {}
             self.share = rates.kernels.measured_kernel_share
             measured = kernel_tables()[table]
             timed_heads = shape.head_dim > 0 and shape.num_heads > 0
@@ -200,12 +208,30 @@ class Stepper:
                 self.weights_measured = measured_weight_read_seconds(shape, r)
 
     def __call__(self, decode: int, prompt: float) -> tuple[float, Bound]:
+        """The step of ``decode`` decodes and ``prompt`` prompt tokens (memoized: a
+        search asks for some steps more than once, e.g. the concurrency's bisection
+        probes a time per output token that the plan it settles on times again)."""
+        key = (decode, prompt)
+        hit = self._steps.get(key)
+        if hit is None:
+            hit = self._steps[key] = self._step(decode, prompt)
+        return hit
+
+    def _step(self, decode: int, prompt: float) -> tuple[float, Bound]:
         tp, s = self.tp, self.s
         weights = self.weights
         kv = decode * self.kv_bytes * self.context / self.bandwidth
         # The steps that carry a prompt carry a chunk of it (at most the budget beside the
         # decodes): their GEMMs have that many rows and more.
-        chunk = max(prompt, min(s, max(self.budget - decode, 1))) if prompt > 0 else 0.0
+        # max(prompt, min(s, max(budget - decode, 1))), in conditionals that pick as the
+        # builtins do (a step is timed hundreds of times a search).
+        if prompt > 0:
+            room = self.budget - decode
+            room = 1 if room < 1 else room
+            room = room if room < s else s
+            chunk = room if room > prompt else prompt
+        else:
+            chunk = 0.0
         gemm_flops = self.two_n * (decode + prompt) / tp
         prompt_attention = self.attention_per_prompt * prompt / tp
         if self.mfu_rate is not None:
@@ -228,8 +254,9 @@ class Stepper:
             elementwise = traffic / self.elementwise_rate
         launches = self.launches
         if prompt > 0:
+            share = prompt / chunk
             launches += (
-                min(1.0, prompt / chunk)
+                (share if share < 1.0 else 1.0)  # min(1.0, share)
                 * self.layers
                 * self.layer_overhead
                 / 3
@@ -248,7 +275,8 @@ class Stepper:
             )
             if not self.r.mbu_given:
                 weights = self.weights_measured
-        seconds = max(weights, gemm) + kv + attention + elementwise + launches + comm
+        slowest = gemm if gemm > weights else weights  # max(weights, gemm)
+        seconds = slowest + kv + attention + elementwise + launches + comm
         return seconds * self.serial, bound
 
     def _measured(
@@ -284,12 +312,20 @@ class Stepper:
         table, share = self.table, self.share
         kv, attention = roofline
         s = self.s
-        rate = gemm_rate(table, self.dtype, max(round(rows), 1), self.gemms, 0)
+        # The table's look-ups by the step's rows and decodes, kept by the stepper (the
+        # shared caches would hash the replica's GEMM shapes on every step).
+        m = round(rows)
+        m = 1 if m < 1 else m  # max(round(rows), 1)
+        rate = self._rates.get(m)
+        if rate is None:
+            rate = self._rates[m] = gemm_rate(table, self.dtype, m, self.gemms, 0)
         gemm = _share_slowed(gemm_flops / rate, rate, self.peak, share)
         if decode > 0 and self.decode_table:
-            one = generation_attention_seconds(
-                table, float(decode), self.context, self.kv_heads, self.head_dim
-            )
+            one = self._decodes.get(decode)
+            if one is None:
+                one = self._decodes[decode] = generation_attention_seconds(
+                    table, float(decode), self.context, self.kv_heads, self.head_dim
+                )
             kv = self.layers * one  # KV reads: memory-bound, no share
         if prompt > 0 and self.prompt_table:
             # Fewer than a whole prompt per step on average (a steady state of few

@@ -914,7 +914,10 @@ def training_step(
         + framework.expert_exposed * expert
         + framework.pipeline_exposed * pipeline
     )
-    busy_micro = micro.compute_s + recompute + micro_exposed
+    # The micro-batch's properties once (each is the same sum whenever it is read).
+    compute = micro.compute_s
+    backward = compute - micro.forward_s  # micro.backward_s
+    busy_micro = compute + recompute + micro_exposed
     # (p - 1) / v micro-batch slots idle on every stage, whatever m is (1F1B and GPipe
     # alike; interleaving divides them by the v virtual stages).
     bubble = busy_micro * (lay.pipeline - 1) / lay.virtual_stages
@@ -923,8 +926,8 @@ def training_step(
         lay,
         links=links,
         framework=framework,
-        busy_micro=micro.compute_s + recompute,
-        backward_micro=micro.backward_s + recompute,
+        busy_micro=compute + recompute,
+        backward_micro=backward + recompute,
         comm_overlap=comm_overlap,
     )
     optimizer = _optimizer_seconds(shape, lay, rates, links)
@@ -935,7 +938,7 @@ def training_step(
     return Step(
         seconds=seconds,
         tokens=tokens,
-        compute_s=m * micro.compute_s,
+        compute_s=m * compute,
         recompute_s=m * recompute,
         exposed_comm_s=m * micro_exposed + data_exposed,
         bubble_s=bubble,

@@ -304,7 +304,13 @@ def _best_plan(
         y = max(math.ceil(rate / d.requests_per_s - 1e-12), 1)
         for p in prefills:
             x = max(math.ceil(rate / p.requests_per_s - 1e-12), 1)
-            if x * p.tp + y * d.tp > c.max_gpus_per_job:
+            gpus = x * p.tp + y * d.tp
+            if gpus > c.max_gpus_per_job:
+                continue
+            if best is not None and best[0][0] == 0 and gpus > best[0][1]:
+                # Ranked behind the best whatever it misses: (misses, GPUs, TTFT) with
+                # no miss in the best and more GPUs here (the plan is a pure function:
+                # leaving it out changes nothing else).
                 continue
             plan = _at(job, gpu, c, rate, p, d, x, y)
             rank = (len(plan.missed), plan.gpus, plan.ttft_s)

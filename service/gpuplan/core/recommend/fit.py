@@ -10,6 +10,7 @@ A bound on estimator calls keeps every request finite.
 """
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -31,6 +32,9 @@ from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.step import StepLinks, StepShape
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import Constraints, ParallelLayout
+
+if TYPE_CHECKING:
+    from gpuplan.core.recommend.serving import ReplicaMemory
 
 MAX_ESTIMATES = 400
 """Estimator calls one recommendation may make (each takes 0.1-1 ms); past it, layouts
@@ -70,11 +74,17 @@ class MemoryOracle:
         self.sharded: dict[int, tuple[Workload, tuple[bytes, float, float] | None]] = {}
         """The search's GPU-independent memory bounds of a workload, by ``id`` of the
         workload (kept alive in the entry)."""
-        self.rungs: dict[tuple[int, int], tuple[Workload, list[Rung]]] = {}
-        """A count's ladder prepared for timing and sizing, by count and ``id`` of the
-        workload (kept alive in the entry)."""
+        self.rungs: dict[tuple[int, int], tuple[Workload, list[Rung], list[Rung]]] = {}
+        """A count's ladder prepared for timing and sizing, and its rungs but DDP's, by
+        count and ``id`` of the workload (kept alive in the entry)."""
         self.shapes: dict[bytes, StepShape] = {}
         """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
+        self.replicas: dict[
+            tuple[bytes, int, int, int], tuple[object, GpuSpec, ReplicaMemory | None]
+        ] = {}
+        """A serving replica's memory (``serving.replica_memory``) by the laid-out
+        workload's key, ``id`` of the job and of the GPU (both kept alive in the entry)
+        and the degree."""
 
     def laid_out(
         self,

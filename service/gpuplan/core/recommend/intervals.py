@@ -7,6 +7,8 @@ published run covers, or more GPUs than the largest run, widens it. Figures that
 one over the throughput (time, cost, energy) take its interval inverted.
 """
 
+from functools import cache
+
 import msgspec
 
 from gpuplan.core.perf.efficiency import generation
@@ -33,6 +35,13 @@ def scale_regime(count: int) -> str:
     return "over 128 GPUs"
 
 
+@cache
+def _known(measure: str) -> frozenset[tuple[str, str]]:
+    """The (axis, name) of every group of the shipped table of ``measure`` (memoized: a
+    function of the data file alone, read for every candidate's every spread)."""
+    return frozenset((g.axis, g.name) for g in residual_tables()[measure].groups)
+
+
 def _spread(
     table: ResidualTable,
     regime: dict[str, str],
@@ -44,7 +53,9 @@ def _spread(
     what lies outside the corpus; many candidates share all three). Its figures depend
     on what lies outside only through how many reasons widen it (the reasons differ
     where the count passes the largest run), so candidates alike in that share them."""
-    known = {(g.axis, g.name) for g in table.groups}
+    known = _known(table.measure) if residual_tables().get(table.measure) is table else None
+    if known is None:
+        known = frozenset((g.axis, g.name) for g in table.groups)
     outside = [
         f"no published run of {axis} {name}"
         for axis, name in regime.items()

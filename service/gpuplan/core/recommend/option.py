@@ -6,6 +6,7 @@ each as a :class:`~gpuplan.core.recommend.schema.Candidate`.
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -200,13 +201,44 @@ def _sig(value: float) -> float:
 def priced(
     option: Option, ctx: GpuContext, job: Job, c: Constraints, delivered_flops: float
 ) -> Option:
+    return msgspec.structs.replace(
+        option,
+        **pricing(
+            ctx,
+            job,
+            c,
+            count=option.count,
+            time_hours=option.time_hours,
+            admissible=option.admissible,
+            reasons=option.reasons,
+            breaches=option.breaches,
+            delivered_flops=delivered_flops,
+        ),
+    )
+
+
+def pricing(
+    ctx: GpuContext,
+    job: Job,
+    c: Constraints,
+    *,
+    count: int,
+    time_hours: float | None,
+    admissible: bool,
+    reasons: list[str],
+    breaches: list[Breach],
+    delivered_flops: float,
+) -> dict[str, Any]:
+    """The fields :func:`priced` sets on an option of these fields (a caller building
+    the option passes them to its constructor instead of copying it)."""
     gpu = ctx.gpu
-    hours = option.time_hours or 0.0
-    usd_h = ctx.per_gpu_hour * option.count if ctx.per_gpu_hour is not None else None
+    hours = time_hours or 0.0
+    usd_h = ctx.per_gpu_hour * count if ctx.per_gpu_hour is not None else None
     cost = usd_h * hours if usd_h is not None else None
-    kwh = energy_kwh(gpu, hours * option.count, job.energy)
-    watts = option.count * gpu.tdp_watts * job.energy.power_fraction_of_tdp
-    breaches = list(option.breaches)
+    kwh = energy_kwh(gpu, hours * count, job.energy)
+    watts = count * gpu.tdp_watts * job.energy.power_fraction_of_tdp
+    given = breaches
+    breaches = list(given)
     if c.max_usd_per_hour is not None and usd_h is not None and usd_h > c.max_usd_per_hour:
         breaches.append(
             breach(
@@ -239,17 +271,14 @@ def priced(
                 detail="no price to check the budget against",
             )
         )
-    reasons = list(option.reasons) + [b.detail for b in breaches[len(option.breaches) :]]
-    admissible = option.admissible and not breaches
-    return msgspec.structs.replace(
-        option,
-        usd_per_hour=usd_h,
-        cost_usd=cost,
-        cost_basis=ctx.basis,
-        price=ctx.price,
-        energy_kwh=kwh,
-        flops_per_watt=delivered_flops / watts if watts else None,
-        admissible=admissible,
-        reasons=reasons,
-        breaches=breaches,
-    )
+    return {
+        "usd_per_hour": usd_h,
+        "cost_usd": cost,
+        "cost_basis": ctx.basis,
+        "price": ctx.price,
+        "energy_kwh": kwh,
+        "flops_per_watt": delivered_flops / watts if watts else None,
+        "admissible": admissible and not breaches,
+        "reasons": list(reasons) + [b.detail for b in breaches[len(given) :]],
+        "breaches": breaches,
+    }

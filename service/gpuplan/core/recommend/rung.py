@@ -27,9 +27,10 @@ class Rung(NamedTuple):
     """GPUs each group's ring spans: tensor, context, expert, pipeline, data
     (``training._step_links``)."""
 
-    micro: tuple[bytes, int, int, int, int, float, str]
+    micro: tuple[bytes, int, int, int, int, float, bool]
     """What of the rung :func:`~gpuplan.core.perf.step.micro_batch` reads: the step shape
     but its accumulation, the tensor, pipeline, context and expert degrees (the experts'
-    rows), and the framework's elementwise factor and name (PEFT's adapter passes). Rungs alike in it share a micro-batch's compute on a GPU, as
-    data-parallel layouts of every count do (tests/test_search_shortcuts.py checks
-    that ``micro_batch`` reads nothing else)."""
+    rows), and the framework's elementwise factor and whether it is Megatron (PEFT's
+    adapter passes run under any other). Rungs alike in it share a micro-batch's compute
+    on a GPU, as data-parallel layouts of every count and framework do
+    (tests/test_search_shortcuts.py checks that ``micro_batch`` reads nothing else)."""

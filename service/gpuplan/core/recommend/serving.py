@@ -58,7 +58,7 @@ from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan, launch
 from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
-from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, priced
+from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, pricing
 from gpuplan.core.recommend.schema import (
     Breach,
     ConcurrencyLimit,
@@ -148,21 +148,33 @@ def replica_memory(
     """One GPU of a replica of the laid-out ``workload`` as the request's engine fills
     it; None when the estimator refuses the layout."""
     key = key if key is not None else msgspec.json.encode(workload)
+    # Memoized for the request: the serving search, the expert-parallel replicas, the
+    # disaggregated comparison and the advice ask for the same replicas. A pure
+    # function of its arguments (the oracle's estimates are memoized too, so a second
+    # ask makes no estimate); the entry keeps ``job`` and ``gpu`` alive, so their ids
+    # are not reused meanwhile.
+    memo = (key, id(job), id(gpu), tp)
+    hit = oracle.replicas.get(memo)
+    if hit is not None:
+        return hit[2]
     m = oracle.measures(workload, gpu, key)
     base = oracle.response(workload, key)
     if m is None or base is None:
-        return None
-    spec = engine_spec(job.inference.engine)
-    return ReplicaMemory.of(
-        job,
-        workload,
-        gpu,
-        spec=spec,
-        tp=tp,
-        measures=m,
-        base=base,
-        profile=_profile(job, spec, oracle, workload, gpu),
-    )
+        memory = None
+    else:
+        spec = engine_spec(job.inference.engine)
+        memory = ReplicaMemory.of(
+            job,
+            workload,
+            gpu,
+            spec=spec,
+            tp=tp,
+            measures=m,
+            base=base,
+            profile=_profile(job, spec, oracle, workload, gpu),
+        )
+    oracle.replicas[memo] = (job, gpu, memory)
+    return memory
 
 
 class Profile(NamedTuple):
@@ -783,7 +795,7 @@ def choose_concurrency(
             hit = seen[batch] = timed(batch)
         return hit
 
-    def misses(batch: int) -> ConcurrencyLimit | None:
+    def misses(batch: int) -> "ConcurrencyLimit | None":  # quoted: no typing union built per call
         if tpot is not None and iv.max_time_to_first_token_s is None and batch not in seen:
             return _tpot_breach(tpot(batch), iv)
         return _breach(run(batch), iv)
@@ -985,13 +997,13 @@ def serve_option(
         kv_cache_tokens=memory.fits_length().tokens(),
         output_tokens=job.output_tokens,
     )
-    option = Option(
+    # Built priced (the fields priced() would set, without copying the option).
+    return Option(
         gpu=gpu,
         count=count,
         layout=layout,
         required=required,
         fits=fits,
-        admissible=not breaches,
         time_hours=job.duration_hours,
         speed_s=request_latency,
         throughput=Throughput(value=s.output_tokens_per_s * replicas, unit="tokens/s"),
@@ -1010,11 +1022,19 @@ def serve_option(
         source=ctx.rate.source if ctx.rate else "catalog",
         kernel_source=kernel_source,
         kernel_table=kernel_id,
-        reasons=reasons,
-        breaches=breaches,
         unverified=ctx.unverified,
         finish=finisher(
             queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=fits
         ),
+        **pricing(
+            ctx,
+            job,
+            c,
+            count=count,
+            time_hours=job.duration_hours,
+            admissible=not breaches,
+            reasons=reasons,
+            breaches=breaches,
+            delivered_flops=s.model_flops_per_s * replicas,
+        ),
     )
-    return priced(option, ctx, job, c, s.model_flops_per_s * replicas)

@@ -54,7 +54,7 @@ from gpuplan.core.perf.step import (
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, priced
+from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, pricing
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import (
     Constraints,
@@ -459,7 +459,7 @@ def _rung(job: Job, layout: ParallelLayout, trainable: int, oracle: MemoryOracle
     alike = msgspec.json.encode(msgspec.structs.replace(shape, accumulation=1))
     micro = (
         alike, p.tensor, p.pipeline, p.context, p.expert, framework.elementwise_factor,
-        framework.name,
+        framework.name == "megatron",
     )  # fmt: skip
     return Rung(layout, laid, key, shape, framework, _spans(layout), micro)
 
@@ -600,7 +600,7 @@ class GpuSearch:
         if hit is None:
             hit = oracle.links[shared] = (c, {}, {})
         self._links, self._step_links = hit[1], hit[2]
-        self._micros: dict[tuple[bytes, int, int, int, int, float, str], MicroBatch] = {}
+        self._micros: dict[tuple[bytes, int, int, int, int, float, bool], MicroBatch] = {}
 
     def link(self, size: int) -> Link:
         """The link of ``size`` of these GPUs (:func:`_link_of`)."""
@@ -638,12 +638,12 @@ class GpuSearch:
     def option_at(self, count: int) -> tuple[Option | None, Sized | None]:
         """The fastest layout at ``count`` that fits, as an option; else the smallest
         layout sized."""
-        rungs = _rungs(self.job, self.oracle, self.c, count=count, trainable=self.trainable)
+        rungs, sharded = _ladder(self.job, self.oracle, self.c, count, self.trainable)
         if not rungs:
             return None, None
         if self.bounds.ddp > self.usable:
             # DDP keeps a full replica per GPU: more ranks never shrink it.
-            rungs = [r for r in rungs if not _is_ddp(r.layout)] or rungs
+            rungs = sharded
         chosen, smallest = self.fit(rungs)
         if chosen is None:
             return None, smallest
@@ -680,8 +680,8 @@ class GpuSearch:
         # fits, none does, and the rest of the ladder is not estimated for this GPU.
         fits = False
         for i in range(max(len(rungs) - 3, 0), len(rungs)):
-            sized[i] = required(rungs[i].laid, rungs[i].key)
-            fits = fits or _fits(sized[i], usable)
+            need = sized[i] = required(rungs[i].laid, rungs[i].key)
+            fits = fits or (need is not None and need <= usable)
         if not fits:
             known = [Sized(rungs[i].layout, r) for i, r in sized.items() if r is not None]
             return None, min(known, key=lambda x: x.required) if known else None
@@ -697,21 +697,7 @@ class GpuSearch:
         # layout timed leaves in the order of its time, as sorting them all did, and a
         # floor behind the layout chosen means a time behind it: that layout would
         # have been neither chosen nor sized.
-        queue: list[tuple[float, int, Timing | None]] = []
-        for i, rung in enumerate(rungs):
-            if i not in sized:
-                if self.bounds.of(rung.layout) > usable:
-                    continue
-                if self.oracle.estimated(rung.key):
-                    sized[i] = required(rung.laid, rung.key)
-            if i in sized and not _fits(sized[i], usable):
-                continue
-            p = rung.laid.parallelism
-            if p.tensor * p.pipeline * p.context > 1:
-                queue.append((self.floor(rung), i, None))
-            else:
-                timing = self.time(rung)
-                queue.append((timing.seconds, i, timing))
+        queue = self._queue(rungs, sized)
         heapq.heapify(queue)
         while queue:
             _, i, timed = heapq.heappop(queue)
@@ -720,15 +706,37 @@ class GpuSearch:
                 heapq.heappush(queue, (timed.seconds, i, timed))
                 continue
             need = sized[i] if i in sized else required(rungs[i].laid, rungs[i].key)
-            if _fits(need, usable):
-                assert need is not None
+            if need is not None and need <= usable:
                 return Fitted(timed, rungs[i].layout, need), None
         raise AssertionError("unreachable: a tail layout fits")
 
-
-def _fits(need: int | None, usable: int) -> bool:
-    """Whether ``need`` bytes (None: not sized) fit in ``usable``."""
-    return need is not None and need <= usable
+    def _queue(
+        self, rungs: list[Rung], sized: dict[int, int | None]
+    ) -> list[tuple[float, int, Timing | None]]:
+        """:meth:`fit`'s queue: each rung that may fit with its time (its floor, with
+        model parallelism); ``sized`` gains the rungs sized on the way."""
+        usable, required = self.usable, self.required
+        bound_of, estimated = self.bounds.of, self.oracle.estimated
+        queue: list[tuple[float, int, Timing | None]] = []
+        for i, rung in enumerate(rungs):
+            if i in sized:
+                need = sized[i]
+                if need is None or need > usable:
+                    continue
+            else:
+                if bound_of(rung.layout) > usable:
+                    continue
+                if estimated(rung.key):
+                    need = sized[i] = required(rung.laid, rung.key)
+                    if need is None or need > usable:
+                        continue
+            p = rung.laid.parallelism
+            if p.tensor * p.pipeline * p.context > 1:
+                queue.append((self.floor(rung), i, None))
+            else:
+                timing = self.time(rung)
+                queue.append((timing.seconds, i, timing))
+        return queue
 
 
 def _around(count: int, coarse: list[int], node: int) -> Iterator[int]:
@@ -751,16 +759,26 @@ def _rungs(
 ) -> list[Rung]:
     """The ladder at ``count``, prepared for every GPU. The layouts are memoized by count
     for the request (they do not depend on the GPU), the rungs by count and workload."""
+    return _ladder(job, oracle, c, count, trainable)[0]
+
+
+def _ladder(
+    job: Job, oracle: MemoryOracle, c: Constraints, count: int, trainable: int
+) -> tuple[list[Rung], list[Rung]]:
+    """:func:`_rungs`, and those of them that are not DDP (all of them when all are):
+    what a GPU on which DDP's replica cannot fit sizes (the same on every GPU, so kept
+    with the rungs)."""
     memo = (count, id(job.workload))
     hit = oracle.rungs.get(memo)
     if hit is None:
         ladder = oracle.ladders.get(count)
         if ladder is None:
             ladder = oracle.ladders[count] = training_ladder(job, count, c)
+        rungs = [_rung(job, lay, trainable, oracle) for lay in ladder]
+        sharded = [r for r in rungs if not _is_ddp(r.layout)] or rungs
         # The entry keeps the workload alive, so its id cannot be reused meanwhile.
-        hit = (job.workload, [_rung(job, lay, trainable, oracle) for lay in ladder])
-        oracle.rungs[memo] = hit
-    return hit[1]
+        hit = oracle.rungs[memo] = (job.workload, rungs, sharded)
+    return hit[1], hit[2]
 
 
 def _option(
@@ -776,15 +794,16 @@ def _option(
     describe: Callable[[ParallelLayout], str] | None = None,
 ) -> Option:
     step = timing.step
-    option = Option(
+    time_hours = timing.seconds / 3600
+    reasons = [*ctx.reasons, describe(layout) if describe else describe_layout(layout, ctx.gpu, c)]
+    # Built priced (the fields priced() would set, without copying the option).
+    return Option(
         gpu=ctx.gpu,
         count=count,
         layout=layout,
         required=required,
         fits=fits,
-        admissible=fits,
-        breaches=[] if fits else [memory_breach(required, ctx.gpu.usable_memory_bytes)],
-        time_hours=timing.seconds / 3600,
+        time_hours=time_hours,
         speed_s=timing.seconds,
         throughput=Throughput(
             value=timing.tokens_per_s, unit="samples/s" if job.vision else "tokens/s"
@@ -801,13 +820,19 @@ def _option(
         source=ctx.rate.source if ctx.rate else "catalog",
         kernel_source=step.kernel_source,
         kernel_table=step.kernel_table,
-        reasons=[
-            *ctx.reasons,
-            describe(layout) if describe else describe_layout(layout, ctx.gpu, c),
-        ],
         unverified=ctx.unverified,
+        **pricing(
+            ctx,
+            job,
+            c,
+            count=count,
+            time_hours=time_hours,
+            admissible=fits,
+            reasons=reasons,
+            breaches=[] if fits else [memory_breach(required, ctx.gpu.usable_memory_bytes)],
+            delivered_flops=timing.delivered_flops_per_s,
+        ),
     )
-    return priced(option, ctx, job, c, timing.delivered_flops_per_s)
 
 
 def given_layout(job: Job) -> ParallelLayout:
