@@ -94,11 +94,11 @@ def _bytes(value: Any) -> int:
     return 0
 
 
-class ByteCounter(TorchDispatchMode):
+class ByteCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Bytes read and written by the memory-bound operators, by operator."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]
         self.bytes: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -116,17 +116,19 @@ def step_bytes(layers: int, hidden: int, kv_heads: int, mlp: int, tokens: int) -
     import transformers
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        hidden_size=hidden,
-        intermediate_size=mlp,
-        num_attention_heads=8,
-        num_key_value_heads=kv_heads,
-        num_hidden_layers=layers,
-        vocab_size=256,
-        max_position_embeddings=tokens,
-        attn_implementation="sdpa",
-    )
-    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).train()
+    fields: dict[str, Any] = {
+        "hidden_size": hidden,
+        "intermediate_size": mlp,
+        "num_attention_heads": 8,
+        "num_key_value_heads": kv_heads,
+        "num_hidden_layers": layers,
+        "vocab_size": 256,
+        "max_position_embeddings": tokens,
+        "attn_implementation": "sdpa",
+    }
+    config = transformers.LlamaConfig(**fields)
+    model: Any = transformers.LlamaForCausalLM(config)
+    model = model.to(torch.bfloat16).train()
     ids = torch.randint(0, 256, (1, tokens))
     counter = ByteCounter()
     with counter:

@@ -679,7 +679,17 @@ def _measured_gemm_rate(shape: StepShape, lay: Parallelism, rates: Rates, tokens
     own rate."""
     table = rates.kernel_table
     assert table is not None
-    dtype = "fp8" if rates.fp8 else "bf16"
+    rate = _table_gemm_rate(table, "fp8" if rates.fp8 else "bf16", shape, lay, tokens)
+    assert rate is not None
+    return rate * rates.kernels.measured_kernel_share
+
+
+def _table_gemm_rate(
+    table: str, dtype: str, shape: StepShape, lay: Parallelism, tokens: float
+) -> float | None:
+    """FLOP/s of the model's GEMMs, forward and backward, over ``tokens`` rows on one
+    GPU, each group of shapes (:func:`expert_gemm_groups`) at the rate ``table``
+    measures for it; None when there is no GEMM work."""
     gradients = 1 if shape.frozen_base else 2
     flops = seconds = 0.0
     for rows, gemms in expert_gemm_groups(shape, lay, tokens):
@@ -687,7 +697,7 @@ def _measured_gemm_rate(shape: StepShape, lay: Parallelism, rates: Rates, tokens
         if work > 0:
             flops += work
             seconds += work / gemm_rate(table, dtype, rows, gemms, gradients)
-    return flops / seconds * rates.kernels.measured_kernel_share
+    return flops / seconds if flops > 0 else None
 
 
 REFERENCE_GEMM_TABLE = "a100-sxm4-80gb"
@@ -710,16 +720,8 @@ def reference_shape_share(shape: StepShape, lay: Parallelism, tokens: float, fp8
     own rate, as :func:`_measured_gemm_rate` times them."""
     table = REFERENCE_GEMM_TABLE
     dtype = "fp8" if fp8 and "fp8" in kernel_tables()[table].gemm else "bf16"
-    gradients = 1 if shape.frozen_base else 2
-    flops = seconds = 0.0
-    for rows, gemms in expert_gemm_groups(shape, lay, tokens):
-        work = sum(c * 2 * (1 + gradients) * rows * n * k for c, n, k in gemms)
-        if work > 0:
-            flops += work
-            seconds += work / gemm_rate(table, dtype, rows, gemms, gradients)
-    if flops == 0.0:
-        return 1.0
-    return flops / seconds / reference_plateau(dtype)
+    rate = _table_gemm_rate(table, dtype, shape, lay, tokens)
+    return 1.0 if rate is None else rate / reference_plateau(dtype)
 
 
 @lru_cache(maxsize=4)
