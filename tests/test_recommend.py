@@ -659,9 +659,11 @@ def test_measured_flops_replace_the_datasheet_peak() -> None:
     h100 = measured["h100-sxm5-80gb"]
     assert h100.source == "measured"
     assert measured["a100-sxm4-80gb"].source == "catalog"
-    # Matmuls and attention run at half the rate; memory-bound kernels do not.
+    # A measured rate is a GEMM timed alone, as the kernel table's are: 494.75 TFLOP/s
+    # against the H100 table's 783 for the agent's 8192-cubed GEMM makes the matmuls
+    # up to 1.58x slower; memory-bound kernels keep their speed, so the step slows less.
     ratio = time_hours(h100) / time_hours(catalog_only["h100-sxm5-80gb"])
-    assert 1.5 < ratio < 2.0
+    assert 1.2 < ratio < 783 / 494.75
 
 
 # ---------------------------------------------------------------- scenario, advice, hybrid

@@ -54,10 +54,10 @@ from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.moe_serving import ExpertReplica, expert_replica
+from gpuplan.core.recommend.replica import ReplicaMemory
 from gpuplan.core.recommend.schema import Candidate, Constraints, InferenceVolume, ParallelLayout
 from gpuplan.core.recommend.serving import (
     MAX_SLO_REPLICAS_FACTOR,
-    ReplicaMemory,
     replica_memory,
     serve_shape,
 )

@@ -10,7 +10,6 @@ A bound on estimator calls keeps every request finite.
 """
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -30,11 +29,9 @@ from gpuplan.core.memory.schema import (
 from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.step import StepLinks, StepShape
+from gpuplan.core.recommend.replica import ReplicaMemory
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import Constraints, ParallelLayout
-
-if TYPE_CHECKING:
-    from gpuplan.core.recommend.serving import ReplicaMemory
 
 MAX_ESTIMATES = 400
 """Estimator calls one recommendation may make (each takes 0.1-1 ms); past it, layouts

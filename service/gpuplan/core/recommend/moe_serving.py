@@ -48,6 +48,7 @@ from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan
 from gpuplan.core.recommend.option import Option, breach, layout_breaches, priced
+from gpuplan.core.recommend.replica import ReplicaMemory
 from gpuplan.core.recommend.schema import (
     Breach,
     ConcurrencyLimit,
@@ -58,7 +59,6 @@ from gpuplan.core.recommend.schema import (
 )
 from gpuplan.core.recommend.serving import (
     EngineQueue,
-    ReplicaMemory,
     choose_concurrency,
     finisher,
     load_notes,
