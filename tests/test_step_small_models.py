@@ -137,6 +137,21 @@ def test_a_measured_card_replaces_its_generations_planning_assumptions() -> None
     assert a40.gemm_efficiency == 0.65
 
 
+def test_every_measured_card_is_a_catalog_gpu_measured_in_a_precision_it_has() -> None:
+    """A card's measurement applies by catalog id: a misspelt id, or a precision the
+    GPU's datasheet does not list, would be silently ignored by generation()."""
+    catalog = builtin_catalog()
+    cards = efficiency_data().cards
+    assert cards
+    assert len({c.gpu for c in cards}) == len(cards)
+    for card in cards:
+        gpu = catalog.get(card.gpu)
+        assert gpu.peak_flops.get(card.dtype), card.gpu
+        assert generation(gpu).measured_plateau, card.gpu
+        assert card.quote.strip(), card.gpu
+        assert card.source.strip(), card.gpu
+
+
 def test_a_roofline_gpus_gemms_are_timed_at_the_reference_tables_shapes() -> None:
     # GPT-2's MLP and head GEMMs are far wider than its 768 hidden, and a micro-batch's
     # rows many: the A100 table measures 0.86 of its plateau where the width alone says 0.55
