@@ -290,20 +290,11 @@ def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
 def _occupancy(steps: StepTable, rate: float) -> float:
     """Mean sequences an arrival finds in flight below the cap: ``m = rate x T(m + 1)``,
     the slot time growing with occupancy (one root; secant steps from both ends)."""
-    sched = steps.sched
-    cap = float(sched.cap)
-    prompt_tokens, decodes = sched.prompt_tokens, sched.output_tokens - 1
-    points, point = steps._points, steps.point
+    cap = float(steps.sched.cap)
 
     def gap(m: float) -> float:
-        # rate x _slot_seconds(steps, min(m + 1, cap), rate) - m, inline (the root's
-        # search reads a handful of points for every rate a search asks about).
         n = m + 1
-        n = cap if cap < n else n  # min(m + 1, cap)
-        decode, chunk, per_token, chunks = points.get(n) or point(n)
-        busy = rate * prompt_tokens * per_token
-        mean = decode / (1 - busy) if busy < 1 else math.inf
-        return rate * (chunks * chunk + decodes * mean) - m
+        return rate * _slot_seconds(steps, cap if cap < n else n, rate) - m  # min(m + 1, cap)
 
     low, high = 0.0, cap
     g_low, g_high = gap(low), gap(high)

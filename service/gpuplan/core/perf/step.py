@@ -376,7 +376,9 @@ def micro_batch(
     fused = measured and shape.causal_skip and shape.head_dim > 0 and attention > 0
     attention_forward = 1 / (1 + FUSED_ATTENTION_BACKWARD_OVER_FORWARD)
     flash2 = _flash2_seconds(shape, lay, rates, layers) if fused and shape.flash2 else None
-    timed = _measured_attention_seconds(shape, lay, rates, layers) if fused else None
+    timed = (
+        _measured_attention_seconds(shape, lay, rates, layers) if fused and flash2 is None else None
+    )
     if flash2 is not None:
         attention_s, attention_forward = flash2
     elif timed is not None:
