@@ -16,7 +16,7 @@ from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
-from gpuplan.core.recommend.moe_serving import all_to_all_seconds, distinct_experts
+from gpuplan.core.recommend.moe_serving import dispatch_combine_seconds, distinct_experts
 from gpuplan.core.recommend.schema import Candidate
 
 CATALOG = builtin_catalog()
@@ -55,10 +55,10 @@ def test_the_expected_distinct_experts() -> None:
 
 def test_dispatch_and_combine_cross_only_to_other_gpus() -> None:
     nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=5e-6)
-    assert all_to_all_seconds(100, hidden=7168, per_token=8, ranks=1, link=nvlink) == 0.0
+    assert dispatch_combine_seconds(100, hidden=7168, per_token=8, ranks=1, link=nvlink) == 0.0
     sent = 100 * 8 * 7168 * 2 * 7 / 8
     expected = 2 * (sent / 450e9 + 5e-6)
-    assert all_to_all_seconds(100, hidden=7168, per_token=8, ranks=8, link=nvlink) == expected
+    assert dispatch_combine_seconds(100, hidden=7168, per_token=8, ranks=8, link=nvlink) == expected
 
 
 def test_the_presets_count_what_the_model_cards_say() -> None:

@@ -203,3 +203,48 @@ def test_megatron_rank_order_puts_the_pipeline_outermost() -> None:
     flat = ParallelLayout(tensor=8, pipeline=1, data=16, zero_stage=1)
     assert _spans(flat)[3] == 8  # no pipeline group: no span beyond the tensor group
     assert _spans(flat)[4] == 128
+
+
+def test_an_all_to_all_across_nodes_sends_its_node_peers_shares_over_nvlink() -> None:
+    """NCCL runs the all-to-all as one group of sends, one per peer: a 16-rank group on
+    two nodes of 8 sends half its bytes (the 8 shares of the other node) over the
+    network while the 7 shares for its own node cross NVLink at the same time."""
+    from gpuplan.core.perf.comm import Link, all_gather_seconds, all_to_all_seconds
+
+    net = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)
+    nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=0.0)
+    nbytes = 1.6e9
+    split = all_to_all_seconds(nbytes, 16, net, local=8, local_link=nvlink)
+    assert split == pytest.approx(8 / 16 * nbytes / 50e9)
+    assert split < all_gather_seconds(nbytes, 16, net)  # every share over the network
+    # A slow domain link sets the time where its shares take longer.
+    pcie = Link(kind="pcie", bytes_per_s=5e9, latency_s=0.0)
+    assert all_to_all_seconds(nbytes, 16, net, local=8, local_link=pcie) == pytest.approx(
+        7 / 16 * nbytes / 5e9
+    )
+    # Inside one domain it is the ring's (k-1)/k of the bytes, as before.
+    assert all_to_all_seconds(nbytes, 8, nvlink, local=8, local_link=nvlink) == (
+        all_gather_seconds(nbytes, 8, nvlink)
+    )
+
+
+def test_the_expert_group_knows_its_ranks_in_a_node() -> None:
+    """The step's links count the expert group's ranks that share a GPU's node: EP 16
+    on nodes of 8 H100 has 8; under TP 2 (ranks 2 GPUs apart) 4; inside a node every
+    rank, over NVLink."""
+    from gpuplan.core.recommend.schema import Constraints, ParallelLayout
+    from gpuplan.core.recommend.training import _link_of, _spans, _step_links
+
+    h100 = CATALOG.get("h100-sxm5-80gb")
+    c = Constraints()
+
+    def links(**layout: Any) -> Any:
+        lay = ParallelLayout(pipeline=1, zero_stage=1, **layout)
+        return _step_links(_spans(lay), lambda n: _link_of(h100, n, c))
+
+    wide = links(tensor=1, data=16, expert=16)
+    assert wide.expert.kind == "network"
+    assert (wide.expert_local, wide.expert_local_link.kind) == (8, "nvlink")
+    assert links(tensor=2, data=16, expert=16).expert_local == 4
+    inside = links(tensor=1, data=8, expert=8)
+    assert (inside.expert.kind, inside.expert_local) == ("nvlink", 8)

@@ -83,6 +83,31 @@ def all_gather_seconds(nbytes: float, size: int, link: Link) -> float:
     return (size - 1) / size * nbytes / link.bytes_per_s + (size - 1) * link.latency_s
 
 
+def all_to_all_seconds(
+    nbytes: float, size: int, link: Link, *, local: int = 1, local_link: Link | None = None
+) -> float:
+    """All-to-all of ``nbytes`` each GPU holds, an equal share for each of ``size`` ranks,
+    ``local`` of which (the GPU itself among them) share its scale-up domain and talk
+    over ``local_link``; the rest over ``link``.
+
+    PyTorch runs ``all_to_all_single`` over NCCL as one group of point-to-point sends
+    and receives, one pair per peer (``ncclGroupStart``, ``ncclSend``/``ncclRecv`` for
+    each rank, ``ncclGroupEnd``: torch/csrc/cuda/nccl.cpp, ``all2all_single_unequal_split``,
+    pytorch/pytorch at 0033e7747d47), which NCCL runs at once: the shares for peers in
+    the domain cross NVLink while the others cross the network, so the slower of the
+    two sets the time. A group inside one domain (``local >= size``) is the ring's
+    ``(k-1)/k`` of the bytes over ``link``, as :func:`all_gather_seconds`."""
+    if size <= 1 or nbytes <= 0:
+        return 0.0
+    local = min(max(local, 1), size)
+    if local == size or local_link is None:
+        return all_gather_seconds(nbytes, size, link)
+    share = nbytes / size
+    remote = (size - local) * share / link.bytes_per_s
+    near = (local - 1) * share / local_link.bytes_per_s
+    return max(remote, near) + (size - 1) * link.latency_s
+
+
 def transfer_seconds(nbytes: float, link: Link) -> float:
     """A point-to-point send (pipeline stages)."""
     if nbytes <= 0 or link.kind == "none":

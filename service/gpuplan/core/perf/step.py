@@ -23,7 +23,13 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from gpuplan.core.memory.schema import Parallelism
-from gpuplan.core.perf.comm import Link, all_gather_seconds, all_reduce_seconds, transfer_seconds
+from gpuplan.core.perf.comm import (
+    Link,
+    all_gather_seconds,
+    all_reduce_seconds,
+    all_to_all_seconds,
+    transfer_seconds,
+)
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
 from gpuplan.core.perf.flash_attention import flash2_tables
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
@@ -184,6 +190,12 @@ class StepLinks(Record, kw_only=True):
     pipeline: Link
     data: Link
     host: Link
+    expert_local: int = 1
+    """Ranks of a GPU's expert group in its scale-up domain, itself included: with
+    ``expert`` the network, their shares of an all-to-all cross ``expert_local_link``
+    at the same time (:func:`~gpuplan.core.perf.comm.all_to_all_seconds`)."""
+
+    expert_local_link: Link | None = None
 
 
 class Rates(Record, kw_only=True):
@@ -863,7 +875,15 @@ def _micro_comm(
     moe_layers = -(-shape.moe_layers // lay.pipeline)
     routed = local_tokens * shape.experts_per_token * shape.hidden_size * shape.activation_bytes
     expert = (
-        moe_layers * 4 * all_gather_seconds(routed / lay.tensor, lay.expert, links.expert)
+        moe_layers
+        * 4
+        * all_to_all_seconds(
+            routed / lay.tensor,
+            lay.expert,
+            links.expert,
+            local=links.expert_local,
+            local_link=links.expert_local_link,
+        )
         if lay.expert > 1
         else 0.0
     )

@@ -80,7 +80,7 @@ def distinct_experts(tokens: float, experts: int, per_token: int) -> float:
     return float(experts * (1 - (1 - per_token / experts) ** tokens))
 
 
-def all_to_all_seconds(
+def dispatch_combine_seconds(
     tokens: float, *, hidden: int, per_token: int, ranks: int, link: Link
 ) -> float:
     """One MoE layer's dispatch and combine on one GPU: ``tokens`` hidden vectors of 2
@@ -162,7 +162,7 @@ def expert_replica(
             base, weights_bytes=others + experts * touched / moe.num_experts
         )
         seconds = step_seconds(job.flops, shape, replica, decode=round(n), prompt=p)[0]
-        return seconds + job.moe_layers * all_to_all_seconds(
+        return seconds + job.moe_layers * dispatch_combine_seconds(
             tokens, hidden=hidden, per_token=moe.experts_per_token, ranks=ranks, link=link
         )
 
@@ -264,7 +264,7 @@ def _option(job: Job, ctx: GpuContext, ep: ExpertReplica, *, c: Constraints) -> 
             base, weights_bytes=others + experts * touched / moe.num_experts
         )
         one = serve(job.flops, shape, replica, batch)
-        a2a = job.moe_layers * all_to_all_seconds(
+        a2a = job.moe_layers * dispatch_combine_seconds(
             tokens, hidden=arch.hidden_size, per_token=moe.experts_per_token, ranks=ranks, link=link
         )
         step = one.step_s + a2a
@@ -312,7 +312,7 @@ def _option(job: Job, ctx: GpuContext, ep: ExpertReplica, *, c: Constraints) -> 
     touched = distinct_experts(
         ranks * served.batch * (1 + s / o), moe.num_experts, moe.experts_per_token
     )
-    a2a = job.moe_layers * all_to_all_seconds(
+    a2a = job.moe_layers * dispatch_combine_seconds(
         served.batch * (1 + s / o),
         hidden=arch.hidden_size,
         per_token=moe.experts_per_token,

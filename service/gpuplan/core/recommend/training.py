@@ -385,13 +385,22 @@ def _step_links(spans: tuple[int, int, int, int, int], link: Callable[[int], Lin
     """The links of a layout's groups: each the link of the GPUs it spans
     (:func:`_spans`); ``link``: the link of so many of the GPU."""
     t, cp, e, pp, n = spans
+    expert = link(e)
+    local, local_link = e // cp, expert
+    if expert.kind == "network":
+        # The expert group's ranks stride ``cp`` GPUs apart: those that share a GPU's
+        # scale-up domain are the most whose span stays off the network.
+        local = next((k for k in range(e // cp, 1, -1) if link(k * cp).kind != "network"), 1)
+        local_link = link(local * cp)
     return StepLinks(
         tensor=link(t),
         context=link(cp),
-        expert=link(e),
+        expert=expert,
         pipeline=link(pp),
         data=link(n),
         host=link(HOST),
+        expert_local=local,
+        expert_local_link=local_link,
     )
 
 
