@@ -99,6 +99,7 @@ class CpuOffload(Record):
 
 
 PipelineSchedule = Literal["gpipe", "1f1b", "interleaved_1f1b"]
+ExpertDispatcher = Literal["alltoall", "deepep", "hybridep"]
 BackwardPrefetch = Literal["backward_pre", "backward_post", "none"]
 AdapterWrapping = Literal["wrapped_separately", "in_layer_units"]
 
@@ -256,6 +257,19 @@ class Parallelism(Record):
     fsdp1: Fsdp1 = msgspec.field(default_factory=Fsdp1)
     """Under ``framework: fsdp1``: its flat-parameter settings (any other framework
     refuses a value that is not the default)."""
+
+    expert_dispatcher: ExpertDispatcher = "alltoall"
+    """How an MoE layer's tokens reach the expert-parallel ranks that hold their experts.
+    ``alltoall``: Megatron-core's ``alltoall`` token dispatcher, one copy of a token for
+    each of its routed experts, over NCCL (a send and a receive per peer). ``deepep`` and
+    ``hybridep``: the ``flex`` dispatcher's backends (Megatron-core's
+    ``moe_flex_dispatcher_backend``), which send a token once to each rank that holds
+    any of its experts and, across nodes, once to each node over the network, forwarded
+    there over NVLink (DeepEP at 92fe2dea: csrc/kernels/intranode.cu counts a token once
+    per destination rank, ``is_token_in_rank``; internode.cu sends one network copy a
+    node, carrying the bitmask of the node's ranks that need it,
+    ``is_token_in_nvl_rank_bits``). Only the speed model reads it (the memory estimate
+    does not count the flex dispatcher's communication buffers)."""
 
 
 class Lora(Record):

@@ -95,6 +95,10 @@ class StepShape(Record, kw_only=True):
     moe_layers: int
     experts_per_token: int
     experts: int = 0
+    deduplicated_dispatch: bool = False
+    """The expert dispatcher sends a token once per rank, and once per node across nodes,
+    that holds any of its experts (``parallelism.expert_dispatcher``: ``deepep``,
+    ``hybridep``), not once per routed expert (:func:`_expert_exchange_seconds`)."""
     """Routed experts of an MoE layer (0: a dense model). With ``expert_width`` the
     routed experts' GEMMs are timed at their own shapes (:func:`expert_gemm_groups`)."""
 
@@ -873,17 +877,8 @@ def _micro_comm(
     )
     # Expert parallelism: dispatch and combine all-to-alls forward and backward per MoE layer.
     moe_layers = -(-shape.moe_layers // lay.pipeline)
-    routed = local_tokens * shape.experts_per_token * shape.hidden_size * shape.activation_bytes
     expert = (
-        moe_layers
-        * 4
-        * all_to_all_seconds(
-            routed / lay.tensor,
-            lay.expert,
-            links.expert,
-            local=links.expert_local,
-            local_link=links.expert_local_link,
-        )
+        moe_layers * 4 * _expert_exchange_seconds(shape, lay, links, local_tokens / lay.tensor)
         if lay.expert > 1
         else 0.0
     )
@@ -893,6 +888,48 @@ def _micro_comm(
         else 0.0
     )
     return tensor, context, expert, pipeline
+
+
+def _expert_exchange_seconds(
+    shape: StepShape, lay: Parallelism, links: StepLinks, tokens: float
+) -> float:
+    """One dispatch (or combine) of ``tokens`` hidden vectors over the expert group."""
+    token_bytes = shape.hidden_size * shape.activation_bytes
+    if not shape.deduplicated_dispatch:
+        return all_to_all_seconds(
+            tokens * shape.experts_per_token * token_bytes,
+            lay.expert,
+            links.expert,
+            local=links.expert_local,
+            local_link=links.expert_local_link,
+        )
+    ranks, local = lay.expert, min(max(links.expert_local, 1), lay.expert)
+    near_link = links.expert if local >= ranks else links.expert_local_link or links.expert
+    # Copies one token sends: to the other ranks of its node that hold one of its experts
+    # and, on every node it reaches, the forwarder's copies to that node's other ranks
+    # (each GPU forwards as many as it sends, by symmetry); one copy to each other node
+    # that holds one of its experts, over the network.
+    per_rank = 1 - routed_miss(shape.experts, shape.experts_per_token, ranks)
+    nodes = -(-ranks // local)
+    near = nodes * (local - 1) * per_rank * tokens * token_bytes / near_link.bytes_per_s
+    far = 0.0
+    if nodes > 1:
+        per_node = 1 - routed_miss(shape.experts, shape.experts_per_token, nodes)
+        far = (nodes - 1) * per_node * tokens * token_bytes / links.expert.bytes_per_s
+    return max(near, far) + (ranks - 1) * links.expert.latency_s
+
+
+def routed_miss(experts: int, per_token: int, groups: int) -> float:
+    """Chance that none of a token's ``per_token`` distinct experts lies in one given
+    group of ``groups`` equal groups of ``experts``, routing uniform (the balanced
+    routing the model assumes): ``C(E - E/g, k) / C(E, k)``."""
+    if groups <= 1 or experts <= 0:
+        return 0.0
+    outside = experts - experts / groups
+    miss = 1.0
+    for i in range(min(per_token, experts)):
+        miss *= max(outside - i, 0.0) / (experts - i)
+    return miss
 
 
 def context_kv_width(shape: StepShape, lay: Parallelism) -> float:

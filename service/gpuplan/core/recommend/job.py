@@ -181,7 +181,11 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         w,
         sequence_length=prompt if inference and arch is not None else w.sequence_length,
         max_new_tokens=output if inference else w.max_new_tokens,
-        parallelism=Parallelism(sequence_parallel=w.parallelism.sequence_parallel),
+        # What the search keeps of the request's parallelism: choices of how, not how much.
+        parallelism=Parallelism(
+            sequence_parallel=w.parallelism.sequence_parallel,
+            expert_dispatcher=w.parallelism.expert_dispatcher,
+        ),
     )
     return Job(
         kind="inference" if inference else "training",

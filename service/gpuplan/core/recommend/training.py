@@ -297,6 +297,7 @@ def _shape(job: Job, w: Workload, trainable: int, wide: bool) -> StepShape:
         moe_layers=job.moe_layers,
         experts_per_token=job.experts_per_token,
         experts=arch.moe.num_experts if arch and arch.moe else 0,
+        deduplicated_dispatch=w.parallelism.expert_dispatcher != "alltoall",
         expert_width=arch.moe.expert_intermediate_size if arch and arch.moe else 0,
         dense_mlp_width=arch.intermediate_size if arch and arch.moe else 0,
         expert_parameters=_expert_parameters(job, w),
