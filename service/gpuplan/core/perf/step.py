@@ -95,12 +95,13 @@ class StepShape(Record, kw_only=True):
     moe_layers: int
     experts_per_token: int
     experts: int = 0
+    """Routed experts of an MoE layer (0: a dense model). With ``expert_width`` the
+    routed experts' GEMMs are timed at their own shapes (:func:`expert_gemm_groups`)."""
+
     deduplicated_dispatch: bool = False
     """The expert dispatcher sends a token once per rank, and once per node across nodes,
     that holds any of its experts (``parallelism.expert_dispatcher``: ``deepep``,
     ``hybridep``), not once per routed expert (:func:`_expert_exchange_seconds`)."""
-    """Routed experts of an MoE layer (0: a dense model). With ``expert_width`` the
-    routed experts' GEMMs are timed at their own shapes (:func:`expert_gemm_groups`)."""
 
     expert_width: int = 0
     """One routed expert's MLP width (``moe_intermediate_size``)."""
@@ -200,6 +201,7 @@ class StepLinks(Record, kw_only=True):
     at the same time (:func:`~gpuplan.core.perf.comm.all_to_all_seconds`)."""
 
     expert_local_link: Link | None = None
+    """The link among those ranks (NVLink inside a node); None: ``expert``'s."""
 
 
 class Rates(Record, kw_only=True):

@@ -318,6 +318,18 @@ def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
             "the communication the framework does not hide and the pipeline bubble "
             "(docs/recommendation.md); MFU counts model FLOPs (6N + attention), not recomputation"
         )
+        if job.moe_layers:
+            dispatcher = job.workload.parallelism.expert_dispatcher
+            notes.append(
+                f"MoE: routing assumed balanced; with expert parallelism the {dispatcher} "
+                "dispatcher (parallelism.expert_dispatcher) sends "
+                + (
+                    "a copy of a token per routed expert"
+                    if dispatcher == "alltoall"
+                    else "a token once to each rank, and across nodes once to each node, "
+                    "that holds any of its experts"
+                )
+            )
     else:
         notes.append(
             f"inference: prompt {job.prompt_tokens} and output {job.output_tokens} tokens per request; "
