@@ -95,17 +95,30 @@ def all_to_all_seconds(
     each rank, ``ncclGroupEnd``: torch/csrc/cuda/nccl.cpp, ``all2all_single_unequal_split``,
     pytorch/pytorch at 0033e7747d47), which NCCL runs at once: the shares for peers in
     the domain cross NVLink while the others cross the network, so the slower of the
-    two sets the time. A group inside one domain (``local >= size``) is the ring's
-    ``(k-1)/k`` of the bytes over ``link``, as :func:`all_gather_seconds`."""
+    two sets the time (:func:`split_seconds`). A group inside one domain
+    (``local >= size``) is the ring's ``(k-1)/k`` of the bytes over ``link``, as
+    :func:`all_gather_seconds`."""
     if size <= 1 or nbytes <= 0:
         return 0.0
     local = min(max(local, 1), size)
     if local == size or local_link is None:
         return all_gather_seconds(nbytes, size, link)
     share = nbytes / size
-    remote = (size - local) * share / link.bytes_per_s
-    near = (local - 1) * share / local_link.bytes_per_s
-    return max(remote, near) + (size - 1) * link.latency_s
+    return (
+        split_seconds((local - 1) * share, local_link, (size - local) * share, link)
+        + (size - 1) * link.latency_s
+    )
+
+
+def split_seconds(near_bytes: float, near: Link, far_bytes: float, far: Link) -> float:
+    """Bytes for peers in the GPU's node over ``near`` and, at the same time, bytes for
+    other nodes over the network ``far``: the slower of the two. Over PCIe (no NVLink)
+    both sets leave through the GPU's one PCIe link, which the NICs hang off too, so it
+    carries their sum."""
+    seconds = max(near_bytes / near.bytes_per_s, far_bytes / far.bytes_per_s)
+    if near.kind == "pcie":
+        seconds = max(seconds, (near_bytes + far_bytes) / near.bytes_per_s)
+    return seconds
 
 
 def transfer_seconds(nbytes: float, link: Link) -> float:
