@@ -268,8 +268,11 @@ class Parallelism(Record):
     there over NVLink (DeepEP at 92fe2dea: csrc/kernels/intranode.cu counts a token once
     per destination rank, ``is_token_in_rank``; internode.cu sends one network copy a
     node, carrying the bitmask of the node's ranks that need it,
-    ``is_token_in_nvl_rank_bits``). Only the speed model reads it (the memory estimate
-    does not count the flex dispatcher's communication buffers)."""
+    ``is_token_in_nvl_rank_bits``). Only the training speed model reads it: a serving
+    engine's decode steps dispatch with DeepEP's low-latency kernels, which receive a
+    copy per local expert (deep_ep/buffer.py ``low_latency_dispatch``: ``recv_x`` is
+    ``[num_local_experts, ...]``), so serving is timed per routed expert whatever this
+    says; the memory estimate does not count the flex dispatcher's buffers."""
 
 
 class Lora(Record):
