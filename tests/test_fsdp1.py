@@ -349,3 +349,25 @@ def test_a_real_fsdp1_step_on_this_cpu(name: str) -> None:
     measured = run_case(case)
     estimated = estimate(request_for(case), CATALOG)
     assert estimated.peak_bytes == pytest.approx(measured.peak_bytes, rel=0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_a_real_fsdp1_step_after_a_trace_in_the_same_process() -> None:
+    """The tracer keeps its fake process group between traces; a real FSDP1 step after a
+    trace in the same process (a test worker) starts its own group instead of failing
+    with "trying to initialize the default process group twice"."""
+    pytest.importorskip("transformers")
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from bench.accuracy.cases import GRID
+    from bench.accuracy.run import run_case
+
+    from gpuplan.trace.fsdp import fake_mesh
+
+    torch.set_num_threads(1)
+    fake_mesh(4, 1, "cpu")
+    assert dist.is_initialized()
+    (case,) = [c for c in GRID if c.name == "llama lora fsdp1 bf16 ckpt in layers"]
+    assert run_case(case).peak_bytes > 0
+    assert not dist.is_initialized()  # the step's group is torn down after it

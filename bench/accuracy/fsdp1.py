@@ -83,6 +83,10 @@ def measure_fsdp1(case: Case) -> Measured:
     from bench.accuracy.run import batch_for, model_for, optimizer_for
 
     build, hf = model_for(case)
+    if dist.is_initialized():
+        # A fake group the tracer keeps between traces (gpuplan.trace.fsdp.fake_mesh)
+        # in this process: a test run over several workers can put a trace first.
+        dist.destroy_process_group()
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.data)
     try:
         # Accelerate also runs the forward under autocast; with bf16 gathered
