@@ -78,16 +78,13 @@ def wrap(case: Case, model: Any) -> Any:
 def measure_fsdp1(case: Case) -> Measured:
     """Rank 0's peak of the second step of ``case`` under FSDP1 over ``case.data`` ranks."""
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     from bench.accuracy.run import batch_for, model_for, optimizer_for
+    from gpuplan.trace.fsdp import fake_process_group
 
     build, hf = model_for(case)
-    if dist.is_initialized():
-        # A fake group the tracer keeps between traces (gpuplan.trace.fsdp.fake_mesh)
-        # in this process: a test run over several workers can put a trace first.
-        dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=case.data)
+    # The tracer's group, when a trace ran first in this process, is reused or replaced.
+    fake_process_group(case.data)
     try:
         # Accelerate also runs the forward under autocast; with bf16 gathered
         # parameters it casts nothing more.

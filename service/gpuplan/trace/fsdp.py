@@ -19,6 +19,20 @@ from torch import nn
 from gpuplan.trace.step import TraceError
 
 
+def fake_process_group(world_size: int) -> None:
+    """Make this process's default group a fake one of ``world_size`` ranks (this is
+    rank 0): the one already there when it is such, else a new one. The group stays
+    between calls (a trace reuses it); a caller that needs another starts it here."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    if dist.is_initialized() and (
+        dist.get_backend() != "fake" or dist.get_world_size() != world_size
+    ):
+        dist.destroy_process_group()
+    if not dist.is_initialized():
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+
+
 def fake_mesh(fsdp: int, tensor_parallel: int, device_type: str) -> Any:
     """A device mesh over a fake process group of ``fsdp * tensor_parallel`` ranks (this
     is rank 0): one dimension, or ``("dp", "tp")`` when both degrees exceed one.
@@ -26,15 +40,9 @@ def fake_mesh(fsdp: int, tensor_parallel: int, device_type: str) -> Any:
     Made outside fake mode: a mesh is built from real tensors of rank ids.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     world_size = fsdp * tensor_parallel
-    if dist.is_initialized() and (
-        dist.get_backend() != "fake" or dist.get_world_size() != world_size
-    ):
-        dist.destroy_process_group()
-    if not dist.is_initialized():
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    fake_process_group(world_size)
     if fsdp > 1 and tensor_parallel > 1:
         return init_device_mesh(device_type, (fsdp, tensor_parallel), mesh_dim_names=("dp", "tp"))
     return init_device_mesh(device_type, (world_size,))
