@@ -104,10 +104,22 @@ def all_to_all_seconds(
     if local == size or local_link is None:
         return all_gather_seconds(nbytes, size, link)
     share = nbytes / size
-    return (
-        split_seconds((local - 1) * share, local_link, (size - local) * share, link)
-        + (size - 1) * link.latency_s
+    return exchange_seconds((local - 1) * share, local_link, (size - local) * share, link, size)
+
+
+def exchange_seconds(
+    near_bytes: float, near: Link, far_bytes: float, far: Link, ranks: int
+) -> float:
+    """What a GPU sends in one exchange among ``ranks``: ``near_bytes`` to peers in its
+    domain over ``near`` and, at the same time, ``far_bytes`` to other nodes over
+    ``far`` (:func:`split_seconds`; none: ``near`` alone), with a start-up of ``far``'s
+    latency per peer."""
+    seconds = (
+        split_seconds(near_bytes, near, far_bytes, far)
+        if far_bytes > 0
+        else near_bytes / near.bytes_per_s
     )
+    return seconds + (ranks - 1) * far.latency_s
 
 
 def split_seconds(near_bytes: float, near: Link, far_bytes: float, far: Link) -> float:

@@ -28,7 +28,7 @@ from gpuplan.core.perf.comm import (
     all_gather_seconds,
     all_reduce_seconds,
     all_to_all_seconds,
-    split_seconds,
+    exchange_seconds,
     transfer_seconds,
 )
 from gpuplan.core.perf.efficiency import Framework, Generation, Kernels
@@ -915,12 +915,9 @@ def _expert_exchange_seconds(
     per_rank = 1 - routed_miss(shape.experts, shape.experts_per_token, ranks)
     nodes = -(-ranks // local)
     near = nodes * (local - 1) * per_rank * tokens * token_bytes
-    if nodes == 1:
-        return near / near_link.bytes_per_s + (ranks - 1) * links.expert.latency_s
     per_node = 1 - routed_miss(shape.experts, shape.experts_per_token, nodes)
     far = (nodes - 1) * per_node * tokens * token_bytes
-    seconds = split_seconds(near, near_link, far, links.expert)
-    return seconds + (ranks - 1) * links.expert.latency_s
+    return exchange_seconds(near, near_link, far, links.expert, ranks)
 
 
 def routed_miss(experts: int, per_token: int, groups: int) -> float:
