@@ -234,3 +234,65 @@ def test_one_oracle_sizes_every_gpu_as_the_estimator_does() -> None:
             assert oracle.required(w, gpu) == direct.required_bytes, (gpu.id, w)
             assert sizer(w, msgspec.json.encode(w)) == direct.required_bytes
             assert oracle.total(w, gpu) == direct.device_bytes
+
+
+SERVING = {
+    "7b at 2 requests/s": {
+        "model": {"name": "llama-2-7b"},
+        "workload": {"mode": "inference", "sequence_length": 3840},
+        "inference": {"output_tokens": 256, "requests_per_second": 2},
+    },
+    "70b at 5 requests/s, TPOT 50 ms": {
+        "model": {"name": "llama-3.1-70b"},
+        "workload": {"mode": "inference", "sequence_length": 2048},
+        "inference": {
+            "output_tokens": 512,
+            "requests_per_second": 5,
+            "max_time_per_output_token_s": 0.05,
+        },
+    },
+    "8b at 40 requests/s, p95 SLO": {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 4096},
+        "inference": {
+            "output_tokens": 512,
+            "requests_per_second": 40,
+            "slo": {"ttft_p95_s": 0.5, "tpot_p95_s": 0.03},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize("objective", ["cheapest", "energy"])
+@pytest.mark.parametrize("name", SERVING)
+def test_a_serving_search_that_keeps_the_fewest_gpus_chooses_what_the_full_one_does(
+    name: str, objective: str
+) -> None:
+    """Under cheapest and energy a GPU's plans rank by their count first, so the search
+    leaves out degrees above an admissible plan's count (serving_options' ``fewest``).
+    On every GPU it must choose the plan the full search chooses, and leave some out."""
+    from gpuplan.core.recommend.option import objective_key
+    from gpuplan.core.recommend.serving import serving_options
+
+    request = msgspec.convert({**SERVING[name], "objective": objective}, RecommendRequest)
+    job = resolve_job(request, CATALOG)
+    c = request.constraints
+    left_out = 0
+    for gpu in GPUS:
+        ctx = gpu_context(gpu, job, None, None, c)
+        if ctx.rate is None:
+            continue
+        full, _ = serving_options(job, ctx, MemoryOracle(request.model, CATALOG), c)
+        kept, _ = serving_options(job, ctx, MemoryOracle(request.model, CATALOG), c, fewest=True)
+        left_out += len(full) - len(kept)
+        assert [o.layout for o in kept] == [o.layout for o in full][: len(kept)]
+
+        def best(options: list[Any]) -> Any:
+            admissible = [o for o in options if o.admissible]
+            if not admissible:
+                return None
+            o = min(admissible, key=lambda o: objective_key(o, request.objective))
+            return (o.count, o.layout, o.cost_usd, o.energy_kwh, o.speed_s)
+
+        assert best(kept) == best(full), gpu.id
+    assert left_out > 0

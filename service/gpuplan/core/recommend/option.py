@@ -179,6 +179,13 @@ def objective_key(option: Option, objective: Objective) -> tuple[float, ...]:
     return (unpriced, _sig(money * speed), option.count)
 
 
+FEWEST_FIRST: frozenset[Objective] = frozenset({"cheapest", "energy"})
+"""Objectives under which, of one GPU model's plans of equal time, the fewer GPUs always
+win: cost, GPU-hours and energy are the count times a figure of the GPU and the time
+(:func:`objective_key`). A serving plan's time is the request's duration, the same on
+every plan, so a serving search may leave out degrees above an admissible count."""
+
+
 COST_OBJECTIVES: frozenset[Objective] = frozenset({"cheapest", "balanced"})
 """Objectives with a cost term: under them a plan without a price cannot be scored
 against priced plans, and is ranked apart after them (:func:`unpriced_key`)."""

@@ -19,6 +19,7 @@ from gpuplan.core.recommend.job import Job, resolve_job
 from gpuplan.core.recommend.moe_serving import expert_parallel_options
 from gpuplan.core.recommend.option import (
     COST_OBJECTIVES,
+    FEWEST_FIRST,
     Option,
     finished,
     miss_key,
@@ -69,6 +70,7 @@ def recommend(request: RecommendRequest, catalog: Catalog) -> RecommendResponse:
             objective=request.objective,
             trainable=trainable,
             given=request.layout == "given",
+            all_counts=request.all_counts,
         )
         considered += len(plans)
         admissible = [p for p in plans if p.admissible]
@@ -157,6 +159,7 @@ def _plans(
     objective: Objective,
     trainable: int,
     given: bool,
+    all_counts: bool,
 ) -> tuple[list[Option], Option]:
     if ctx.rate is None:
         miss = Option(
@@ -170,7 +173,9 @@ def _plans(
         )
         return [], miss
     if job.kind == "inference":
-        plans, miss = serving_options(job, ctx, oracle, c, given=given)
+        # Without all_counts only the GPU's best plan is kept (serving_options' fewest).
+        fewest = not all_counts and objective in FEWEST_FIRST
+        plans, miss = serving_options(job, ctx, oracle, c, given=given, fewest=fewest)
         return (plans if given else [*plans, *expert_parallel_options(job, ctx, oracle, c)]), miss
     if given:
         option = given_option(job, ctx, oracle, c, trainable)

@@ -68,10 +68,22 @@ from gpuplan.core.recommend.schema import (
 
 
 def serving_options(
-    job: Job, ctx: GpuContext, oracle: MemoryOracle, c: Constraints, *, given: bool = False
+    job: Job,
+    ctx: GpuContext,
+    oracle: MemoryOracle,
+    c: Constraints,
+    *,
+    given: bool = False,
+    fewest: bool = False,
 ) -> tuple[list[Option], Option]:
     """Every tensor-parallel degree that fits, each with the replicas the rate needs;
-    ``given``: only the workload's own degree and replica count, fitting or not."""
+    ``given``: only the workload's own degree and replica count, fitting or not.
+
+    ``fewest``: the caller keeps only this GPU's best plan under an objective that ranks
+    one GPU model's plans by their count first (``cheapest`` and ``energy``: cost, GPU-hours
+    and energy are the count times one figure of the GPU, and ties go to fewer GPUs). A
+    degree above the fewest GPUs of a plan already admissible needs more GPUs than that
+    plan, so it cannot be chosen and is not served (the degrees rise)."""
     gpu = ctx.gpu
     options: list[Option] = []
     miss = Option(gpu=gpu, count=1, layout=None, required=0, fits=False, admissible=False)
@@ -93,8 +105,11 @@ def serving_options(
         ]
     )
     closest: tuple[int, int, Workload, ReplicaMemory] | None = None
+    fewest_admissible: int | None = None
     for tp in degrees:
         if not given and not multi_gpu_allowed(gpu, tp, c):
+            break
+        if fewest and fewest_admissible is not None and tp > fewest_admissible:
             break
         if not given and c.gpu_counts and not any(n % tp == 0 for n in c.gpu_counts):
             continue
@@ -123,7 +138,11 @@ def serving_options(
             replicas=job.given.data if given else None,
         )
         options.append(option)
-    if closest is not None:
+        if option.admissible and (fewest_admissible is None or option.count < fewest_admissible):
+            fewest_admissible = option.count
+    # The closest miss is only ever shown when no plan of the GPU fits (a plan that fits
+    # ranks before any that does not: miss_key), so it is served only then.
+    if closest is not None and not any(o.fits for o in options):
         _, tp, workload, memory = closest
         miss = serve_option(job, ctx, workload, tp=tp, memory=memory, c=c)
     return options, miss
