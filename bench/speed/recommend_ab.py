@@ -3,8 +3,9 @@
     git worktree add /tmp/before <commit>
     python -m bench.speed.recommend_ab /tmp/before/service service [--rounds 3 --repeat 15]
 
-Each round runs every case of :mod:`bench.speed.recommend_speed` that both trees accept, first
-under one tree then the other, each in its own interpreter; the figures are the median
+Each round runs every case of :mod:`bench.speed.recommend_speed` that both trees accept under
+one tree then the other (the first tree alternating from round to round), each in its own
+interpreter; the figures are the median
 CPU ms over the rounds, and their ratio (after / before). Alternating in one run keeps
 the shared machine's load out of the ratio. Writes ``bench/results/recommend_ab.json``.
 """
@@ -58,9 +59,12 @@ def _times(source: str, repeat: int) -> dict[str, float]:
 
 def run(before: str, after: str, rounds: int = 3, repeat: int = 15) -> dict[str, Any]:
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
-    for _ in range(rounds):
-        runs["before"].append(_times(before, repeat))
-        runs["after"].append(_times(after, repeat))
+    for i in range(rounds):
+        # Each round swaps which tree runs first, so that a drift of the machine within a
+        # round (a second interpreter finding warm caches) falls on both sides alike.
+        order = ("before", "after") if i % 2 == 0 else ("after", "before")
+        for side in order:
+            runs[side].append(_times(before if side == "before" else after, repeat))
     rows = []
     for case in runs["after"][0]:
         if case not in runs["before"][0]:
