@@ -4,6 +4,7 @@ here, so a change to a model that breaks one fails a test rather than an answer.
 tests/test_recommend_identical.py holds the answers themselves to the recorded bytes.
 """
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -296,3 +297,47 @@ def test_a_serving_search_that_keeps_the_fewest_gpus_chooses_what_the_full_one_d
 
         assert best(kept) == best(full), gpu.id
     assert left_out > 0
+
+
+CURVES: dict[str, Callable[[int], float]] = {
+    "linear": lambda b: 0.02 + 0.0005 * b,
+    "convex": lambda b: 0.02 + 0.00002 * b * b,
+    "concave": lambda b: 0.02 + 0.004 * b**0.5,
+    "a step at 64": lambda b: 0.02 + 0.0002 * b + (0.01 if b >= 64 else 0.0),
+    "flat then steep": lambda b: 0.03 if b < 200 else 0.03 + 0.001 * (b - 199),
+}
+
+
+@pytest.mark.parametrize("curve", CURVES)
+@pytest.mark.parametrize("target", [0.021, 0.035, 0.05, 0.09, 0.2])
+@pytest.mark.parametrize("on_tpot", [True, False])
+def test_the_concurrency_search_ends_where_a_scan_does(
+    curve: str, target: float, on_tpot: bool
+) -> None:
+    """choose_concurrency probes where the latencies cross their target (a secant), not
+    at halves; on any latency that grows with the concurrency it must answer the largest
+    concurrency that keeps the target, as a scan of every concurrency would, and the
+    target that binds."""
+    from gpuplan.core.perf.serve import Served
+    from gpuplan.core.recommend.schema import InferenceVolume
+    from gpuplan.core.recommend.serving import choose_concurrency
+
+    latency = CURVES[curve]
+    cap = 256
+    iv = (
+        InferenceVolume(max_time_per_output_token_s=target)
+        if on_tpot
+        else InferenceVolume(max_time_to_first_token_s=target * 10)
+    )
+
+    def timed(batch: int) -> Served:
+        value = latency(batch)
+        return Served(batch, value, "memory", value * 10, value, batch / value, 1.0, 1.0)
+
+    served, limit = choose_concurrency(timed, cap, "kv_cache", iv, latency if on_tpot else None)
+    keeping = [b for b in range(1, cap + 1) if latency(b) <= target]
+    if len(keeping) == cap:
+        assert (served.batch, limit) == (cap, "kv_cache")
+    else:
+        assert served.batch == (keeping[-1] if keeping else 1)
+        assert limit == ("max_time_per_output_token_s" if on_tpot else "max_time_to_first_token_s")

@@ -632,6 +632,8 @@ def choose_concurrency(
     ``time_per_output_token_s``, without the TTFT's steps): the bisection's probes use it
     when no target is on the TTFT."""
     seen: dict[int, Served] = {}
+    decided: dict[int, ConcurrencyLimit | None] = {}
+    over: dict[int, float] = {}  # each probe's latency over its target, to guide the next
 
     def run(batch: int) -> Served:  # each concurrency timed once (the bisection's ends)
         hit = seen.get(batch)
@@ -640,25 +642,65 @@ def choose_concurrency(
         return hit
 
     def misses(batch: int) -> "ConcurrencyLimit | None":  # quoted: no typing union built per call
+        if batch in decided:
+            return decided[batch]
         if tpot is not None and iv.max_time_to_first_token_s is None and batch not in seen:
-            return _tpot_breach(tpot(batch), iv)
-        return _breach(run(batch), iv)
+            t = tpot(batch)
+            over[batch] = _over(iv, None, t)
+            miss = decided[batch] = _tpot_breach(t, iv)
+            return miss
+        s = run(batch)
+        over[batch] = _over(iv, s.time_to_first_token_s, s.time_per_output_token_s)
+        miss = decided[batch] = _breach(s, iv)
+        return miss
 
-    top = run(cap)
-    missed = _breach(top, iv)
+    missed = misses(cap)
     if missed is None:
-        return top, limit
+        return run(cap), limit
     if misses(1) is not None:
         return run(1), missed
+    # Keeps at ``low``, misses at ``high``: the boundary is found by the misses alone, so
+    # any order of probes ends on the same pair (the latencies grow with the
+    # concurrency). Each probe goes where the line through the last two probes crosses
+    # the targets (a secant: a step reads the weights once and each sequence's cache,
+    # so the latencies are nearly linear near the boundary), rounded down to land on the
+    # keeping side; after two probes that fail to halve the bracket, a bisection's.
     low, high = 1, cap
+    last, latest = cap, 1
+    stalls = 0
     while high - low > 1:
         mid = (low + high) // 2
+        if stalls < 2:
+            r0, r1 = over[last], over[latest]
+            guess = latest + (1.0 - r1) * (latest - last) / (r1 - r0) if r1 != r0 else mid
+            if math.isfinite(guess):
+                mid = min(max(int(guess), low + 1), high - 1)
+        else:
+            stalls = 0
+        width = high - low
         if misses(mid) is None:
             low = mid
         else:
             high = mid
+        last, latest = latest, mid
+        stalls = stalls + 1 if 2 * (high - low) > width else 0
     # The target that one more sequence would miss is the one that binds.
     return run(low), misses(high) or missed
+
+
+def _over(iv: InferenceVolume, ttft: float | None, tpot: float) -> float:
+    """The largest of the latencies over their targets (1: at a target), as
+    :func:`_breach` reads the targets; a guide for the concurrency search, which decides
+    by :func:`_breach` alone."""
+    ratios = [0.0]
+    if ttft is not None and iv.max_time_to_first_token_s:
+        ratios.append(ttft / iv.max_time_to_first_token_s)
+    if iv.max_time_per_output_token_s:
+        ratios.append(tpot / iv.max_time_per_output_token_s)
+    slo = iv.slo
+    if slo is not None and slo.tpot_p95_s:
+        ratios.append(tpot / slo.tpot_p95_s)
+    return max(ratios)
 
 
 def _allowed_replicas(needed: int, tp: int, c: Constraints) -> int:
