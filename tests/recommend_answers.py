@@ -187,6 +187,17 @@ MORE: dict[str, dict[str, Any]] = {
         },
         "objective": "energy",
     },
+    "8b serving sglang tpot target, cheapest": {
+        "model": {"name": "llama-3.1-8b"},
+        "workload": {"mode": "inference", "sequence_length": 4096},
+        "inference": {
+            "engine": "sglang",
+            "output_tokens": 512,
+            "requests_per_second": 10,
+            "max_time_per_output_token_s": 0.03,
+        },
+        "objective": "cheapest",
+    },
     "mixtral serving fastest all counts": {
         "model": {"name": "mixtral-8x7b"},
         "workload": {"mode": "inference", "sequence_length": 4096},

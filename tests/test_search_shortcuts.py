@@ -341,3 +341,26 @@ def test_the_concurrency_search_ends_where_a_scan_does(
     else:
         assert served.batch == (keeping[-1] if keeping else 1)
         assert limit == ("max_time_per_output_token_s" if on_tpot else "max_time_to_first_token_s")
+
+
+def test_the_concurrency_cap_is_judged_on_its_full_timing() -> None:
+    """An engine that prefills apart (SGLang without mixed chunks) serves a time per
+    output token above its pure step's, which the search's probes read: the cap is
+    judged on the full timing, the concurrencies below it on the probes."""
+    from gpuplan.core.perf.serve import Served
+    from gpuplan.core.recommend.schema import InferenceVolume
+    from gpuplan.core.recommend.serving import choose_concurrency
+
+    cap, target = 128, 0.05
+
+    def step(batch: int) -> float:  # keeps the target at every concurrency
+        return 0.02 + 0.0001 * batch
+
+    def timed(batch: int) -> Served:  # the prefills apart add 20 ms to every token
+        value = step(batch) + 0.02
+        return Served(batch, value, "memory", value * 10, value, batch / value, 1.0, 1.0)
+
+    served, limit = choose_concurrency(
+        timed, cap, "kv_cache", InferenceVolume(max_time_per_output_token_s=target), step
+    )
+    assert (served.batch, limit) == (cap - 1, "max_time_per_output_token_s")

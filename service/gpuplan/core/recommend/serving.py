@@ -627,15 +627,17 @@ def choose_concurrency(
     tpot: Callable[[int], float] | None = None,
 ) -> tuple[Served, ConcurrencyLimit]:
     """The largest concurrency up to ``cap`` that keeps the latency targets; both
-    latencies grow with the concurrency, so a bisection finds it. At 1 when none does.
+    latencies grow with the concurrency, so a search of the bracket between one that keeps
+    them and one that misses finds it (each probe where the last two say the latencies
+    cross their targets). At 1 when none does.
     ``tpot``: the time per output token alone at a concurrency (what ``timed`` gives as
-    ``time_per_output_token_s``, without the TTFT's steps): the bisection's probes use it
+    ``time_per_output_token_s``, without the TTFT's steps): the search's probes use it
     when no target is on the TTFT."""
     seen: dict[int, Served] = {}
     decided: dict[int, ConcurrencyLimit | None] = {}
     over: dict[int, float] = {}  # each probe's latency over its target, to guide the next
 
-    def run(batch: int) -> Served:  # each concurrency timed once (the bisection's ends)
+    def run(batch: int) -> Served:  # each concurrency timed once (the bracket's ends)
         hit = seen.get(batch)
         if hit is None:
             hit = seen[batch] = timed(batch)
@@ -654,9 +656,13 @@ def choose_concurrency(
         miss = decided[batch] = _breach(s, iv)
         return miss
 
-    missed = misses(cap)
+    # The cap is judged on its full timing (which an engine that prefills apart, SGLang's,
+    # times differently from ``tpot``), as it always was; the probes below it on ``tpot``.
+    top = run(cap)
+    missed = decided[cap] = _breach(top, iv)
     if missed is None:
-        return run(cap), limit
+        return top, limit
+    over[cap] = _over(iv, top.time_to_first_token_s, top.time_per_output_token_s)
     if misses(1) is not None:
         return run(1), missed
     # Keeps at ``low``, misses at ``high``: the boundary is found by the misses alone, so
