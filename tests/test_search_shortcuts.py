@@ -364,3 +364,71 @@ def test_the_concurrency_cap_is_judged_on_its_full_timing() -> None:
         timed, cap, "kv_cache", InferenceVolume(max_time_per_output_token_s=target), step
     )
     assert (served.batch, limit) == (cap - 1, "max_time_per_output_token_s")
+
+
+@pytest.mark.parametrize("name", ["lora", "70b full recompute", "8b fp8 32k context, selective"])
+def test_a_count_bound_never_exceeds_the_plan_chosen_there(name: str) -> None:
+    """The training search leaves out a count whose bound sorts after the best plan: the
+    bound must be a lower bound of the time of the plan the count would choose, and its
+    key (floor_key) of that plan's key under every objective, in floating point."""
+    from gpuplan.core.recommend.option import floor_key, objective_key
+
+    checked = 0
+    for search, _ in searches(REQUESTS[name]):
+        for count in COUNTS:
+            option, _ = search.option_at(count)
+            bound = search.bound(count)
+            if option is None:
+                continue
+            assert option.speed_s is not None
+            assert bound <= option.speed_s, (search.ctx.gpu.id, count)
+            for objective in ("fastest", "balanced", "cheapest", "energy"):
+                low = floor_key(objective, search.ctx, search.job, seconds=bound, count=count)
+                assert low <= objective_key(option, objective), (search.ctx.gpu.id, count)
+                checked += 1
+    assert checked > 100
+
+
+@pytest.mark.parametrize("objective", ["fastest", "balanced"])
+@pytest.mark.parametrize("name", ["lora", "70b full recompute", "mixtral", "resnet-50"])
+def test_a_training_search_that_prunes_counts_chooses_what_every_count_does(
+    name: str, objective: str
+) -> None:
+    """Under fastest and balanced the training search visits counts best bound first and
+    stops at a bound after the best plan. On every GPU it must choose the plan that
+    trying every count (all_counts) chooses, and leave some counts out."""
+    from gpuplan.core.recommend.option import objective_key
+    from gpuplan.core.recommend.training import training_options
+
+    request = msgspec.convert({**REQUESTS[name], "objective": objective}, RecommendRequest)
+    job = resolve_job(request, CATALOG)
+    c = request.constraints
+    left_out = 0
+    for gpu in GPUS:
+        ctx = gpu_context(gpu, job, None, None, c)
+        if ctx.rate is None:
+            continue
+        plans = {}
+        for every in (False, True):
+            oracle = MemoryOracle(request.model, CATALOG)
+            trainable = oracle.first(job.workload).trainable_parameters
+            plans[every], _ = training_options(
+                job,
+                ctx,
+                oracle,
+                c,
+                objective=request.objective,
+                trainable=trainable,
+                all_counts=every,
+            )
+        left_out += len(plans[True]) - len(plans[False])
+
+        def best(options: list[Any]) -> Any:
+            admissible = [o for o in options if o.admissible]
+            if not admissible:
+                return None
+            o = min(admissible, key=lambda o: objective_key(o, request.objective))
+            return (o.count, o.layout, o.cost_usd, o.speed_s)
+
+        assert best(plans[False]) == best(plans[True]), gpu.id
+    assert left_out > 0

@@ -179,6 +179,28 @@ def objective_key(option: Option, objective: Objective) -> tuple[float, ...]:
     return (unpriced, _sig(money * speed), option.count)
 
 
+def floor_key(
+    objective: Objective, ctx: GpuContext, job: Job, *, seconds: float, count: int
+) -> tuple[float, ...]:
+    """:func:`objective_key` of a plan of ``count`` GPUs of ``ctx`` that takes
+    ``seconds``, in the same operations as :func:`pricing` and :class:`Option`.
+
+    Every term of the key is non-decreasing in the time (floating-point rounding is
+    monotone), so for a lower bound of a count's time this is a lower bound of the key
+    of any plan at that count: a count whose bound sorts after a plan already found
+    cannot hold the GPU's best plan."""
+    hours = seconds / 3600
+    unpriced = 1.0 if ctx.per_gpu_hour is None else 0.0
+    money = ctx.per_gpu_hour * count * hours if ctx.per_gpu_hour is not None else hours * count
+    if objective == "cheapest":
+        return (unpriced, _sig(money), count, seconds)
+    if objective == "fastest":
+        return (_sig(seconds), unpriced, _sig(money), count)
+    if objective == "energy":
+        return (_sig(energy_kwh(ctx.gpu, hours * count, job.energy)), count, seconds)
+    return (unpriced, _sig(money * seconds), count)
+
+
 FEWEST_FIRST: frozenset[Objective] = frozenset({"cheapest", "energy"})
 """Objectives under which, of one GPU model's plans of equal time, the fewer GPUs always
 win: cost, GPU-hours and energy are the count times a figure of the GPU and the time

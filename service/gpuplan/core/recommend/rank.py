@@ -180,7 +180,9 @@ def _plans(
     if given:
         option = given_option(job, ctx, oracle, c, trainable)
         return [option], option
-    return training_options(job, ctx, oracle, c, objective=objective, trainable=trainable)
+    return training_options(
+        job, ctx, oracle, c, objective=objective, trainable=trainable, all_counts=all_counts
+    )
 
 
 def candidate_gpus(catalog: Catalog, c: Constraints) -> list[GpuSpec]:

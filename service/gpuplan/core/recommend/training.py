@@ -54,7 +54,15 @@ from gpuplan.core.perf.step import (
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option, layout_breaches, memory_breach, pricing
+from gpuplan.core.recommend.option import (
+    FEWEST_FIRST,
+    Option,
+    floor_key,
+    layout_breaches,
+    memory_breach,
+    objective_key,
+    pricing,
+)
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import (
     Constraints,
@@ -533,8 +541,11 @@ def training_options(
     *,
     objective: Objective,
     trainable: int,
+    all_counts: bool = False,
 ) -> tuple[list[Option], Option]:
-    """(fitting options, the smallest-memory miss) of one GPU over the counts."""
+    """(fitting options, the smallest-memory miss) of one GPU over the counts; with
+    ``all_counts``, every count of the grid and around the best, else only those that
+    may hold the GPU's best plan under ``objective``."""
     gpu = ctx.gpu
     miss = Option(gpu=gpu, count=1, layout=None, required=0, fits=False, admissible=False)
     search = GpuSearch(job, ctx, oracle, c, trainable)
@@ -562,30 +573,89 @@ def training_options(
         return tried[count]
 
     coarse = list(counts(c)) if c.gpu_counts else _coarse(c)
+    allowed = [n for n in coarse if multi_gpu_allowed(gpu, n, c)]
+    # Refinement: every count strictly between the coarse neighbours of the centre.
+    refine = [] if c.gpu_counts else coarse
+    if objective in FEWEST_FIRST:
+        centre = _cost_walk(allowed, at)
+        if centre is not None and refine:
+            for count in _around(centre.count, refine, c.gpus_per_node):
+                if multi_gpu_allowed(gpu, count, c):
+                    at(count)
+    else:
+        _best_first(allowed, refine, at, search, objective, prune=not all_counts)
+    options = [o for o in tried.values() if o is not None]
+    return options, miss
+
+
+def _cost_walk(allowed: list[int], at: Callable[[int], Option | None]) -> Option | None:
+    """Under a cost objective: the counts smallest first, up to twice the first that
+    fits; the fastest plan found (a later one only when 5% faster) is the centre of the
+    refinement. A count's floor is no guide here: its cost, the count times its time,
+    is about the same at every count (:func:`_best_first`)."""
     best: Option | None = None
     first_fit: int | None = None
-    stale = 0
-    for count in coarse:
-        if not multi_gpu_allowed(gpu, count, c):
-            break
-        if first_fit is not None and objective in ("cheapest", "energy") and count > 2 * first_fit:
+    for count in allowed:
+        if first_fit is not None and count > 2 * first_fit:
             break
         option = at(count)
         if option is None:
             continue
         first_fit = first_fit or count
         if best is None or (option.speed_s or math.inf) < (best.speed_s or math.inf) * 0.95:
-            best, stale = option, 0
-        else:
-            stale += 1
-            if stale >= 3 and objective in ("fastest", "balanced"):
-                break
-    if best is not None and not c.gpu_counts:
-        for count in _around(best.count, coarse, c.gpus_per_node):
-            if multi_gpu_allowed(gpu, count, c):
-                at(count)
-    options = [o for o in tried.values() if o is not None]
-    return options, miss
+            best = option
+    return best
+
+
+def _best_first(
+    allowed: list[int],
+    coarse: list[int],
+    at: Callable[[int], Option | None],
+    search: "GpuSearch",
+    objective: Objective,
+    *,
+    prune: bool,
+) -> None:
+    """Under ``fastest`` and ``balanced``: the ``allowed`` counts in the order of the key
+    their floor would have (:func:`~gpuplan.core.recommend.option.floor_key`), until a
+    count's floor sorts after the best plan admitted so far, since neither it nor any
+    count after it can hold a better plan; then every count between the ``coarse``
+    neighbours of the best plan (admitted, else found) whose floor does not sort after
+    it. With ``prune`` False (``all_counts``), or no plan admitted, every count is
+    tried. The floor falls about as one over the count, so under these objectives the
+    largest counts come first and most smaller ones are never sized or timed."""
+    ctx, job, c = search.ctx, search.job, search.c
+    best: Option | None = None
+    found: Option | None = None
+
+    def bound(count: int) -> tuple[float, ...]:
+        return floor_key(objective, ctx, job, seconds=search.bound(count), count=count)
+
+    def visit(count: int, key: tuple[float, ...] | None = None) -> bool:
+        """Try ``count`` (False: its floor sorts after the best plan admitted)."""
+        nonlocal best, found
+        if prune and best is not None:
+            floor = key if key is not None else bound(count)
+            if floor > objective_key(best, objective):
+                return False
+        option = at(count)
+        if option is not None:
+            mine = objective_key(option, objective)
+            if found is None or mine < objective_key(found, objective):
+                found = option
+            if option.admissible and (best is None or mine < objective_key(best, objective)):
+                best = option
+        return True
+
+    keys = {n: bound(n) for n in allowed}
+    for count in sorted(allowed, key=keys.__getitem__):
+        if not visit(count, keys[count]):
+            break
+    centre = best or found
+    if centre is not None and coarse:
+        for count in _around(centre.count, coarse, c.gpus_per_node):
+            if multi_gpu_allowed(ctx.gpu, count, c):
+                visit(count)
 
 
 class GpuSearch:
@@ -644,6 +714,17 @@ class GpuSearch:
         if floor <= 0:
             return 0.0
         return self.job.tokens / (step_tokens(rung.shape, p) / floor)
+
+    def bound(self, count: int) -> float:
+        """A lower bound of the time of any layout :meth:`option_at` may choose at
+        ``count``: the least floor of its rungs but those over the replica bound
+        (``inf`` with none). Rungs sized already that do not fit are kept: leaving
+        them out tightens the bound too little to pay for the look-ups."""
+        rungs, sharded = _ladder(self.job, self.oracle, self.c, count, self.trainable)
+        if self.bounds.ddp > self.usable:
+            rungs = sharded
+        usable, bound_of = self.usable, self.bounds.of
+        return min((self.floor(r) for r in rungs if bound_of(r.layout) <= usable), default=math.inf)
 
     def option_at(self, count: int) -> tuple[Option | None, Sized | None]:
         """The fastest layout at ``count`` that fits, as an option; else the smallest
