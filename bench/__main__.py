@@ -63,7 +63,7 @@ BENCHMARKS: dict[str, Bench] = {
     "recommend_speed": Bench(
         "bench.speed.recommend_speed:run",
         "recommendation over the whole catalog, in-process",
-        {"repeat": 10},
+        {"repeat": 20, "rounds": 5},
         timeout_s=180,
     ),
     "published": Bench(
