@@ -111,6 +111,18 @@ def searches(body: dict[str, Any]) -> list[tuple[GpuSearch, list[Any]]]:
     return out
 
 
+def best_admissible(options: list[Any], objective: Any) -> Any:
+    """What a GPU answers of ``options`` under ``objective``: its best admissible plan's
+    count, layout and figures (None when none is admissible)."""
+    from gpuplan.core.recommend.option import objective_key
+
+    admissible = [o for o in options if o.admissible]
+    if not admissible:
+        return None
+    o = min(admissible, key=lambda o: objective_key(o, objective))
+    return (o.count, o.layout, o.cost_usd, o.energy_kwh, o.speed_s)
+
+
 @pytest.mark.parametrize("name", REQUESTS)
 def test_the_floor_never_exceeds_the_time(name: str) -> None:
     """Best-first timing skips a layout whose floor comes after the time chosen: the floor
@@ -272,7 +284,6 @@ def test_a_serving_search_that_keeps_the_fewest_gpus_chooses_what_the_full_one_d
     """Under cheapest and energy a GPU's plans rank by their count first, so the search
     leaves out degrees above an admissible plan's count (serving_options' ``fewest``).
     On every GPU it must choose the plan the full search chooses, and leave some out."""
-    from gpuplan.core.recommend.option import objective_key
     from gpuplan.core.recommend.serving import serving_options
 
     request = msgspec.convert({**SERVING[name], "objective": objective}, RecommendRequest)
@@ -288,14 +299,9 @@ def test_a_serving_search_that_keeps_the_fewest_gpus_chooses_what_the_full_one_d
         left_out += len(full) - len(kept)
         assert [o.layout for o in kept] == [o.layout for o in full][: len(kept)]
 
-        def best(options: list[Any]) -> Any:
-            admissible = [o for o in options if o.admissible]
-            if not admissible:
-                return None
-            o = min(admissible, key=lambda o: objective_key(o, request.objective))
-            return (o.count, o.layout, o.cost_usd, o.energy_kwh, o.speed_s)
-
-        assert best(kept) == best(full), gpu.id
+        assert best_admissible(kept, request.objective) == best_admissible(
+            full, request.objective
+        ), gpu.id
     assert left_out > 0
 
 
@@ -397,7 +403,6 @@ def test_a_training_search_that_prunes_counts_chooses_what_every_count_does(
     """Under fastest and balanced the training search visits counts best bound first and
     stops at a bound after the best plan. On every GPU it must choose the plan that
     trying every count (all_counts) chooses, and leave some counts out."""
-    from gpuplan.core.recommend.option import objective_key
     from gpuplan.core.recommend.training import training_options
 
     request = msgspec.convert({**REQUESTS[name], "objective": objective}, RecommendRequest)
@@ -423,12 +428,7 @@ def test_a_training_search_that_prunes_counts_chooses_what_every_count_does(
             )
         left_out += len(plans[True]) - len(plans[False])
 
-        def best(options: list[Any]) -> Any:
-            admissible = [o for o in options if o.admissible]
-            if not admissible:
-                return None
-            o = min(admissible, key=lambda o: objective_key(o, request.objective))
-            return (o.count, o.layout, o.cost_usd, o.speed_s)
-
-        assert best(plans[False]) == best(plans[True]), gpu.id
+        assert best_admissible(plans[False], request.objective) == best_admissible(
+            plans[True], request.objective
+        ), gpu.id
     assert left_out > 0
