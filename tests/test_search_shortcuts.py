@@ -111,6 +111,15 @@ def searches(body: dict[str, Any]) -> list[tuple[GpuSearch, list[Any]]]:
     return out
 
 
+def rated(body: dict[str, Any]) -> tuple[RecommendRequest, Any, list[Any]]:
+    """``body`` as a request, its job, and the context of every GPU with a matmul path
+    for it (the GPUs a search plans on)."""
+    request = msgspec.convert(body, RecommendRequest)
+    job = resolve_job(request, CATALOG)
+    contexts = [gpu_context(g, job, None, None, request.constraints) for g in GPUS]
+    return request, job, [ctx for ctx in contexts if ctx.rate is not None]
+
+
 def best_admissible(options: list[Any], objective: Any) -> Any:
     """What a GPU answers of ``options`` under ``objective``: its best admissible plan's
     count, layout and figures (None when none is admissible)."""
@@ -286,14 +295,10 @@ def test_a_serving_search_that_keeps_the_fewest_gpus_chooses_what_the_full_one_d
     On every GPU it must choose the plan the full search chooses, and leave some out."""
     from gpuplan.core.recommend.serving import serving_options
 
-    request = msgspec.convert({**SERVING[name], "objective": objective}, RecommendRequest)
-    job = resolve_job(request, CATALOG)
+    request, job, contexts = rated({**SERVING[name], "objective": objective})
     c = request.constraints
     left_out = 0
-    for gpu in GPUS:
-        ctx = gpu_context(gpu, job, None, None, c)
-        if ctx.rate is None:
-            continue
+    for ctx in contexts:
         full, _ = serving_options(job, ctx, MemoryOracle(request.model, CATALOG), c)
         kept, _ = serving_options(job, ctx, MemoryOracle(request.model, CATALOG), c, fewest=True)
         left_out += len(full) - len(kept)
@@ -301,7 +306,7 @@ def test_a_serving_search_that_keeps_the_fewest_gpus_chooses_what_the_full_one_d
 
         assert best_admissible(kept, request.objective) == best_admissible(
             full, request.objective
-        ), gpu.id
+        ), ctx.gpu.id
     assert left_out > 0
 
 
@@ -405,14 +410,10 @@ def test_a_training_search_that_prunes_counts_chooses_what_every_count_does(
     trying every count (all_counts) chooses, and leave some counts out."""
     from gpuplan.core.recommend.training import training_options
 
-    request = msgspec.convert({**REQUESTS[name], "objective": objective}, RecommendRequest)
-    job = resolve_job(request, CATALOG)
+    request, job, contexts = rated({**REQUESTS[name], "objective": objective})
     c = request.constraints
     left_out = 0
-    for gpu in GPUS:
-        ctx = gpu_context(gpu, job, None, None, c)
-        if ctx.rate is None:
-            continue
+    for ctx in contexts:
         plans = {}
         for every in (False, True):
             oracle = MemoryOracle(request.model, CATALOG)
@@ -430,5 +431,5 @@ def test_a_training_search_that_prunes_counts_chooses_what_every_count_does(
 
         assert best_admissible(plans[False], request.objective) == best_admissible(
             plans[True], request.objective
-        ), gpu.id
+        ), ctx.gpu.id
     assert left_out > 0
