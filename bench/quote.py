@@ -537,8 +537,8 @@ def _recommend_ab_table() -> str:
 
 
 def _ab_split() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(the training cases under fastest or balanced, which the best-first count walk
-    changes; every other case)."""
+    """(the training cases under fastest or balanced, which the best-first count walk and
+    its cheap key change; every other case)."""
     rows = results("recommend_ab.json")["rows"]
     serving = [r for r in rows if "inference" in r["case"] or "serving" in r["case"]]
     walked = [

@@ -4,6 +4,7 @@ here, so a change to a model that breaks one fails a test rather than an answer.
 tests/test_recommend_identical.py holds the answers themselves to the recorded bytes.
 """
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -398,6 +399,34 @@ def test_a_count_bound_never_exceeds_the_plan_chosen_there(name: str) -> None:
                 assert low <= objective_key(option, objective), (search.ctx.gpu.id, count)
                 checked += 1
     assert checked > 100
+
+
+@pytest.mark.parametrize(
+    "name", ["lora", "70b full recompute", "mixtral", "8b fp8 32k context, selective"]
+)
+def test_the_token_floor_never_exceeds_a_count_bound(name: str) -> None:
+    """The walk orders the counts by ``tokens x token_floor / count`` and stops at the
+    first whose key sorts after the best plan, without computing the later counts' own
+    bounds: on every GPU it must be at or below each count's bound, with the margin the
+    walk takes, in floating point. And it must be a bound worth the name: tight (equal
+    up to the margin) at some count, so a broken floor that is far too low fails too."""
+    from gpuplan.core.recommend.training import TOKEN_FLOOR_MARGIN
+
+    checked = tight = 0
+    for search, _ in searches(REQUESTS[name]):
+        per_token = search.token_floor(list(COUNTS)) * (1 - TOKEN_FLOOR_MARGIN)
+        ratios = []
+        for count in COUNTS:
+            bound = search.bound(count)
+            if not math.isfinite(bound):
+                continue
+            low = search.job.tokens * per_token / count
+            assert low <= bound, (search.ctx.gpu.id, count)
+            ratios.append(low / bound)
+            checked += 1
+        tight += bool(ratios) and max(ratios) > 0.97
+    assert checked > 100
+    assert tight > 0
 
 
 @pytest.mark.parametrize("objective", ["fastest", "balanced"])

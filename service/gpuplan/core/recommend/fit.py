@@ -74,6 +74,13 @@ class MemoryOracle:
         self.rungs: dict[tuple[int, int], tuple[Workload, list[Rung], list[Rung]]] = {}
         """A count's ladder prepared for timing and sizing, and its rungs but DDP's, by
         count and ``id`` of the workload (kept alive in the entry)."""
+        self.token_floors: dict[
+            tuple[int, tuple[int, ...]], tuple[Workload, list[tuple[Rung, float]]]
+        ] = {}
+        """Per distinct micro-batch of the rungs at some counts, one of its rungs and the
+        least ``count / (micro-batch sequences x sequence x data ranks)`` of those rungs,
+        by ``id`` of the workload (kept alive in the entry) and the counts
+        (:meth:`GpuSearch.token_floor`)."""
         self.shapes: dict[bytes, StepShape] = {}
         """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
         self.replicas: dict[

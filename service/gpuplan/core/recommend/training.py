@@ -607,6 +607,12 @@ def _cost_walk(allowed: list[int], at: Callable[[int], Option | None]) -> Option
     return best
 
 
+TOKEN_FLOOR_MARGIN = 1e-9
+"""Relative margin under :meth:`GpuSearch.token_floor`'s bound of a count: far above the
+rounding of its few operations and of :meth:`GpuSearch.floor`'s (about 1e-15), far
+below any difference of two plans' times (keys compare them at 9 significant digits)."""
+
+
 def _best_first(
     allowed: list[int],
     coarse: list[int],
@@ -617,13 +623,16 @@ def _best_first(
     prune: bool,
 ) -> None:
     """Under ``fastest`` and ``balanced``: the ``allowed`` counts in the order of the key
-    their floor would have (:func:`~gpuplan.core.recommend.option.floor_key`), until a
-    count's floor sorts after the best plan admitted so far, since neither it nor any
-    count after it can hold a better plan; then every count between the ``coarse``
+    a lower bound of their floor would have (:func:`~gpuplan.core.recommend.option.
+    floor_key` of :meth:`GpuSearch.token_floor`), until a count's lower bound sorts after
+    the best plan admitted so far, since neither it nor any count after it can hold a
+    better plan. A count before that is tried unless its own floor (:meth:`GpuSearch.
+    bound`) sorts after the best plan. Then every count between the ``coarse``
     neighbours of the best plan (admitted, else found) whose floor does not sort after
     it. With ``prune`` False (``all_counts``), or no plan admitted, every count is
     tried. The floor falls about as one over the count, so under these objectives the
-    largest counts come first and most smaller ones are never sized or timed."""
+    largest counts come first and most smaller ones are never sized or timed, nor
+    their floors computed."""
     ctx, job, c = search.ctx, search.job, search.c
     best: Option | None = None
     found: Option | None = None
@@ -631,13 +640,20 @@ def _best_first(
     def bound(count: int) -> tuple[float, ...]:
         return floor_key(objective, ctx, job, seconds=search.bound(count), count=count)
 
-    def visit(count: int, key: tuple[float, ...] | None = None) -> bool:
-        """Try ``count`` (False: its floor sorts after the best plan admitted)."""
+    # A cheaper key below each count's bound orders the walk; a count's own bound is
+    # computed only when the cheap key does not already sort after the best plan. The
+    # margin keeps the cheap key below the bound's through the rounding of the two
+    # computations (a relative error of a few units in the last place).
+    per_token = search.token_floor(allowed) * (1 - TOKEN_FLOOR_MARGIN)
+
+    def lower(count: int) -> tuple[float, ...]:
+        return floor_key(objective, ctx, job, seconds=job.tokens * per_token / count, count=count)
+
+    def visit(count: int) -> None:
+        """Try ``count``, unless its floor sorts after the best plan admitted."""
         nonlocal best, found
-        if prune and best is not None:
-            floor = key if key is not None else bound(count)
-            if floor > objective_key(best, objective):
-                return False
+        if prune and best is not None and bound(count) > objective_key(best, objective):
+            return
         option = at(count)
         if option is not None:
             mine = objective_key(option, objective)
@@ -645,12 +661,12 @@ def _best_first(
                 found = option
             if option.admissible and (best is None or mine < objective_key(best, objective)):
                 best = option
-        return True
 
-    keys = {n: bound(n) for n in allowed}
+    keys = {n: lower(n) for n in allowed}
     for count in sorted(allowed, key=keys.__getitem__):
-        if not visit(count, keys[count]):
+        if prune and best is not None and keys[count] > objective_key(best, objective):
             break
+        visit(count)
     centre = best or found
     if centre is not None and coarse:
         for count in _around(centre.count, coarse, c.gpus_per_node):
@@ -714,6 +730,38 @@ class GpuSearch:
         if floor <= 0:
             return 0.0
         return self.job.tokens / (step_tokens(rung.shape, p) / floor)
+
+    def token_floor(self, counts: list[int]) -> float:
+        """GPU-seconds per token that no layout at any of ``counts`` beats: at ``n`` GPUs,
+        ``job.tokens x token_floor / n`` is at or below :meth:`bound` (``n``).
+
+        A rung's floor (:meth:`floor`) is the job's tokens times its micro-batch's work
+        (compute and recomputation) times ``accumulation + bubble`` over ``micro-batch
+        sequences x sequence x accumulation x data ranks``: at least ``work x n / (
+        sequences x sequence x data ranks)`` over ``n``. The work depends on the rung only
+        through its micro-batch, and the factor not on the GPU, so the least over the
+        rungs is one ``micro_batch`` per distinct micro-batch on this GPU (the ones
+        :meth:`bound` and the fits would time) instead of a floor per rung and count."""
+        memo = (id(self.job.workload), tuple(counts))
+        hit = self.oracle.token_floors.get(memo)
+        if hit is None:
+            least: dict[tuple[bytes, int, int, int, int, float, bool], tuple[Rung, float]] = {}
+            for n in counts:
+                for rung in _ladder(self.job, self.oracle, self.c, n, self.trainable)[0]:
+                    shape = rung.shape
+                    factor = n / (shape.batch_size * shape.seq * rung.laid.parallelism.data)
+                    held = least.get(rung.micro)
+                    if held is None or factor < held[1]:
+                        least[rung.micro] = (rung, factor)
+            # The entry keeps the workload alive, so its id cannot be reused meanwhile.
+            hit = self.oracle.token_floors[memo] = (self.job.workload, list(least.values()))
+        floor = math.inf
+        for rung, factor in hit[1]:
+            micro = self.micro(rung)
+            shape = rung.shape
+            work = micro.compute_s + micro.recompute_s(shape.checkpointing, shape.checkpoint_every)
+            floor = min(floor, work * factor)
+        return floor
 
     def bound(self, count: int) -> float:
         """A lower bound of the time of any layout :meth:`option_at` may choose at
