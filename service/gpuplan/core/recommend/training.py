@@ -737,11 +737,13 @@ class GpuSearch:
 
         A rung's floor (:meth:`floor`) is the job's tokens times its micro-batch's work
         (compute and recomputation) times ``accumulation + bubble`` over ``micro-batch
-        sequences x sequence x accumulation x data ranks``: at least ``work x n / (
-        sequences x sequence x data ranks)`` over ``n``. The work depends on the rung only
-        through its micro-batch, and the factor not on the GPU, so the least over the
-        rungs is one ``micro_batch`` per distinct micro-batch on this GPU (the ones
-        :meth:`bound` and the fits would time) instead of a floor per rung and count."""
+        sequences x sequence x accumulation x data ranks``. Leaving the bubble out, it is
+        at least the tokens times ``work x factor`` over ``n``, with ``factor = n / (
+        sequences x sequence x data ranks)``. The work depends on the rung only through
+        its micro-batch and the factor not on the GPU, so the least ``work x factor`` over
+        the rungs of every count takes one ``micro_batch`` per distinct micro-batch on this
+        GPU (the ones :meth:`bound` and the fits would time), not a floor per rung and
+        count."""
         memo = (id(self.job.workload), tuple(counts))
         hit = self.oracle.token_floors.get(memo)
         if hit is None:
