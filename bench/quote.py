@@ -536,10 +536,10 @@ def _recommend_ab_table() -> str:
     return "\n".join(lines)
 
 
-def _ab_split() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _ab_split(name: str = "recommend_ab.json") -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(the training cases under fastest or balanced, which the best-first count walk and
-    its cheap key change; every other case)."""
-    rows = results("recommend_ab.json")["rows"]
+    its cheap key change; every other case) of the A/B in ``name``."""
+    rows = results(name)["rows"]
     serving = [r for r in rows if "inference" in r["case"] or "serving" in r["case"]]
     walked = [
         r for r in rows if r not in serving and ("fastest" in r["case"] or "balanced" in r["case"])
@@ -559,6 +559,15 @@ def _recommend_ab_walked() -> str:
 def _recommend_ab_rest() -> str:
     _, rest = _ab_split()
     return span([r["ratio"] for r in rest], 2, "×") + " as much"
+
+
+@figure("recommend_ab_shares.walked")
+def _recommend_ab_shares_walked() -> str:
+    walked, rest = _ab_split("recommend_ab_shares.json")
+    return (
+        f"{span([r['ratio'] for r in walked], 2, '×')} as much on the training cases under "
+        f"`fastest` and `balanced`, {span([r['ratio'] for r in rest], 2, '×')} on the rest"
+    )
 
 
 @figure("mig.suite")

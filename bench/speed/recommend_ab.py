@@ -2,12 +2,14 @@
 
     git worktree add /tmp/before <commit>
     python -m bench.speed.recommend_ab /tmp/before/service service [--rounds 3 --repeat 15]
+        [--out recommend_ab.json]
 
 Each round runs every case of :mod:`bench.speed.recommend_speed` that both trees accept under
 one tree then the other (the first tree alternating from round to round), each in its own
 interpreter; the figures are the median
 CPU ms over the rounds, and their ratio (after / before). Alternating in one run keeps
-the shared machine's load out of the ratio. Writes ``bench/results/recommend_ab.json``.
+the shared machine's load out of the ratio. Writes ``bench/results/recommend_ab.json``
+(``--out``: another name, for a second change the docs quote).
 """
 
 import argparse
@@ -89,9 +91,14 @@ def main() -> None:
     parser.add_argument("after")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--out",
+        default="recommend_ab.json",
+        help="file name under bench/results (one per change the docs quote)",
+    )
     args = parser.parse_args()
     result = run(args.before, args.after, args.rounds, args.repeat)
-    (RESULTS / "recommend_ab.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / args.out).write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ cannot hide behind compute stays on the critical path. A pipeline idles
 """
 
 import math
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -352,9 +353,19 @@ class MicroBatch(NamedTuple):
 
 
 def micro_batch(
-    t: TokenFlops, shape: StepShape, lay: Parallelism, rates: Rates, framework: Framework
+    t: TokenFlops,
+    shape: StepShape,
+    lay: Parallelism,
+    rates: Rates,
+    framework: Framework,
+    *,
+    shape_share: Callable[[StepShape, Parallelism, float, bool], float] | None = None,
 ) -> MicroBatch:
-    """The compute of one micro-batch on one GPU, by kind of kernel."""
+    """The compute of one micro-batch on one GPU, by kind of kernel.
+
+    ``shape_share``: :func:`reference_shape_share`, or a memo of it from a caller that
+    times the same micro-batch on many GPUs without a kernel table (it does not depend
+    on the GPU)."""
     # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
     # parallelism the width, pipeline parallelism the layers.
     local_tokens = shape.batch_size * shape.seq / lay.context
@@ -380,7 +391,7 @@ def micro_batch(
         gemm = stage_weights / (
             rates.peak_flops
             * gemm_plateau(rates)
-            * reference_shape_share(shape, lay, local_tokens, rates.fp8)
+            * (shape_share or reference_shape_share)(shape, lay, local_tokens, rates.fp8)
         )
     else:
         gemm = stage_weights / (

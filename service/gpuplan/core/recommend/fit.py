@@ -81,6 +81,13 @@ class MemoryOracle:
         least ``count / (micro-batch sequences x sequence x data ranks)`` of those rungs,
         by ``id`` of the workload (kept alive in the entry) and the counts
         (:meth:`GpuSearch.token_floor`)."""
+        self.shape_shares: dict[
+            tuple[tuple[bytes, int, int, int, int, float, bool], bool], float
+        ] = {}
+        """What share of the reference table's plateau a micro-batch's GEMMs reach
+        (``step.reference_shape_share``: the same on every GPU without a kernel table), by
+        the rung's micro-batch key (:attr:`Rung.micro`, which fixes the shapes, the
+        parallelism they read and the rows) and fp8."""
         self.shapes: dict[bytes, StepShape] = {}
         """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
         self.replicas: dict[

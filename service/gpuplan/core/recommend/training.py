@@ -37,7 +37,7 @@ from gpuplan.core.memory.kernels import materializes_scores
 from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES
 from gpuplan.core.memory.schema import Framework as FrameworkName
-from gpuplan.core.memory.schema import Workload
+from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.memory.states import framework_of, gradient_reduce_dtype
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
@@ -47,6 +47,7 @@ from gpuplan.core.perf.step import (
     StepLinks,
     StepShape,
     micro_batch,
+    reference_shape_share,
     step_floor,
     step_tokens,
     training_step,
@@ -706,12 +707,29 @@ class GpuSearch:
         return link
 
     def micro(self, rung: Rung) -> MicroBatch:
-        """The compute of one of ``rung``'s micro-batches on this GPU."""
+        """The compute of one of ``rung``'s micro-batches on this GPU. On a GPU without a
+        kernel table its GEMMs run at the share of the plateau the reference table
+        measures for their shapes, the same on every such GPU: computed once per
+        micro-batch for the request (``oracle.shape_shares``)."""
         micro = self._micros.get(rung.micro)
         if micro is None:
             assert self.ctx.rates is not None
+            key = rung.micro
+            shares = self.oracle.shape_shares
+
+            def shape_share(shape: StepShape, lay: Parallelism, tokens: float, fp8: bool) -> float:
+                hit = shares.get((key, fp8))
+                if hit is None:
+                    hit = shares[key, fp8] = reference_shape_share(shape, lay, tokens, fp8)
+                return hit
+
             micro = self._micros[rung.micro] = micro_batch(
-                self.job.flops, rung.shape, rung.laid.parallelism, self.ctx.rates, rung.framework
+                self.job.flops,
+                rung.shape,
+                rung.laid.parallelism,
+                self.ctx.rates,
+                rung.framework,
+                shape_share=shape_share,
             )
         return micro
 
