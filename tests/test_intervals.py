@@ -209,3 +209,79 @@ def test_the_residual_file_is_the_committed_cross_validations() -> None:
     assert tables["tokens_per_s_per_gpu"].runs == sum(
         1 for r in committed["rows"] if r["kind"] == "training"
     )
+
+
+def test_the_queue_residual_file_is_the_committed_simulation() -> None:
+    """core/perf/data/queue_residuals.toml is what bench/serving/queue_sim.py writes from
+    its own committed comparison (bench/results/queue_model.json)."""
+    from bench.serving.queue_sim import QUEUE_RESIDUALS
+    from bench.serving.queue_sim import RESULTS as QUEUE_RESULTS
+    from bench.serving.queue_sim import residuals_toml as queue_toml
+
+    from gpuplan.core.perf.residuals import QUEUE_TPOT, QUEUE_TTFT, queue_residual_tables
+
+    rows = json.loads(QUEUE_RESULTS.read_text(encoding="utf-8"))["rows"]
+    assert QUEUE_RESIDUALS.read_text(encoding="utf-8") == queue_toml(rows)
+    tables = queue_residual_tables()
+    assert tables[QUEUE_TTFT].runs == tables[QUEUE_TPOT].runs == len(rows)
+    loads = {g.name for g in tables[QUEUE_TTFT].groups if g.axis == "load"}
+    assert loads == {"up to 50%", "50-80%", "80-90%", "over 90%"}
+
+
+def test_a_p50_under_load_carries_the_queueing_models_error_too() -> None:
+    """A plan under a request rate gives its p50s intervals from two independent errors:
+    the step time's (the published serving runs') and the queueing model's at the
+    replica's load (its simulation's). Their log errors add: means add, spreads in
+    quadrature, so the p50's interval is wider than the step time's alone would make it,
+    and is exactly the combined spread's."""
+    from gpuplan.core.perf.residuals import (
+        QUEUE_TTFT,
+        SERVING,
+        load_regime,
+        queue_residual_tables,
+    )
+    from gpuplan.core.recommend.intervals import COVERAGE, _spread, scale_regime
+    from gpuplan.core.uncertainty import combined
+
+    body = request_body(
+        "llama-2-7b", mode="inference", sequence_length=1024, precision="bf16", max_new_tokens=256
+    )
+    body["constraints"] = {"include": ["h100-sxm5-80gb"]}
+    body["inference"] = {"requests_per_second": 5}
+    (top, *_) = _top(body)
+    assert top.latency is not None
+    assert top.latency.under_load is not None
+    under = top.latency.under_load
+    p50 = under.time_to_first_token_s.p50
+    regime = {
+        "generation": "hopper",
+        "scale": scale_regime(top.count),
+        "precision": "bf16",
+        "framework": "serving",
+        "measure": "ttft_s",
+        "bound": "compute",
+    }
+    step = _spread(residual_tables()[SERVING], regime, top.count)
+    queue = spread(queue_residual_tables()[QUEUE_TTFT], {"load": load_regime(under.utilization)})
+    both = combined(step, queue)
+    assert both.sd_below_log_error > step.sd_below_log_error
+    assert both.sd_above_log_error > step.sd_above_log_error
+    alone = interval(p50, step, COVERAGE)
+    got = top.intervals["ttft_p50_s"]
+    want = interval(p50, both, COVERAGE)
+    assert got.low == pytest.approx(want.low, rel=1e-3)
+    assert got.high == pytest.approx(want.high, rel=1e-3)
+    assert math.log(got.high / got.low) > math.log(alone.high / alone.low)
+
+
+def test_load_regimes_cut_at_the_simulated_loads() -> None:
+    from gpuplan.core.perf.residuals import load_regime
+
+    assert [load_regime(x) for x in (0.1, 0.5, 0.7, 0.8, 0.9, 0.95)] == [
+        "up to 50%",
+        "up to 50%",
+        "50-80%",
+        "50-80%",
+        "80-90%",
+        "over 90%",
+    ]

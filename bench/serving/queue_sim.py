@@ -37,6 +37,7 @@ from gpuplan.core.perf.queueing import (
     saturation_rate,
     under_load,
 )
+from gpuplan.core.perf.residuals import QUEUE_TPOT, QUEUE_TTFT, load_regime
 from gpuplan.core.perf.serve import Replica, step_seconds
 from gpuplan.core.recommend import RecommendRequest
 from gpuplan.core.recommend.context import gpu_context, link_over
@@ -45,8 +46,10 @@ from gpuplan.core.recommend.job import resolve_job
 from gpuplan.core.recommend.rank import recommend
 from gpuplan.core.recommend.schema import ParallelLayout
 from gpuplan.core.recommend.serving import replica_memory, serve_shape
+from gpuplan.core.uncertainty import Residual, build_table, tables_toml
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "queue_model.json"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "queue_model.json"
 
 CASES: dict[str, dict[str, Any]] = {
     "llama-3.1-70b, 2 x h200, 2048 in / 512 out": {
@@ -232,8 +235,56 @@ def cli(doc: str | None, run_with: Callable[[int, int], dict[str, Any]], results
     print(json.dumps(result["summary"], indent=1))
 
 
+QUEUE_RESIDUALS = ROOT / "service" / "gpuplan" / "core" / "perf" / "data" / "queue_residuals.toml"
+"""The queueing model's residual tables, which the recommender's intervals read."""
+
+FIGURES = {QUEUE_TTFT: "ttft_s_p50", QUEUE_TPOT: "tpot_s_p50"}
+"""The tables' measures and the rows' figures they are drawn from: the p50s, the
+figures a plan gives intervals for."""
+
+
+def residuals_toml(rows: list[dict[str, Any]]) -> str:
+    """The queueing model's residual tables from the rows of :func:`run`: for each p50,
+    log(model / simulation) of every case and load, grouped by load (``load_regime``)."""
+    tables = []
+    for measure, figure in FIGURES.items():
+        residuals = [
+            Residual(
+                source=r["case"],
+                gpus=1,
+                regime={"load": load_regime(r["load"])},
+                log_error=math.log(r[f"{figure}_model"] / r[f"{figure}_sim"]),
+            )
+            for r in rows
+        ]
+        tables.append(
+            build_table(
+                residuals,
+                ("load",),
+                measure=measure,
+                written_by="python -m bench.serving.queue_sim",
+                method=(
+                    "the queueing model against a discrete-event simulation of the same "
+                    "scheduler and step function (no constant fitted to it), "
+                    "bench/serving/queue_sim.py"
+                ),
+            )
+        )
+    return tables_toml(
+        tables,
+        [
+            "Residuals of the queueing model (core/perf/queueing.py) against a discrete-event",
+            "simulation of the engine's scheduler: what the p50s under load add to the step",
+            "time's error in their intervals. Written by `python -m bench.serving.queue_sim`;",
+            "do not edit. A residual is log(model / simulation).",
+        ],
+    )
+
+
 def main() -> None:
     cli(__doc__, run, RESULTS)
+    result = json.loads(RESULTS.read_text())
+    QUEUE_RESIDUALS.write_text(residuals_toml(result["rows"]), encoding="utf-8")
 
 
 if __name__ == "__main__":

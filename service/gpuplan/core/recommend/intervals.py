@@ -4,7 +4,9 @@ The spread comes from the speed model's leave-one-source-out residuals in the
 candidate's regimes (:mod:`gpuplan.core.perf.residuals`): its framework (``serving`` for
 inference), GPU generation, scale, precision and, for serving, the measure. A regime no
 published run covers, or more GPUs than the largest run, widens it. Figures that vary as
-one over the throughput (time, cost, energy) take its interval inverted.
+one over the throughput (time, cost, energy) take its interval inverted. The p50s under
+a request rate add the queueing model's error at the replica's load (its residuals
+against a simulation of the scheduler) to the step time's.
 """
 
 from functools import cache
@@ -12,12 +14,27 @@ from functools import cache
 import msgspec
 
 from gpuplan.core.perf.efficiency import generation
-from gpuplan.core.perf.residuals import SERVING, TRAINING, residual_tables
+from gpuplan.core.perf.residuals import (
+    QUEUE_TPOT,
+    QUEUE_TTFT,
+    SERVING,
+    TRAINING,
+    load_regime,
+    queue_residual_tables,
+    residual_tables,
+)
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import Option
 from gpuplan.core.recommend.schema import IntervalFigure
 from gpuplan.core.recommend.training import default_framework
-from gpuplan.core.uncertainty import Interval, ResidualTable, Spread, interval, spread
+from gpuplan.core.uncertainty import (
+    Interval,
+    ResidualTable,
+    Spread,
+    combined,
+    interval,
+    spread,
+)
 
 COVERAGE = 0.8
 """The intervals' coverage: an 80% prediction interval (10th to 90th percentile)."""
@@ -78,6 +95,20 @@ def _spread(
     return hit
 
 
+def _queue_spread(
+    measure: str, load: str, spreads: dict[tuple[object, ...], Spread] | None
+) -> Spread:
+    """The queueing model's spread for ``measure`` at ``load`` (memoized in ``spreads``:
+    it depends on nothing else)."""
+    if spreads is None:
+        return spread(queue_residual_tables()[measure], {"load": load})
+    key = ("queue", measure, load)
+    hit = spreads.get(key)
+    if hit is None:
+        hit = spreads[key] = spread(queue_residual_tables()[measure], {"load": load})
+    return hit
+
+
 def candidate_intervals(
     p: Option, job: Job, spreads: dict[tuple[object, ...], Spread] | None = None
 ) -> tuple[dict[IntervalFigure, Interval], list[str]]:
@@ -121,10 +152,19 @@ def candidate_intervals(
             )
             under = p.latency.under_load
             if under is not None:
-                # The p50s under load carry the step time's error (the same residuals);
-                # the queueing model's own error is bench/serving/queue_sim.py's.
-                out["ttft_p50_s"] = interval(under.time_to_first_token_s.p50, ttft, COVERAGE)
-                out["tpot_p50_s"] = interval(under.time_per_output_token_s.p50, tpot, COVERAGE)
+                # The p50s under load carry the step time's error (the same residuals)
+                # and the queueing model's, at the replica's load, from its simulation.
+                load = load_regime(under.utilization)
+                out["ttft_p50_s"] = interval(
+                    under.time_to_first_token_s.p50,
+                    combined(ttft, _queue_spread(QUEUE_TTFT, load, spreads)),
+                    COVERAGE,
+                )
+                out["tpot_p50_s"] = interval(
+                    under.time_per_output_token_s.p50,
+                    combined(tpot, _queue_spread(QUEUE_TPOT, load, spreads)),
+                    COVERAGE,
+                )
     out["throughput"] = interval(p.throughput.value, rate, COVERAGE)
     if p.mfu is not None:
         out["mfu"] = interval(p.mfu, rate, COVERAGE)

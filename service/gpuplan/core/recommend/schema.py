@@ -676,12 +676,12 @@ class Candidate(Record, kw_only=True):
     """80% prediction intervals of the predicted figures (``throughput``, ``time_hours``,
     ``cost_usd``, ``energy_kwh``, ``mfu``; serving: ``time_to_first_token_s``,
     ``time_per_output_token_s``, and under a request rate ``ttft_p50_s`` and
-    ``tpot_p50_s``, the p50s of ``latency.under_load``: the step time's error, not the
-    queueing model's, docs/serving.md): the measured figure falls between ``low`` and ``high``
-    in 8 cases of 10, judged by the speed model's leave-one-source-out errors on published
-    runs of the same regime (framework, GPU generation, scale, precision), widened where
-    no published run is like this one (``reasons`` says why). Empty for a plan that does
-    not fit."""
+    ``tpot_p50_s``, the p50s of ``latency.under_load``: the step time's error and the
+    queueing model's at the replica's load, docs/serving.md): the measured figure falls
+    between ``low`` and ``high`` in 8 cases of 10, judged by the speed model's
+    leave-one-source-out errors on published runs of the same regime (framework, GPU
+    generation, scale, precision), widened where no published run is like this one
+    (``reasons`` says why). Empty for a plan that does not fit."""
 
 
 class Scenario(Record, kw_only=True):

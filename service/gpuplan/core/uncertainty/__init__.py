@@ -8,7 +8,14 @@ prediction falls in, widened where the request lies outside what was measured.
 
 from gpuplan.core.uncertainty.build import Residual, build_table, tables_toml
 from gpuplan.core.uncertainty.model import Interval, ResidualGroup, ResidualTable, Spread
-from gpuplan.core.uncertainty.spread import bounds, interval, semi_deviations, spread, z_score
+from gpuplan.core.uncertainty.spread import (
+    bounds,
+    combined,
+    interval,
+    semi_deviations,
+    spread,
+    z_score,
+)
 
 __all__ = [
     "Interval",
@@ -18,6 +25,7 @@ __all__ = [
     "Spread",
     "bounds",
     "build_table",
+    "combined",
     "interval",
     "semi_deviations",
     "spread",

@@ -91,6 +91,18 @@ def spread(table: ResidualTable, regime: Mapping[str, str], outside: Sequence[st
     )
 
 
+def combined(first: Spread, second: Spread) -> Spread:
+    """The spread of a prediction that carries two independent errors, as a figure
+    under load carries the step time's and the queueing model's: the log errors add, so
+    their means add and their spreads add in quadrature (each side with its side)."""
+    return Spread(
+        mean_log_error=first.mean_log_error + second.mean_log_error,
+        sd_below_log_error=math.hypot(first.sd_below_log_error, second.sd_below_log_error),
+        sd_above_log_error=math.hypot(first.sd_above_log_error, second.sd_above_log_error),
+        widened=[*first.widened, *second.widened],
+    )
+
+
 def bounds(s: Spread, coverage: float) -> tuple[float, float]:
     """(low, high) factors of measured / predicted at ``coverage``."""
     z = z_score(coverage)
