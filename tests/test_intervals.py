@@ -119,6 +119,17 @@ def _top(body: dict[str, Any]) -> Any:
     return response.recommendations
 
 
+def _served_at_a_rate() -> Any:
+    """The best plan for Llama-2-7B on H100s at 5 requests/s (1,024 tokens in, 256 out)."""
+    body = request_body(
+        "llama-2-7b", mode="inference", sequence_length=1024, precision="bf16", max_new_tokens=256
+    )
+    body["constraints"] = {"include": ["h100-sxm5-80gb"]}
+    body["inference"] = {"requests_per_second": 5}
+    (top, *_) = _top(body)
+    return top
+
+
 def test_a_training_candidate_carries_an_interval_on_each_figure() -> None:
     body = {**LLAMA_TRAINING, "constraints": {"include": ["h100-sxm5-80gb"]}}
     (top, *_) = _top(body)
@@ -154,12 +165,7 @@ def test_a_gpu_no_published_run_measured_gets_a_wider_interval() -> None:
 
 
 def test_a_serving_candidate_carries_latency_intervals() -> None:
-    body = request_body(
-        "llama-2-7b", mode="inference", sequence_length=1024, precision="bf16", max_new_tokens=256
-    )
-    body["constraints"] = {"include": ["h100-sxm5-80gb"]}
-    body["inference"] = {"requests_per_second": 5}
-    (top, *_) = _top(body)
+    top = _served_at_a_rate()
     assert top.latency is not None
     for name, value in (
         ("time_to_first_token_s", top.latency.time_to_first_token_s),
@@ -243,12 +249,7 @@ def test_a_p50_under_load_carries_the_queueing_models_error_too() -> None:
     from gpuplan.core.recommend.intervals import COVERAGE, _spread, scale_regime
     from gpuplan.core.uncertainty import combined
 
-    body = request_body(
-        "llama-2-7b", mode="inference", sequence_length=1024, precision="bf16", max_new_tokens=256
-    )
-    body["constraints"] = {"include": ["h100-sxm5-80gb"]}
-    body["inference"] = {"requests_per_second": 5}
-    (top, *_) = _top(body)
+    top = _served_at_a_rate()
     assert top.latency is not None
     assert top.latency.under_load is not None
     under = top.latency.under_load

@@ -223,9 +223,11 @@ def run(requests: int = 20_000, seed: int = 1) -> dict[str, Any]:
     }
 
 
-def cli(doc: str | None, run_with: Callable[[int, int], dict[str, Any]], results: Path) -> None:
+def cli(
+    doc: str | None, run_with: Callable[[int, int], dict[str, Any]], results: Path
+) -> dict[str, Any]:
     """A simulation bench's command line: ``--requests`` and ``--seed``, the result
-    written to ``results`` and its summary printed."""
+    written to ``results``, its summary printed, and returned."""
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--requests", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=1)
@@ -233,6 +235,7 @@ def cli(doc: str | None, run_with: Callable[[int, int], dict[str, Any]], results
     result = run_with(args.requests, args.seed)
     results.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["summary"], indent=1))
+    return result
 
 
 QUEUE_RESIDUALS = ROOT / "service" / "gpuplan" / "core" / "perf" / "data" / "queue_residuals.toml"
@@ -282,8 +285,7 @@ def residuals_toml(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    cli(__doc__, run, RESULTS)
-    result = json.loads(RESULTS.read_text())
+    result = cli(__doc__, run, RESULTS)
     QUEUE_RESIDUALS.write_text(residuals_toml(result["rows"]), encoding="utf-8")
 
 
