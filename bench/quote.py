@@ -1400,6 +1400,23 @@ def _answer_disaggregation() -> str:
     return "\n".join(rows)
 
 
+@figure("slo_search.counts")
+def _slo_search_counts() -> str:
+    """Probes of the SLO searches over the catalog (bench/speed/slo_search.py)."""
+    r = results("slo_search.json")
+    rows = [
+        "| request | replica search: probes (doubling, bisection) | rate within the SLO: probes (fresh table; eight halvings) | worst below the turn (eight halvings) |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for x in [*r["rows"], {**r["total"], "case": "all"}]:
+        rows.append(
+            f"| {x['case']} | {x['replica_probes']:,} ({x['replica_probes_doubling_bisection']:,}) "
+            f"| {x['max_rate_probes']:,} ({x['max_rate_probes_fresh_table']:,}; {x['halving_probes']:,}) "
+            f"| {pct(x['max_rate_worst_below_turn'], 2)} ({pct(x['halving_worst_below_turn'], 1)}) |"
+        )
+    return "\n".join(rows)
+
+
 @figure("queue_model.table")
 def _queue_model_table() -> str:
     """Model vs simulation of every case and load (bench/serving/queue_sim.py)."""

@@ -22,9 +22,10 @@ from gpuplan.core.perf.queueing import (
     LoadPoint,
     Scheduler,
     StepTable,
-    keeps,
+    fewest_servers,
     max_rate,
     saturation_rate,
+    slo_margin,
     under_load,
 )
 from gpuplan.core.perf.serve import (
@@ -259,26 +260,24 @@ def slo_replicas(
     steps: StepTable, rate: float, needed: int, iv: InferenceVolume
 ) -> tuple[int, LoadPoint]:
     """The fewest replicas, at least ``needed``, whose share of ``rate`` keeps the p95
-    targets (percentiles fall as each replica's arrival rate falls): doubling, then a
-    bisection. At the bound when none does."""
+    targets (percentiles fall as each replica's arrival rate falls): ``needed`` when it
+    keeps them, the bound when even that many miss, else the search of the bracket
+    between (:func:`fewest_servers`)."""
     slo = iv.slo
     ttft, tpot = (slo.ttft_p95_s, slo.tpot_p95_s) if slo is not None else (None, None)
-    if keeps(steps, rate / needed, ttft, tpot):
+
+    def probe(n: int) -> tuple[bool, float]:
+        return slo_margin(steps, rate / n, ttft, tpot)
+
+    kept, over = probe(needed)
+    if kept:
         return needed, under_load(steps, rate / needed)
-    low, high = needed, needed
-    while high < needed * MAX_SLO_REPLICAS_FACTOR:
-        low, high = high, min(high * 2, needed * MAX_SLO_REPLICAS_FACTOR)
-        if keeps(steps, rate / high, ttft, tpot):
-            break
-    else:
-        return high, under_load(steps, rate / high)
-    while high - low > 1:
-        mid = (low + high) // 2
-        if keeps(steps, rate / mid, ttft, tpot):
-            high = mid
-        else:
-            low = mid
-    return high, under_load(steps, rate / high)
+    most = needed * MAX_SLO_REPLICAS_FACTOR
+    kept, over_most = probe(most)
+    if not kept:
+        return most, under_load(steps, rate / most)
+    n = fewest_servers(probe, needed, most, over, over_most)
+    return n, under_load(steps, rate / n)
 
 
 def scale(
