@@ -17,7 +17,7 @@ from gpuplan.core.convert import convert
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kv_transfer import kv_transfer
 from gpuplan.core.recommend import RecommendRequest, recommend
-from gpuplan.core.recommend.disagg import missed_targets
+from gpuplan.core.recommend.disagg import _most_within, missed_targets
 from gpuplan.core.recommend.schema import InferenceVolume, RecommendResponse
 from tests.helpers import problem_at
 
@@ -68,6 +68,31 @@ def test_the_transfer_is_the_prompt_cache_over_the_link() -> None:
     # Two lanes (the smaller side), one start-up.
     assert t.seconds == pytest.approx(t.bytes / 2 / 450e9 + 5e-6)
     assert t.utilization == pytest.approx(10 * t.bytes / (4 * 450e9))
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        lambda b: 0.02 + 0.0001 * b,  # linear: the secant lands on the turn
+        lambda b: 0.02 + 0.0001 * b + 0.004 * (b >= 37),  # a jump the secant cannot see
+        lambda b: 0.01 * math.sqrt(b),  # concave
+        lambda b: 0.02 + 1e-6 * b * b,  # convex
+        lambda b: 0.05 + 0.0 * b,  # flat, over every target below 0.05
+    ],
+)
+def test_a_decode_pool_takes_the_most_sequences_its_step_allows(step: Any) -> None:
+    """The secant search of the decode pool's batch against every batch in turn: the
+    largest whose step keeps the target, 1 when none does."""
+
+    def timed(b: int) -> float:
+        return float(step(b))
+
+    for top in (2, 3, 64, 500):
+        for target in (0.021, 0.025, 0.03, 0.045, 0.07):
+            if step(top) <= target:
+                continue  # the pool's caller keeps ``top`` without a search
+            want = max((b for b in range(1, top) if step(b) <= target), default=1)
+            assert _most_within(timed, target, 1, top) == want, (top, target)
 
 
 def test_targets_are_checked_in_one_place() -> None:

@@ -168,6 +168,7 @@ class _Advisor:
                 tp=layout.tensor,
                 memory=memory,
                 c=self.request.constraints,
+                oracle=self.oracle,
             )
             return plan.speed_s
         response = self.oracle.response(with_layout(w, layout))

@@ -41,7 +41,7 @@ from gpuplan.core.perf.queueing import (
     saturation_rate,
     under_load,
 )
-from gpuplan.core.perf.serve import Replica, ServeShape, Stepper
+from gpuplan.core.perf.serve import Replica, Stepper
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.disagg_schema import (
     Disaggregation,
@@ -60,6 +60,7 @@ from gpuplan.core.recommend.serving import (
     MAX_SLO_REPLICAS_FACTOR,
     replica_memory,
     serve_shape,
+    stepper_for,
 )
 
 
@@ -272,7 +273,7 @@ def _best_plan(
     gpu = ctx.gpu
     assert ctx.rates is not None
     iv = job.inference
-    replicas: list[tuple[int, ReplicaMemory, ServeShape, Replica]] = []
+    replicas: list[tuple[ReplicaMemory, Stepper]] = []
     for tp in _degrees(job, gpu, c):
         layout = ParallelLayout(tensor=tp, pipeline=1, data=1, zero_stage=0)
         w, key = oracle.laid_out(job.workload, layout)
@@ -290,9 +291,9 @@ def _best_plan(
             collectives=library_for(gpu.vendor),
             mbu_given=ctx.mbu_given,
         )
-        replicas.append((tp, memory, shape, replica))
-    decodes = [_decode(job, gpu, m, s, r) for _, m, s, r in replicas]
-    prefills = [p for _, m, s, r in replicas for p in _prefills(job, m, s, r)]
+        replicas.append((memory, stepper_for(job, oracle, memory, shape, replica)))
+    decodes = [_decode(job, gpu, m, stepper) for m, stepper in replicas]
+    prefills = [p for m, stepper in replicas for p in _prefills(job, m, stepper)]
     ep = expert_replica(job, ctx, oracle, c)
     if ep is not None:
         decodes.append(_expert_decode(job, gpu, ep))
@@ -477,10 +478,10 @@ def _least(ok: Callable[[int], bool], low: int, high: int) -> int:
     return n
 
 
-def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, shape: ServeShape, r: Replica) -> _Pool:
-    """A tensor-parallel decode replica (:func:`_decode_pool`)."""
-
-    stepper = Stepper(job.flops, shape, r)
+def _decode(job: Job, gpu: GpuSpec, m: ReplicaMemory, stepper: Stepper) -> _Pool:
+    """A tensor-parallel decode replica (:func:`_decode_pool`), timed by the replica's
+    ``stepper``."""
+    shape, r = stepper.shape, stepper.r
 
     def step(batch: int) -> float:
         return stepper(batch, 0)[0]
@@ -528,14 +529,7 @@ def _decode_pool(
     target = min(targets) if targets else None
     batch = top
     if target is not None and step(top) > target:
-        low, high = 1, top
-        while high - low > 1:
-            mid = (low + high) // 2
-            if step(mid) <= target:
-                low = mid
-            else:
-                high = mid
-        batch = low
+        batch = _most_within(step, target, 1, top)
     seconds = step(batch)
     o = max(job.output_tokens, 1)
     return _Pool(
@@ -547,6 +541,33 @@ def _decode_pool(
         steps=_queue(step, batch, o) if iv.slo is not None else None,
         expert=expert,
     )
+
+
+def _most_within(step: Callable[[int], float], target: float, low: int, high: int) -> int:
+    """The largest batch in ``[low, high)`` whose step keeps ``target``, ``high``'s
+    missing it (``low`` when none above it does): each probe where the line through the
+    bracket's ends crosses the target (a decode step reads the weights once and each
+    sequence's cache, nearly linear in the batch), rounded down to land on the keeping
+    side; a bisection after two probes that fail to halve the bracket. Exact whatever
+    the guesses, the step growing with the batch: it ends on a batch that keeps next to
+    one that misses (a bisection alone took about eight steps a pool)."""
+    t_low, t_high = step(low), step(high)
+    stalls = 0
+    while high - low > 1:
+        width = high - low
+        mid = (low + high) // 2
+        if stalls < 2 and t_high > t_low:
+            guess = low + (target - t_low) * width / (t_high - t_low)
+            mid = min(max(int(guess), low + 1), high - 1)
+        else:
+            stalls = 0
+        t = step(mid)
+        if t <= target:
+            low, t_low = mid, t
+        else:
+            high, t_high = mid, t
+        stalls = stalls + 1 if 2 * (high - low) > width else 0
+    return low
 
 
 def _queue(step: Callable[[int], float], cap: int, output_tokens: int) -> StepTable:
@@ -609,10 +630,10 @@ def _whole_cache_per_token(job: Job, m: ReplicaMemory, tp: int) -> float:
     return m.per_token_bytes * copies
 
 
-def _prefills(job: Job, m: ReplicaMemory, shape: ServeShape, r: Replica) -> list[_Pool]:
-    """Tensor-parallel prefill replicas (:func:`_prefill_pools`)."""
-
-    stepper = Stepper(job.flops, shape, r)
+def _prefills(job: Job, m: ReplicaMemory, stepper: Stepper) -> list[_Pool]:
+    """Tensor-parallel prefill replicas (:func:`_prefill_pools`), timed by the replica's
+    ``stepper``."""
+    shape, r = stepper.shape, stepper.r
 
     def step(tokens: float) -> float:
         return stepper(0, tokens)[0]

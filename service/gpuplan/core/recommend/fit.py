@@ -28,6 +28,7 @@ from gpuplan.core.memory.schema import (
 )
 from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS
 from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.serve import Stepper
 from gpuplan.core.perf.step import StepLinks, StepShape
 from gpuplan.core.recommend.replica import ReplicaMemory
 from gpuplan.core.recommend.rung import Rung
@@ -96,6 +97,10 @@ class MemoryOracle:
         """A serving replica's memory (``serving.replica_memory``) by the laid-out
         workload's key, ``id`` of the job and of the GPU (both kept alive in the entry)
         and the degree."""
+        self.steppers: dict[tuple[object, ...], tuple[ReplicaMemory, Stepper]] = {}
+        """A serving replica's step function (``serving.stepper_for``), by ``id`` of its
+        memory (kept alive in the entry) and its GPUs: the serving search, its queues and
+        the disaggregated comparison's pools time the steps of the same replicas."""
 
     def laid_out(
         self,

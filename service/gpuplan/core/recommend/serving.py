@@ -136,6 +136,7 @@ def serving_options(
             tp=tp,
             memory=memory,
             c=c,
+            oracle=oracle,
             replicas=job.given.data if given else None,
         )
         options.append(option)
@@ -145,7 +146,7 @@ def serving_options(
     # ranks before any that does not: miss_key), so it is served only then.
     if closest is not None and not any(o.fits for o in options):
         _, tp, workload, memory = closest
-        miss = serve_option(job, ctx, workload, tp=tp, memory=memory, c=c)
+        miss = serve_option(job, ctx, workload, tp=tp, memory=memory, c=c, oracle=oracle)
     return options, miss
 
 
@@ -188,6 +189,27 @@ def replica_memory(
         )
     oracle.replicas[memo] = (job, gpu, memory)
     return memory
+
+
+def stepper_for(
+    job: Job, oracle: MemoryOracle, memory: ReplicaMemory, shape: ServeShape, replica: Replica
+) -> Stepper:
+    """The replica's step function, one per request for each replica (memoized on the
+    oracle: the serving search, the disaggregated comparison's decode and prefill pools
+    and the advice time the same replicas, and a stepper keeps the steps it timed).
+
+    Keyed by ``id`` of the replica's memory, which :func:`replica_memory` memoizes by the
+    job, the laid-out workload, the GPU and the degree (so it fixes ``shape``, the model's
+    FLOPs and, the request's constraints given, the link and the collectives library; the
+    entry keeps it alive, so its ``id`` is not reused), and by what the GPU context adds
+    (its rates, kept alive by the stepper, and bandwidth share) and the engine's step
+    factor."""
+    key = (id(memory), id(replica.rates), replica.mbu, replica.mbu_given, replica.serial)
+    hit = oracle.steppers.get(key)
+    if hit is None:
+        oracle.steppers[key] = (memory, Stepper(job.flops, shape, replica))
+        return oracle.steppers[key][1]
+    return hit[1]
 
 
 def _profile(
@@ -783,10 +805,12 @@ def serve_option(
     tp: int,
     memory: ReplicaMemory,
     c: Constraints,
+    oracle: MemoryOracle,
     replicas: int | None = None,
 ) -> Option:
     """Replicas of ``tp`` GPUs served as a server would, ``replicas`` of them (default:
-    as many as the request rate needs); timed even when they do not fit."""
+    as many as the request rate needs); timed even when they do not fit. ``oracle``: the
+    request's memo (the replica's step function, :func:`stepper_for`)."""
     gpu = ctx.gpu
     assert ctx.rates is not None
     iv = job.inference
@@ -803,7 +827,7 @@ def serve_option(
         mbu_given=ctx.mbu_given,
     )
     static_batch = w.batch_size > 1 or not spec.paged
-    stepper = Stepper(job.flops, shape, replica)  # every step this option times
+    stepper = stepper_for(job, oracle, memory, shape, replica)  # every step this option times
 
     def run(batch: int) -> Served:
         return serve(
