@@ -561,6 +561,18 @@ def _recommend_ab_rest() -> str:
     return span([r["ratio"] for r in rest], 2, "×") + " as much"
 
 
+@figure("recommend_instructions.table")
+def _recommend_instructions_table() -> str:
+    """Instructions per request under two trees (bench/speed/recommend_instructions.py)."""
+    r = results("recommend_instructions.json")
+    rows = ["| case | before | after | ratio |", "| --- | ---: | ---: | ---: |"]
+    for x in r["rows"]:
+        rows.append(
+            f"| {x['case']} | {x['before_minstr']:.1f} M | {x['after_minstr']:.1f} M | {x['ratio']:.3f} |"
+        )
+    return "\n".join(rows)
+
+
 @figure("recommend_ab_shares.walked")
 def _recommend_ab_shares_walked() -> str:
     walked, rest = _ab_split("recommend_ab_shares.json")

@@ -92,12 +92,12 @@ def _compile(source: str) -> None:
 
 
 def run(before: str, after: str, repeat: int = 3, only: str = "") -> dict[str, Any]:
-    _compile(before)
-    _compile(after)
     rows = []
     for case in CASES:
         if only not in case:
             continue
+        _compile(before)  # before each case: a tree edited during a run is compiled here
+        _compile(after)
         b, a = per_request(before, case, repeat), per_request(after, case, repeat)
         rows.append(
             {

@@ -591,8 +591,8 @@ def fewest_servers(
     end moves too); a bisection of the counts' ratio after two probes that fail to halve
     the bracket (the p95 TTFT jumps where a prompt takes one more chunk, and the secant
     cannot see a jump). Exact whatever the guesses: it ends on a count that keeps next to
-    one that misses. On the SLO plans of the catalog it probes 370 counts where doubling
-    and a bisection probed 436."""
+    one that misses. ``bench/speed/slo_search.py`` counts its probes against doubling
+    and a bisection's over the catalog."""
     s_low, s_high = _slack(over_low), _slack(over_high)
     side, stalls = 0, 0
     while high - low > 1:

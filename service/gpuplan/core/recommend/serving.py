@@ -194,9 +194,10 @@ def replica_memory(
 def stepper_for(
     job: Job, oracle: MemoryOracle, memory: ReplicaMemory, shape: ServeShape, replica: Replica
 ) -> Stepper:
-    """The replica's step function, one per request for each replica (memoized on the
-    oracle: the serving search, the disaggregated comparison's decode and prefill pools
-    and the advice time the same replicas, and a stepper keeps the steps it timed).
+    """The replica's step function, one per request for each replica when the request
+    compares disaggregated serving (memoized on the oracle: the serving search and the
+    comparison's decode and prefill pools time the same replicas, and a stepper keeps the
+    steps it timed).
 
     Keyed by ``id`` of the replica's memory, which :func:`replica_memory` memoizes by the
     job, the laid-out workload, the GPU and the degree (so it fixes ``shape``, the model's
@@ -204,6 +205,10 @@ def stepper_for(
     entry keeps it alive, so its ``id`` is not reused), and by what the GPU context adds
     (its rates, kept alive by the stepper, and bandwidth share) and the engine's step
     factor."""
+    if not job.inference.compare_disaggregated:
+        # Only the comparison times a replica twice: kept to the end of the request, the
+        # steppers cost the other serving answers about 1% (what they keep is collected).
+        return Stepper(job.flops, shape, replica)
     key = (id(memory), id(replica.rates), replica.mbu, replica.mbu_given, replica.serial)
     hit = oracle.steppers.get(key)
     if hit is None:
