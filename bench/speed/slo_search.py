@@ -63,30 +63,28 @@ def doubling_then_bisection(kept: Probe, needed: int, most: int) -> int:
     return high
 
 
-def halving(kept: Callable[[float], bool], sat: float) -> float:
-    """``max_rate`` before: eight halvings of the rate from a thousandth of saturation."""
-    low, high = sat * 1e-3, sat
-    if not kept(low):
-        return 0.0
-    for _ in range(8):
+def _bisect(kept: Callable[[float], bool], low: float, high: float, steps: int) -> float:
+    """``steps`` halvings of the rate between one that keeps the targets and one that
+    misses them; the keeping end."""
+    for _ in range(steps):
         mid = (low + high) / 2
         if kept(mid):
             low = mid
         else:
             high = mid
     return low
+
+
+def halving(kept: Callable[[float], bool], sat: float) -> float:
+    """``max_rate`` before: eight halvings of the rate from a thousandth of saturation."""
+    if not kept(sat * 1e-3):
+        return 0.0
+    return _bisect(kept, sat * 1e-3, sat, 8)
 
 
 def turn(kept: Callable[[float], bool], low: float, sat: float) -> float:
     """The turn, to a bisection of 60 steps above a rate that keeps the targets."""
-    high = sat
-    for _ in range(60):
-        mid = (low + high) / 2
-        if kept(mid):
-            low = mid
-        else:
-            high = mid
-    return low
+    return _bisect(kept, low, sat, 60)
 
 
 class Counter:
