@@ -285,16 +285,6 @@ def _erlang_c(servers: int, load: float) -> float:
     return b / (1 - rho * (1 - b))
 
 
-def _slot_seconds(steps: StepTable, n: float, rate: float) -> float:
-    """How long one request holds a slot at occupancy ``n``: its prompt's chunks and its
-    output's decode steps (the last chunk yields the first token). The mean step is
-    :meth:`StepTable.mean_step`'s, from the same look-up of ``n``."""
-    sched = steps.sched
-    decode, chunk, per_token, chunks = steps.point(n)
-    mean = _mean_step(decode, per_token, sched.prompt_tokens, rate)
-    return chunks * chunk + (sched.output_tokens - 1) * mean
-
-
 def _occupancy(steps: StepTable, rate: float) -> float:
     """Mean sequences an arrival finds in flight below the cap: ``m = rate x T(m + 1)``,
     the slot time growing with occupancy (one root, to :data:`OCCUPANCY_TOLERANCE`)."""
@@ -305,8 +295,10 @@ def _occupancy(steps: StepTable, rate: float) -> float:
     points, point = steps._points, steps.point
 
     def gap(m: float) -> float:
-        # rate x _slot_seconds(min(m + 1, cap)) - m, inline in its operations (a search
-        # evaluates it thousands of times).
+        # rate x T(min(m + 1, cap)) - m: T, how long one request holds a slot at that
+        # occupancy, is its prompt's chunks and its output's decode steps (the last
+        # chunk yields the first token), each step the mean step beside the prompts
+        # arriving (:func:`_mean_step`, inline: a search evaluates this thousands of times).
         n = m + 1
         n = cap if cap < n else n
         decode, chunk, per_token, chunks = points.get(n) or point(n)

@@ -99,8 +99,9 @@ class MemoryOracle:
         and the degree."""
         self.steppers: dict[tuple[object, ...], tuple[ReplicaMemory, Stepper]] = {}
         """A serving replica's step function (``serving.stepper_for``), by ``id`` of its
-        memory (kept alive in the entry) and its GPUs: the serving search, its queues and
-        the disaggregated comparison's pools time the steps of the same replicas."""
+        memory (kept alive in the entry) and its GPUs, when the request compares
+        disaggregated serving: the serving search, its queues and the comparison's pools
+        time the steps of the same replicas."""
 
     def laid_out(
         self,

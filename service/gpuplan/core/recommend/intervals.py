@@ -95,18 +95,11 @@ def _spread(
     return hit
 
 
-def _queue_spread(
-    measure: str, load: str, spreads: dict[tuple[object, ...], Spread] | None
-) -> Spread:
-    """The queueing model's spread for ``measure`` at ``load`` (memoized in ``spreads``:
-    it depends on nothing else)."""
-    if spreads is None:
-        return spread(queue_residual_tables()[measure], {"load": load})
-    key = ("queue", measure, load)
-    hit = spreads.get(key)
-    if hit is None:
-        hit = spreads[key] = spread(queue_residual_tables()[measure], {"load": load})
-    return hit
+@cache
+def _queue_spread(measure: str, load: str) -> Spread:
+    """The queueing model's spread for ``measure`` at ``load`` (memoized: a function of
+    the shipped data file alone)."""
+    return spread(queue_residual_tables()[measure], {"load": load})
 
 
 def candidate_intervals(
@@ -157,12 +150,12 @@ def candidate_intervals(
                 load = load_regime(under.utilization)
                 out["ttft_p50_s"] = interval(
                     under.time_to_first_token_s.p50,
-                    combined(ttft, _queue_spread(QUEUE_TTFT, load, spreads)),
+                    combined(ttft, _queue_spread(QUEUE_TTFT, load)),
                     COVERAGE,
                 )
                 out["tpot_p50_s"] = interval(
                     under.time_per_output_token_s.p50,
-                    combined(tpot, _queue_spread(QUEUE_TPOT, load, spreads)),
+                    combined(tpot, _queue_spread(QUEUE_TPOT, load)),
                     COVERAGE,
                 )
     out["throughput"] = interval(p.throughput.value, rate, COVERAGE)

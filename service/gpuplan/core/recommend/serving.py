@@ -212,8 +212,7 @@ def stepper_for(
     key = (id(memory), id(replica.rates), replica.mbu, replica.mbu_given, replica.serial)
     hit = oracle.steppers.get(key)
     if hit is None:
-        oracle.steppers[key] = (memory, Stepper(job.flops, shape, replica))
-        return oracle.steppers[key][1]
+        hit = oracle.steppers[key] = (memory, Stepper(job.flops, shape, replica))
     return hit[1]
 
 
