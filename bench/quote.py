@@ -736,6 +736,16 @@ def _published_search_unanswered() -> str:
     return str(sum(1 for r in rows if r["search"] is None and not r["given_fits"]))
 
 
+@figure("published_fits.refused")
+def _published_fits_refused() -> str:
+    return str(results("published_fits.json")["summary"]["refused"])
+
+
+@figure("published_fits.refused_at_centre")
+def _published_fits_refused_at_centre() -> str:
+    return str(results("published_fits.json")["summary"]["refused_at_centre"])
+
+
 def _run(run_id: str) -> dict[str, Any]:
     r = _published()
     for row in r["runs"]:

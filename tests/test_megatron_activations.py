@@ -21,7 +21,7 @@ from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.hf_config import from_hf_config
 from gpuplan.core.memory.layers import Step, Trainable, layer_cost
 from gpuplan.core.memory.numerics import numerics_for
-from gpuplan.core.memory.schema import EstimateRequest
+from gpuplan.core.memory.schema import EstimateRequest, Precision
 
 GPT = {"model_type": "gpt2", "n_embd": 1024, "n_layer": 4, "n_head": 16, "vocab_size": 512}
 """GPT-2's block with Megatron's defaults: a 4h MLP, dropout 0.1 after attention and MLP."""
@@ -116,3 +116,84 @@ def test_megatrons_memory_tool_rows_within_two_percent_with_the_legacy_terms() -
     for row in megatron_tool.run()["rows"]:
         assert abs(row["legacy_error"]) < 0.02, row
         assert row["error"] < row["legacy_error"], row
+
+
+QWEN3_MOE = {"model_type": "qwen3_moe", "hidden_size": 1024, "intermediate_size": 3072,
+             "moe_intermediate_size": 384, "num_experts": 32, "num_experts_per_tok": 4,
+             "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+             "head_dim": 128, "vocab_size": 512, "decoder_sparse_step": 1,
+             "mlp_only_layers": []}  # fmt: skip
+"""A small Qwen3-MoE: every layer routed, 32 experts of 384, 4 per token."""
+
+
+def _moe_mlp_saved(precision: Precision, **step: Any) -> tuple[float, int]:
+    """The MoE layer's MLP half per token, and the tokens' routed pairs per token."""
+    arch = from_hf_config(QWEN3_MOE)[0]
+    seq = 256
+    d = dims_for(arch, 1, seq, tp=1, sp=False)
+    cost = layer_cost(
+        arch, d, numerics_for(precision, "cuda"), Step(training=True, **step), moe_layer=True
+    )
+    return cost.mlp_saved / seq, 4
+
+
+@pytest.mark.parametrize(("precision", "kept"), [("bf16", 2), ("fp8", 1)])
+def test_megatrons_grouped_experts_keep_their_linears_inputs_and_the_swiglus(
+    precision: Precision, kept: int
+) -> None:
+    """Megatron-core's TEGroupedMLP (megatron/core/transformer/moe/experts.py): per routed
+    pair, fc1's input as Transformer Engine saves it (1 byte under fp8), fc1's output (2 x
+    384, 16-bit) for the weighted SwiGLU, the pair's fp32 probability, fc2's input; per
+    token, the router's fp32 scores over the 32 experts and its gating linear's 16-bit
+    input. The permutations keep indices only, and no expert output is kept."""
+    h, f, experts = 1024, 384, 32
+    got, pairs = _moe_mlp_saved(precision, eager=False, **MEGATRON)
+    per_pair = kept * (h + f) + 2 * 2 * f + 4
+    norm = 2 * h + 4  # the fused RMSNorm: its input and an fp32 statistic
+    assert got == pytest.approx(pairs * per_pair + 4 * experts + 2 * h + norm)
+
+
+def test_an_eager_moe_block_keeps_more_than_megatrons_experts() -> None:
+    """Hugging Face's MoE block keeps the gathered tokens, the gate and up projections, the
+    activation and the product, and each expert's output for its routing weight: in bf16
+    about twice what Megatron's grouped experts keep, in fp8 more than twice."""
+    precisions: tuple[Precision, ...] = ("bf16", "fp8")
+    for precision in precisions:
+        megatron, _ = _moe_mlp_saved(precision, eager=False, **MEGATRON)
+        eager, _ = _moe_mlp_saved(precision, eager=False)
+        assert eager > 1.6 * megatron
+
+
+def test_megatron_bridges_qwen3_moe_h100_layout_fits_the_gpu_it_ran_on() -> None:
+    """Megatron-Bridge 25.11 ran Qwen3-30B-A3B on 16 H100 at PP 2 x VP 24, EP 8, micro-batch
+    2 of 4096 tokens in FP8 (bench/published/runs.toml, mbridge2511-qwen3-30b-a3b-h100x16-fp8cs).
+    Its estimate held the eager MoE count and three micro-batches in flight, 129 GiB on
+    an 80 GB GPU; with Megatron's expert kernels and the schedule's 49 one-layer chunks
+    (2.04 stages) it is within the GPU."""
+    from bench.published.runs import load
+
+    run = next(r for r in load() if r["id"] == "mbridge2511-qwen3-30b-a3b-h100x16-fp8cs")
+    request = run["request"]
+    body = {"model": request["model"], "workload": request["workload"], "gpu": run["gpu"]}
+    response = estimate(msgspec.convert(body, EstimateRequest), builtin_catalog())
+    assert response.device_bytes < 79.6 * 2**30
+
+
+def test_megatrons_shared_expert_keeps_a_plain_mlps_inputs() -> None:
+    """Qwen2-MoE's shared expert under Megatron (SharedExpertMLP: Transformer Engine linears
+    and the fused SwiGLU): fc1's own copy of the input, the SwiGLU's input (2 x 512) and
+    fc2's input, beside its 16-bit output, which the sigmoid gate's product keeps."""
+    config = {**QWEN3_MOE, "model_type": "qwen2_moe", "shared_expert_intermediate_size": 512}
+    arch = from_hf_config(config)[0]
+    d = dims_for(arch, 1, 256, tp=1, sp=False)
+
+    def mlp(precision: Precision) -> float:
+        step = Step(training=True, eager=False, fused_norms=True, fused_activation=True)
+        num = numerics_for(precision, "cuda")
+        return layer_cost(arch, d, num, step, moe_layer=True).mlp_saved / 256
+
+    routed_bf16, _ = _moe_mlp_saved("bf16", eager=False, **MEGATRON)
+    routed_fp8, _ = _moe_mlp_saved("fp8", eager=False, **MEGATRON)
+    h, fs = 1024, 512
+    assert mlp("bf16") - routed_bf16 == pytest.approx(2 * (h + fs) + 2 * 2 * fs + 2 * h)
+    assert mlp("fp8") - routed_fp8 == pytest.approx(1 * (h + fs) + 2 * 2 * fs + 2 * h)

@@ -78,7 +78,7 @@ def legacy_terms(micro: int, pipeline: int, tensor: int, accumulation: int) -> i
     body = request(micro, micro * accumulation, 1, pipeline, tensor)
     p = msgspec.convert(body, EstimateRequest).workload.parallelism
     held = math.ceil(LAYERS / pipeline) * in_flight(p, accumulation)
-    return per_layer * held
+    return round(per_layer * held)
 
 
 def run() -> dict[str, Any]:

@@ -6,7 +6,6 @@ step's timeline to its peak, and adds what lives outside the tensors. Nothing he
 reads the clock, the environment or the network.
 """
 
-import math
 from operator import attrgetter
 
 import msgspec
@@ -710,19 +709,28 @@ def _scaled(counts: ParameterCount, total: int) -> ParameterCount:
     )
 
 
-def in_flight(p: Parallelism, micro_batches: int) -> int:
-    """Micro-batches whose activations the first pipeline stage holds at once.
+def in_flight(p: Parallelism, micro_batches: int) -> float:
+    """Micro-batches whose activations the first pipeline stage holds at once, in whole
+    stages' worth.
 
     GPipe runs every forward before any backward: all of them. 1F1B starts a backward as
     soon as the last stage can: the pipeline depth at most. Interleaving ``v`` chunks per
     stage holds ``1 + (p - 1) / (p v)`` times that (Megatron-LM's
-    ``interleaved_schedule_memory_penalty``, megatron/training/theoretical_memory_usage.py).
-    """
+    ``interleaved_schedule_memory_penalty``, megatron/training/theoretical_memory_usage.py,
+    which scales the activations by it). It is exact, not rounded: the first stage runs
+    ``2 (p - 1) + (v - 1) p`` warm-up chunks and one more forward before its first
+    backward (NVIDIA/Megatron-LM megatron/core/pipeline_parallel/schedules.py at d98e8a64dd,
+    ``get_pp_rank_microbatches``, with its default ``microbatch_group_size_per_vp_stage``
+    of ``p``), ``p v + p - 1`` chunks of ``1 / v``
+    of its layers: ``p + (p - 1) / v`` stages' worth. (The file's ``math.ceil`` of it is
+    ``in_flight_microbatches``, a count it prints, not the factor it applies; rounding up
+    held a whole stage more at ``p = 2, v = 24``: 3 for 2.04.) Never more than every
+    chunk of every micro-batch."""
     if p.pipeline <= 1:
-        return 1
+        return 1.0
     if p.pipeline_schedule == "gpipe":
-        return micro_batches
+        return float(micro_batches)
     if p.virtual_stages > 1:
         penalty = 1 + (p.pipeline - 1) / (p.pipeline * p.virtual_stages)
-        return min(math.ceil(penalty * p.pipeline), micro_batches)
-    return min(p.pipeline, micro_batches)
+        return min(penalty * p.pipeline, float(micro_batches))
+    return float(min(p.pipeline, micro_batches))

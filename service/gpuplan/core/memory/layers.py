@@ -282,8 +282,20 @@ def _plain_mlp(arch: Architecture, d_ffn: float, m: int) -> float:
     return 2 * m * d_ffn
 
 
-def _moe(arch: Architecture, d: Dims, num: Numerics) -> tuple[float, float, float]:
-    """Routed experts with grouped matmuls: (saved, backward extra, forward peak)."""
+def _moe(
+    arch: Architecture, d: Dims, num: Numerics, *, grouped_mlp: bool = False
+) -> tuple[float, float, float]:
+    """Routed experts with grouped matmuls: (saved, backward extra, forward peak).
+
+    ``grouped_mlp``: Megatron-core's ``TEGroupedMLP`` (NVIDIA/Megatron-LM
+    megatron/core/transformer/moe/experts.py at d98e8a64dd) behind its token dispatcher,
+    which keep less than an eager MoE block. The permutations keep only their indices
+    (``permute`` and ``unpermute`` gather and scatter rows by them), and the router
+    probabilities are applied inside the activation (``weighted_bias_swiglu_impl`` with
+    ``permuted_probs``), so no expert output is kept for their gradient. What stays, per
+    routed (token, expert) pair: fc1's input as Transformer Engine's ``GroupedLinear``
+    saves it (an fp8 copy under an fp8 recipe), fc1's output for the SwiGLU's backward,
+    the pair's fp32 probability, and fc2's input (fp8 likewise)."""
     moe = arch.moe
     assert moe is not None
     m = num.matmul
@@ -291,13 +303,39 @@ def _moe(arch: Architecture, d: Dims, num: Numerics) -> tuple[float, float, floa
     pair_h = pairs * arch.hidden_size
     pair_f = pairs * moe.expert_intermediate_size
     router = FP32 * d.tokens * moe.num_experts  # fp32 softmax of the router logits
-    # Gathered tokens, gate_up output (kept whole through the gate view), act, act*up,
-    # and the expert output kept by its routing-weight scale.
-    saved = router + m * (2.0 * pair_h + 4.0 * pair_f)
+    if grouped_mlp:
+        kept = num.saved_linear_input
+        fc1_out = 2.0 if arch.mlp_gated else 1.0
+        saved = router + kept * (pair_h + pair_f) + m * fc1_out * pair_f + FP32 * pairs
+    else:
+        # Gathered tokens, gate_up output (kept whole through the gate view), act, act*up,
+        # and the expert output kept by its routing-weight scale.
+        saved = router + m * (2.0 * pair_h + 4.0 * pair_f)
     if moe.shared_intermediate_size:
         shared = d.tokens * moe.shared_intermediate_size
-        saved += 4 * m * shared + (m * d.hidden_full if moe.shared_expert_gate else 0.0)
+        if grouped_mlp:
+            # Megatron's shared expert is a plain MLP of Transformer Engine linears and a
+            # fused SwiGLU: fc1's own (fp8) copy of its input, the SwiGLU's input, fc2's.
+            kept = num.saved_linear_input
+            saved += kept * (d.hidden_full + shared) + 2 * m * shared
+        else:
+            saved += 4 * m * shared
+        saved += m * d.hidden_full if moe.shared_expert_gate else 0.0
     return saved, 2 * m * pair_f + m * pair_h, m * (pair_h + 3 * pair_f)
+
+
+def _moe_half(
+    arch: Architecture, d: Dims, num: Numerics, step: Step, ef: float
+) -> tuple[float, float, float, float]:
+    """An MoE layer's MLP half: (saved, backward extra, forward peak) of the experts
+    (:func:`_moe`), and what the MLP input costs to keep."""
+    if step.fused_activation and step.trainable.full:
+        # Megatron-core's experts; the router's gating linear, a matmul of its own
+        # (megatron/core/transformer/moe/router.py), keeps the MLP input in 16 bits.
+        return (*_moe(arch, d, num, grouped_mlp=True), num.matmul * ef)
+    # Forward: the gathered tokens and the experts' temporaries; the router and the
+    # gathered copies read the input.
+    return (*_moe(arch, d, num), _inputs(ef, num, 1))
 
 
 def llama_layer(
@@ -340,8 +378,7 @@ def llama_layer(
         2 * (FP32 + (FP32 if t.weights_grad else 0.0)) * e if arch.norms_per_layer == 4 else 0.0
     )
     if moe_layer:
-        mlp, mlp_bw, mlp_fw = _moe(arch, d, num)  # forward: gathered tokens and expert temporaries
-        mlp_in = _inputs(ef, num, 1)  # the router, and the gathered copies, read it
+        mlp, mlp_bw, mlp_fw, mlp_in = _moe_half(arch, d, num, step, ef)
     elif step.fused_activation and t.full:
         # Megatron's one fc1 (gate and up) keeps its input; its output is kept by the
         # fused SwiGLU, whose product fc2 keeps. (Adapters keep the eager count.)

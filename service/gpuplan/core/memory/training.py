@@ -46,7 +46,7 @@ def training_peak(
     checkpointing: str,
     every: int = 1,
     accumulation_steps: int,
-    in_flight: int,
+    in_flight: float,
     residual_grad: float,
     head_grads: float,
     tied_embedding_grad: float,
@@ -256,7 +256,7 @@ def _step_end(
 
 
 def _kept(
-    layers: list[LayerCost], checkpointing: str, every: int, in_flight: int, *, offload: bool
+    layers: list[LayerCost], checkpointing: str, every: int, in_flight: float, *, offload: bool
 ) -> list[float]:
     """Bytes each layer keeps from its forward to its backward. Checkpointed layers (one
     in ``every``) keep their input (full) or the op policy's outputs (selective_op) and
