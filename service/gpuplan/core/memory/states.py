@@ -451,8 +451,12 @@ def model_states(
         if training
         else 0.0
     )
-    if framework == "deepspeed" and w.optimizer in ("adam", "adamw"):
-        temp = 0.0  # DeepSpeed's FusedAdam updates in place (multi-tensor apply)
+    if framework in ("deepspeed", "megatron") and w.optimizer in ("adam", "adamw"):
+        # Both step with a FusedAdam that updates in place (multi-tensor apply): DeepSpeed's
+        # own, and Megatron-core's Transformer Engine one, else apex's
+        # (megatron/core/optimizer/__init__.py at d98e8a64dd: "from
+        # transformer_engine.pytorch.optimizers import FusedAdam as Adam").
+        temp = 0.0
     if training and stage >= 1:
         optimizer, master, temp, partition = optimizer / dp, master / dp, temp / dp, partition / dp
     if training and stage >= 2:
