@@ -129,9 +129,15 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
             ("$.workload.parallelism.zero_stage", "DDP does not shard; use fsdp2 or deepspeed")
         )
     training = w.mode != "inference"
-    for name in ("keep_outputs", "optimizer_in_backward", "activation_offload"):
+    for name in (
+        "keep_outputs",
+        "optimizer_in_backward",
+        "activation_offload",
+        "activation_offload_layers",
+    ):
         if getattr(w, name) and not training:
             errors.append((f"$.workload.{name}", "applies to training"))
+    errors.extend(_check_offload_layers(arch, w))
     if w.loss_chunks > 1 and (
         not training or (arch is not None and (arch.encoder or arch.classifier))
     ):
@@ -175,6 +181,21 @@ def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:
     if given != "fp32" and (w.precision == "fp32" or given != half):
         allowed = "fp32" if w.precision == "fp32" else f"fp32 or {half}"
         return [(path, f"{given} gradients under precision {w.precision}: use {allowed}")]
+    return []
+
+
+def _check_offload_layers(arch: Architecture | None, w: Workload) -> list[tuple[str, str]]:
+    """Megatron-core's own rules for ``cpu_offloading_num_layers``
+    (megatron/core/transformer/transformer_config.py at d98e8a64dd): fewer than the
+    model's layers, and no pipeline parallelism."""
+    n = w.activation_offload_layers
+    if n <= 0:
+        return []
+    field = "$.workload.activation_offload_layers"
+    if w.parallelism.pipeline > 1:
+        return [(field, "offloads the layers of a model that is not split into pipeline stages")]
+    if arch is not None and n >= arch.num_layers:
+        return [(field, f"must be fewer than the model's {arch.num_layers} layers")]
     return []
 
 

@@ -454,7 +454,7 @@ def _training(
         if arch.tie_word_embeddings and not arch.classifier and not flat
         else 0.0,
         held=held,
-        offload=w.activation_offload,
+        offload_layers=offloaded_layers(w, len(costs)),
         in_backward=in_backward,
         in_backward_layer=in_backward_layer,
         # Megatron-core allocates its gradient buffer once, when the model is wrapped
@@ -707,6 +707,14 @@ def _scaled(counts: ParameterCount, total: int) -> ParameterCount:
         final=counts.final,
         layers=layers,
     )
+
+
+def offloaded_layers(w: Workload, local_layers: int) -> int:
+    """How many of the GPU's layers, the first ones, offload their saved activations:
+    ``activation_offload_layers``, else every layer under ``activation_offload``."""
+    if w.activation_offload_layers > 0:
+        return min(w.activation_offload_layers, local_layers)
+    return local_layers if w.activation_offload else 0
 
 
 def in_flight(p: Parallelism, micro_batches: int) -> float:

@@ -353,6 +353,16 @@ class Workload(Record):
     (torchtune's ``OffloadActivations``, prefetching the next layer's): on the GPU only
     the layer being run holds its activations (and the loss its own)."""
 
+    activation_offload_layers: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Only this many of the GPU's layers, the first ones, move their saved activations
+    to CPU memory (Megatron-core's ``cpu_offloading_num_layers``, which turns the offload
+    on by itself: megatron/training/arguments.py; Megatron-Bridge's performance presets
+    offload 40 of Llama 3 70B's 80 layers on GB200 and 20 on GB300). The rest keep theirs
+    on the GPU; an offloaded layer's come back for its backward with the next one's
+    prefetched. 0: every layer with ``activation_offload``, else none. Fewer than the
+    model's layers, and without pipeline parallelism, as Megatron-core requires. The speed
+    model does not time the copies."""
+
     compile: bool = False
     """``torch.compile`` of the layers (Llama-style and GPT-2 families): in a Llama-style
     layer fused norms keep only their input, the SwiGLU MLP only the gate and up

@@ -51,7 +51,7 @@ def training_peak(
     head_grads: float,
     tied_embedding_grad: float,
     held: float = 0.0,
-    offload: bool = False,
+    offload_layers: int = 0,
     in_backward: float = -1.0,
     in_backward_layer: float = 0.0,
     persistent_gradients: bool = False,
@@ -61,9 +61,9 @@ def training_peak(
     ``in_flight``: micro-batches whose activations one GPU holds at once (1F1B pipeline
     schedules keep up to the pipeline depth on the first stage). ``held``: bytes the loop
     keeps from the forward to the end of the step (the model's outputs), alive at every
-    moment of the backward, the layers' included. ``offload``:
-    layers' saved activations wait in CPU memory; a layer's come back for its backward,
-    the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
+    moment of the backward, the layers' included. ``offload_layers``:
+    the first this many layers' saved activations wait in CPU memory; a layer's come back
+    for its backward, the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
     the backward (these bytes of temporaries at a time), so gradients do not pile up;
     ``in_backward_layer``: the same for a layer's largest weight, stepped inside the
     layer's backward: an MLP weight's gradient hook (``AccumulateGrad`` runs as soon as
@@ -74,7 +74,7 @@ def training_peak(
     byte exists from the step's start, and none is born as a separate tensor.
     """
     checkpointed_any = checkpointing in ("full", "selective_op")
-    kept = _kept(layers, checkpointing, every, in_flight, offload=offload)
+    kept = _kept(layers, checkpointing, every, in_flight, offload_layers=offload_layers)
     stepping = in_backward >= 0
     total_grads = 0.0 if stepping else states.gradients
     # After the first micro-step of an accumulation, all gradients exist throughout,
@@ -104,8 +104,10 @@ def training_peak(
         while index - run >= 0 and _same(layers, grads, kept, index - run, index):
             run += 1
         ends = {index, index - run + 1}
-        if states.gather_bottom is not None and index - run + 1 <= 1 <= index:
-            ends.add(1)  # the first layer gathers less: the run's total bends before it
+        if (states.gather_bottom is not None or offload_layers > 1) and index - run < 1 <= index:
+            # The first layer gathers less, or prefetches no next layer's activations:
+            # the run's total bends before it.
+            ends.add(1)
         for position in sorted(ends, reverse=True):
             skipped = index - position  # identical layers already walked in this run
             lc, lg = layers[position], grads[position]
@@ -116,7 +118,7 @@ def training_peak(
             # kept outputs are among them).
             recomputed = checkpointed_any and position % every == 0
             own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
-            if offload and position > 0:
+            if 0 < position < offload_layers:
                 own += layers[position - 1].saved  # the next layer's, prefetched
             gather = (
                 states.gather_bottom
@@ -256,22 +258,28 @@ def _step_end(
 
 
 def _kept(
-    layers: list[LayerCost], checkpointing: str, every: int, in_flight: float, *, offload: bool
+    layers: list[LayerCost],
+    checkpointing: str,
+    every: int,
+    in_flight: float,
+    *,
+    offload_layers: int = 0,
 ) -> list[float]:
     """Bytes each layer keeps from its forward to its backward. Checkpointed layers (one
     in ``every``) keep their input (full) or the op policy's outputs (selective_op) and
-    hold all their activations again in their backward; offloaded ones keep nothing here."""
-    if offload:
-        return [0.0 for _ in layers]
+    hold all their activations again in their backward; offloaded ones (the first
+    ``offload_layers``) keep nothing here."""
     if checkpointing == "full":
-        return [
+        kept = [
             (lc.input if i % every == 0 else lc.saved) * in_flight for i, lc in enumerate(layers)
         ]
-    if checkpointing == "selective_op":
-        return [
+    elif checkpointing == "selective_op":
+        kept = [
             (lc.op_saved if i % every == 0 else lc.saved) * in_flight for i, lc in enumerate(layers)
         ]
-    return [lc.saved * in_flight for lc in layers]
+    else:
+        kept = [lc.saved * in_flight for lc in layers]
+    return [0.0] * min(offload_layers, len(kept)) + kept[offload_layers:]
 
 
 def _same(
