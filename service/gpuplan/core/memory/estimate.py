@@ -188,6 +188,7 @@ def _layer_costs(
         sharded_linear_inputs=framework_of(w) == "megatron"
         and w.parallelism.sequence_parallel
         and w.parallelism.tensor > 1,
+        fused_gpt=w.fused_kernels,
     )
     p = w.parallelism
     local = -(-arch.num_layers // p.pipeline)
@@ -374,7 +375,7 @@ def _training(
 ) -> Peak:
     p = w.parallelism
     lora = w.mode in ("finetune_lora", "finetune_qlora")
-    head = head_cost(arch, d, num, training=True, head_trains=not lora)
+    head = head_cost(arch, d, num, training=True, head_trains=not lora, fused=w.fused_kernels)
     if w.compile or framework_of(w) == "megatron":
         head = msgspec.structs.replace(head, norm_backward=0.0)  # one fused norm kernel
     if num.amp:

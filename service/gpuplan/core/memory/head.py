@@ -34,12 +34,22 @@ class HeadCost(Record, kw_only=True):
 
 
 def head_cost(
-    arch: Architecture, d: Dims, num: Numerics, *, training: bool, head_trains: bool
+    arch: Architecture,
+    d: Dims,
+    num: Numerics,
+    *,
+    training: bool,
+    head_trains: bool,
+    fused: bool = False,
 ) -> HeadCost:
+    """``fused``: flash-attention's training GPT (``workload.fused_kernels``), see
+    :func:`_fused_gpt_head`."""
     m, r, e, ef, tv = num.matmul, num.residual, d.hidden, d.hidden_full, d.logits
     ids = 8.0 * d.tokens
     if arch.classifier:
         return _classifier(arch, d, num, training=training, head_trains=head_trains)
+    if fused and training:
+        return _fused_gpt_head(arch, d, num)
     embedding = ids
     if training and arch.embedding_dropout > 0:
         embedding += num.dropout_mask * e
@@ -74,6 +84,27 @@ def head_cost(
         loss_forward=m * tv + upcast,
         loss_backward=2 * FP32 * tv,
         norm_backward=_rms_norm_backward(arch, e, final) if training else 0.0,
+    )
+
+
+def _fused_gpt_head(arch: Architecture, d: Dims, num: Numerics) -> HeadCost:
+    """flash-attention's training GPT: the final dropout-add-LayerNorm keeps the fp32
+    residual sum, its dropout mask and two fp32 statistics per token; the head its
+    input; and its cross-entropy (``flash_attn.losses.cross_entropy.CrossEntropyLoss``
+    with ``inplace_backward: True``, as training/configs/experiment/pile/base.yaml sets
+    it) keeps the 16-bit logits and a log-sum-exp per token, and writes the logits'
+    gradient over them (flash_attn/losses/cross_entropy.py at 0b037c2d): no fp32 copy
+    and no gradient beside them."""
+    m, e, tv = num.matmul, d.hidden, d.logits
+    mask = num.dropout_mask * e if arch.hidden_dropout > 0 else 0.0
+    embedding = 8.0 * d.tokens + (num.dropout_mask * e if arch.embedding_dropout > 0 else 0.0)
+    final = FP32 * e + mask + 2 * FP32 * d.tokens + m * d.hidden_full
+    return HeadCost(
+        embedding_saved=embedding,
+        final_saved=final,
+        logits_saved=m * tv + FP32 * d.tokens,
+        loss_forward=FP32 * d.tokens,
+        loss_backward=0.0,
     )
 
 

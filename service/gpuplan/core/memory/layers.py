@@ -98,6 +98,11 @@ class Step(Record, kw_only=True):
     megatron/core/fusions/fused_bias_swiglu.py saves only its input): it keeps the first
     linear's output, and its own output is the second linear's saved input."""
 
+    fused_gpt: bool = False
+    """flash-attention's training GPT (``workload.fused_kernels``): fused dropout-add-
+    LayerNorm, fused dense and fused MLP kernels, FlashAttention on the packed qkv (see
+    :func:`_fused_gpt_halves`)."""
+
     sharded_linear_inputs: bool = False
     """Megatron's sequence parallelism: a column-parallel linear keeps its own sequence
     shard of the input and all-gathers it again in the backward (NVIDIA/Megatron-LM
@@ -462,15 +467,19 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
         ef, num, 1 if t.saves("c_fc", "dense_h_to_4h", "fc1", "intermediate.dense") else 0
     )
     if family == "gpt2":
-        # ln_1 input; c_attn's input; its q/k/v are views, copied for the batched matmul.
-        # SDPA keeps the views: c_attn's output (q and, with multi-query, one k and v head)
         v_storage = m * d.key if eager else m * (d.query + 2 * d.key)
         core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=v_storage)
         # The query is a view of c_attn's output: its keys and values stay alive beside
         # the cache's copies of them while the attention runs.
         core_fw += 2 * m * d.key
-        attn = r * e + qkv_in + core + m * d.query + mask
-        mlp_half = r * e + fc_in + mlp + mask  # ln_2 input (residual sum)
+        if step.fused_gpt and t.full:
+            attn, mlp_half = _fused_gpt_halves(d, num, mask)
+        else:
+            # ln_1 input; c_attn's input; its q/k/v are views, copied for the batched
+            # matmul. SDPA keeps the views: c_attn's output (q and, with multi-query, one
+            # k and v head).
+            attn = r * e + qkv_in + core + m * d.query + mask
+            mlp_half = r * e + fc_in + mlp + mask  # ln_2 input (residual sum)
     elif family == "neox":
         # One input for both norms (parallel residual); q, k rebuilt by rotary; q, k and
         # v are split into copies, and the attention output is copied once more before
@@ -493,18 +502,7 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
         core, core_bw, core_fw = _core(arch, d, num, step, dropout=attn_drop, v_storage=m * d.key)
         attn = qkv_in + core + m * d.query + mask + r * e  # + LN1 input
         mlp_half = fc_in + mlp + mask + r * e  # + LN2 input
-    # The MLP's backward peaks in the activation's backward. By then the second linear's
-    # backward has freed its input (the activation's output, unless relu keeps it as its
-    # own) and the dropout after it its mask. Beside what is left: GPT-2's written-out
-    # GELU holds the incoming gradient and the two of its last product; GELU the
-    # incoming gradient and its own; relu both beside its kept output.
-    if step.fused_activation and t.full:
-        mlp_bw = 2 * m * d.ffn
-    elif arch.activation == "relu":
-        mlp_bw = 2 * m * d.ffn - (mask if family in ("gpt2", "opt", "bert") else 0.0)
-    else:
-        freed = m * d.ffn + (mask if family in ("gpt2", "opt", "bert") else 0.0)
-        mlp_bw = (3 if arch.activation == "gelu_new" else 2) * m * d.ffn - freed
+    mlp_bw = _plain_mlp_backward(arch, d, num, step, mask)
     # No-grad MLP: fc1's output and the activation's (GPT-2's written-out GELU holds
     # x, 0.5x and two temporaries at its deepest).
     mlp_fw = (4 if arch.activation == "gelu_new" else 2) * m * d.ffn
@@ -523,6 +521,42 @@ def layernorm_layer(arch: Architecture, d: Dims, num: Numerics, step: Step) -> L
         core_bw=core_bw,
         forward=max(core_fw, mlp_fw + num.residual * d.hidden),
     )
+
+
+def _plain_mlp_backward(
+    arch: Architecture, d: Dims, num: Numerics, step: Step, mask: float
+) -> float:
+    """What a plain MLP's backward adds at its peak, in the activation's backward. By
+    then the second linear's backward has freed its input (the activation's output,
+    unless relu keeps it as its own) and the dropout after it its mask. Beside what is
+    left: GPT-2's written-out GELU holds the incoming gradient and the two of its last
+    product; GELU the incoming gradient and its own; relu both beside its kept output."""
+    m = num.matmul
+    dropped = mask if arch.family in ("gpt2", "opt", "bert") else 0.0
+    if step.fused_activation and step.trainable.full:
+        return 2 * m * d.ffn
+    if arch.activation == "relu":
+        return 2 * m * d.ffn - dropped
+    return (3 if arch.activation == "gelu_new" else 2) * m * d.ffn - (m * d.ffn + dropped)
+
+
+def _fused_gpt_halves(d: Dims, num: Numerics, mask: float) -> tuple[float, float]:
+    """What flash-attention's training GPT keeps of a layer (``fused_dropout_add_ln``,
+    ``fused_bias_fc``, ``fused_mlp``, ``residual_in_fp32``, FlashAttention;
+    Dao-AILab/flash-attention at 0b037c2d, training/configs/experiment/pile/gpt3s-flash.yaml),
+    as (attention half, MLP half). Each dropout-add-LayerNorm keeps the residual sum it
+    normalizes, in fp32, its dropout mask (a byte) and two fp32 statistics per token
+    (flash_attn/ops/layer_norm.py: ``save_for_backward(xmat, x0_saved, dmask, gamma, mu,
+    rsigma, ...)``); its output is the next linear's saved input (``FusedDenseFunc`` saves
+    ``x``, flash_attn/ops/fused_dense.py). FlashAttention keeps the packed qkv, its output
+    (the output projection's input) and a log-sum-exp per head and query. The fused MLP
+    at ``checkpoint_lvl`` 0 keeps its input, the pre-activation and the GELU's output
+    (``save_for_backward(x, weight1, weight2, pre_act, output1)``)."""
+    m = num.matmul
+    norm = FP32 * d.hidden + mask + 2 * FP32 * d.tokens
+    attention = norm + m * d.hidden_full + m * (d.query + 2 * d.key) + m * d.query
+    attention += FP32 * d.lse
+    return attention, norm + m * d.hidden_full + 2 * m * d.ffn
 
 
 def _cost(

@@ -373,8 +373,10 @@ class Workload(Record):
     """Training a GPT-2 model with flash-attention's fused kernels (its training GPT:
     ``fused_dropout_add_ln``, ``fused_mlp``, ``fused_bias_fc``, ``residual_in_fp32`` and
     ``flash_attn.losses.cross_entropy``): the speed model counts those kernels' traffic
-    (gpuplan.core.perf.step's ``FUSED_*`` bytes) instead of the eager kernels'. The memory
-    is estimated as eager's."""
+    (gpuplan.core.perf.step's ``FUSED_*`` bytes) instead of the eager kernels', and the
+    memory estimate what those kernels keep (gpuplan.core.memory.layers'
+    ``_fused_gpt_halves``; the fused cross-entropy writes its gradient over the 16-bit
+    logits)."""
 
     attention: Attention = "sdpa"
     """``eager`` materializes the s×s scores; ``sdpa``/``flash`` keep only the output and a
