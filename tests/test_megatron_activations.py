@@ -108,13 +108,16 @@ def test_only_megatron_requests_use_its_kernels() -> None:
     assert activations("megatron") < activations(None) == activations("ddp")
 
 
-def test_megatrons_memory_tool_rows_within_two_percent_with_the_legacy_terms() -> None:
+def test_megatrons_memory_tool_rows_within_three_percent_with_the_legacy_terms() -> None:
     """The four rows NVIDIA/Megatron-LM's memory tool README measured (legacy 2023 code,
-    torch.cuda.max_memory_allocated): today's count plus the two terms that code kept
-    beyond Megatron-core (SiLU's output, Megatron's default dropout masks) lands within
-    2%; the estimate for today's kernels sits below, by the size of those terms."""
+    torch.cuda.max_memory_allocated): today's count plus the terms that code kept beyond
+    Megatron-core (SiLU's output, Megatron's default dropout masks, the loss's second fp32
+    copy of the logits) lands within 3% (they read -0.8% to -2.1%; the sequence length is
+    assumed); the estimate for today's kernels sits below, by the size of those terms.
+    (Within 2% before the loss was counted as Megatron-core keeps it, 2026-12-06: the
+    transformers count it held then was 6 bytes a logit larger.)"""
     for row in megatron_tool.run()["rows"]:
-        assert abs(row["legacy_error"]) < 0.02, row
+        assert abs(row["legacy_error"]) < 0.03, row
         assert row["error"] < row["legacy_error"], row
 
 

@@ -375,7 +375,15 @@ def _training(
 ) -> Peak:
     p = w.parallelism
     lora = w.mode in ("finetune_lora", "finetune_qlora")
-    head = head_cost(arch, d, num, training=True, head_trains=not lora, fused=w.fused_kernels)
+    head = head_cost(
+        arch,
+        d,
+        num,
+        training=True,
+        head_trains=not lora,
+        fused=w.fused_kernels,
+        megatron=framework_of(w) == "megatron",
+    )
     if w.compile or framework_of(w) == "megatron":
         head = msgspec.structs.replace(head, norm_backward=0.0)  # one fused norm kernel
     if num.amp:

@@ -41,9 +41,11 @@ def head_cost(
     training: bool,
     head_trains: bool,
     fused: bool = False,
+    megatron: bool = False,
 ) -> HeadCost:
     """``fused``: flash-attention's training GPT (``workload.fused_kernels``), see
-    :func:`_fused_gpt_head`."""
+    :func:`_fused_gpt_head`. ``megatron``: Megatron-core's vocab-parallel cross-entropy
+    (see below)."""
     m, r, e, ef, tv = num.matmul, num.residual, d.hidden, d.hidden_full, d.logits
     ids = 8.0 * d.tokens
     if arch.classifier:
@@ -72,10 +74,24 @@ def head_cost(
             loss_forward=m * tv,
             loss_backward=2 * m * tv,
         )
+    softcap = m * tv if arch.logit_softcap else 0.0  # Gemma-2 keeps tanh's output
+    if megatron and training:
+        # Megatron-core's vocab_parallel_cross_entropy (megatron/core/tensor_parallel/
+        # cross_entropy.py at d98e8a64dd), unfused: an fp32 copy of the logits, made
+        # beside the 16-bit ones, turned into the softmax in place (``torch.exp(...,
+        # out=exp_logits)``, ``exp_logits.div_``) and kept; the backward writes the
+        # gradient over it (``grad_input = softmax``, ``grad_input.mul_``), and autograd
+        # casts it to the logits' 16 bits beside it.
+        return HeadCost(
+            embedding_saved=embedding,
+            final_saved=final + softcap,
+            logits_saved=FP32 * tv,
+            loss_forward=m * tv,
+            loss_backward=m * tv,
+        )
     # Causal LM loss (transformers ForCausalLMLoss): logits.float(), then cross-entropy,
     # whose log-softmax output is kept. Its backward holds log-softmax, its gradient and
     # the logits' gradient, all fp32, at once.
-    softcap = m * tv if arch.logit_softcap else 0.0  # Gemma-2 keeps tanh's output
     upcast = FP32 * tv if m != FP32 else 0.0
     return HeadCost(
         embedding_saved=embedding,
