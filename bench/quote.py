@@ -736,6 +736,11 @@ def _published_search_unanswered() -> str:
     return str(sum(1 for r in rows if r["search"] is None and not r["given_fits"]))
 
 
+@figure("published_fits.runs")
+def _published_fits_runs() -> str:
+    return str(results("published_fits.json")["summary"]["runs"])
+
+
 @figure("published_fits.refused")
 def _published_fits_refused() -> str:
     return str(results("published_fits.json")["summary"]["refused"])
