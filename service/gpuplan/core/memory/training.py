@@ -61,9 +61,10 @@ def training_peak(
     ``in_flight``: micro-batches whose activations one GPU holds at once (1F1B pipeline
     schedules keep up to the pipeline depth on the first stage). ``held``: bytes the loop
     keeps from the forward to the end of the step (the model's outputs), alive at every
-    moment of the backward, the layers' included. ``offload_layers``:
-    the first this many layers' saved activations wait in CPU memory; a layer's come back
-    for its backward, the next one's prefetched. ``in_backward`` >= 0: the optimizer steps each gradient in
+    moment of the backward, the layers' included. ``offload_layers``: the first this many
+    layers' saved activations wait in CPU memory; a layer's come back for its backward,
+    the next one's prefetched during the backward of the layer above it (the first layer
+    kept on the GPU included). ``in_backward`` >= 0: the optimizer steps each gradient in
     the backward (these bytes of temporaries at a time), so gradients do not pile up;
     ``in_backward_layer``: the same for a layer's largest weight, stepped inside the
     layer's backward: an MLP weight's gradient hook (``AccumulateGrad`` runs as soon as
@@ -104,7 +105,7 @@ def training_peak(
         while index - run >= 0 and _same(layers, grads, kept, index - run, index):
             run += 1
         ends = {index, index - run + 1}
-        if (states.gather_bottom is not None or offload_layers > 1) and index - run < 1 <= index:
+        if (states.gather_bottom is not None or offload_layers > 0) and index - run < 1 <= index:
             # The first layer gathers less, or prefetches no next layer's activations:
             # the run's total bends before it.
             ends.add(1)
@@ -118,7 +119,7 @@ def training_peak(
             # kept outputs are among them).
             recomputed = checkpointed_any and position % every == 0
             own = lc.saved + (lc.input if recomputed and checkpointing == "full" else 0.0)
-            if 0 < position < offload_layers:
+            if 0 < position <= offload_layers:
                 own += layers[position - 1].saved  # the next layer's, prefetched
             gather = (
                 states.gather_bottom
