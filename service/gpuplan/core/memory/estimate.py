@@ -396,12 +396,13 @@ def _training(
     per_param = 0.0 if lora else states.gradients / max(states.parameters_local, 1)
     if lora:
         share = states.gradients / max(len(costs), 1) / 2
-        grads = [
+        # Every layer's adapters alike: one record, shared (records are values).
+        one = (
             LayerGrads(mlp=0.0, attention=2 * share)
             if flat
             else LayerGrads(mlp=share, attention=share)
-            for _ in costs
-        ]
+        )
+        grads = [one] * len(costs)
     else:
         # One record per kind of layer: the layers of a kind share one LayerParameters.
         kinds_of = distinct(counts.layers)

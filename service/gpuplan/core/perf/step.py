@@ -360,12 +360,15 @@ def micro_batch(
     framework: Framework,
     *,
     shape_share: Callable[[StepShape, Parallelism, float, bool], float] | None = None,
+    traffic_of: Callable[[], float] | None = None,
 ) -> MicroBatch:
     """The compute of one micro-batch on one GPU, by kind of kernel.
 
     ``shape_share``: :func:`reference_shape_share`, or a memo of it from a caller that
     times the same micro-batch on many GPUs without a kernel table (it does not depend
-    on the GPU)."""
+    on the GPU). ``traffic_of``: the micro-batch's memory-bound bytes
+    (:func:`step_traffic_bytes` of it), from a caller that times it on many GPUs (the
+    bytes do not depend on the GPU, only their time does)."""
     # One GPU's share of a micro-batch: context parallelism splits the sequence, tensor
     # parallelism the width, pipeline parallelism the layers.
     local_tokens = shape.batch_size * shape.seq / lay.context
@@ -415,21 +418,10 @@ def micro_batch(
         attention_s = timed
     else:
         attention_s = attention / (rates.attention_peak_flops * gen.attention_efficiency)
-    traffic = 0.0
-    if shape.fused_kernels and not shape.vision:
-        traffic = fused_traffic_bytes(shape, lay, local_tokens, layers)
-    elif not shape.vision:
-        traffic = layer_traffic_bytes(shape, lay, local_tokens, layers, k=k, framework=framework)
-    if not shape.vision and not shape.causal_skip:
-        # Eager attention and SDPA's math kernel write and read every score: heads x
-        # keys per token.
-        scores = local_tokens * layers * shape.num_heads / lay.tensor * shape.seq
-        per_score = (
-            AUTOCAST_SCORE_BYTES
-            if shape.autocast
-            else k.eager_score_bytes * shape.activation_bytes / 2
-        )
-        traffic += scores * per_score
+    if traffic_of is not None:
+        traffic = traffic_of()
+    else:
+        traffic = step_traffic_bytes(shape, lay, k=k, framework=framework)
     adapter_gemm, adapter_bytes = adapter_work(
         shape, lay, rates, local_tokens, peft=framework.name != "megatron"
     )
@@ -449,6 +441,33 @@ def micro_batch(
         measured,
         attention_forward if shape.causal_skip else 1 / 3,
     )
+
+
+def step_traffic_bytes(
+    shape: StepShape, lay: Parallelism, *, k: Kernels, framework: Framework
+) -> float:
+    """The memory-bound bytes of one micro-batch on one GPU but the adapters': the fused
+    kernels' (``workload.fused_kernels``) or the eager layers' (:func:`layer_traffic_bytes`),
+    and with eager or math attention every score written and read."""
+    if shape.vision:
+        return 0.0
+    tokens = shape.batch_size * shape.seq / lay.context
+    layers = -(-shape.num_layers // lay.pipeline)
+    if shape.fused_kernels:
+        traffic = fused_traffic_bytes(shape, lay, tokens, layers)
+    else:
+        traffic = layer_traffic_bytes(shape, lay, tokens, layers, k=k, framework=framework)
+    if not shape.causal_skip:
+        # Eager attention and SDPA's math kernel write and read every score: heads x
+        # keys per token.
+        scores = tokens * layers * shape.num_heads / lay.tensor * shape.seq
+        per_score = (
+            AUTOCAST_SCORE_BYTES
+            if shape.autocast
+            else k.eager_score_bytes * shape.activation_bytes / 2
+        )
+        traffic += scores * per_score
+    return traffic
 
 
 def eager_layer_bytes(hidden: int, kv_width: int, mlp_width: int, k: Kernels) -> float:

@@ -89,6 +89,9 @@ class MemoryOracle:
         (``step.reference_shape_share``: the same on every GPU without a kernel table), by
         the rung's micro-batch key (:attr:`Rung.micro`, which fixes the shapes, the
         parallelism they read and the rows) and fp8."""
+        self.traffic: dict[tuple[bytes, int, int, int, int, float, bool], float] = {}
+        """A micro-batch's memory-bound bytes (``step.step_traffic_bytes``: the same on
+        every GPU, only their time differs), by the rung's micro-batch key."""
         self.shapes: dict[bytes, StepShape] = {}
         """The speed model's view of a laid-out workload (it does not depend on the GPU)."""
         self.replicas: dict[

@@ -50,6 +50,7 @@ from gpuplan.core.perf.step import (
     reference_shape_share,
     step_floor,
     step_tokens,
+    step_traffic_bytes,
     training_step,
 )
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
@@ -723,13 +724,25 @@ class GpuSearch:
                     hit = shares[key, fp8] = reference_shape_share(shape, lay, tokens, fp8)
                 return hit
 
+            rates = self.ctx.rates
+            traffic = self.oracle.traffic
+
+            def traffic_of() -> float:
+                hit = traffic.get(key)
+                if hit is None:
+                    hit = traffic[key] = step_traffic_bytes(
+                        rung.shape, rung.laid.parallelism, k=rates.kernels, framework=rung.framework
+                    )
+                return hit
+
             micro = self._micros[rung.micro] = micro_batch(
                 self.job.flops,
                 rung.shape,
                 rung.laid.parallelism,
-                self.ctx.rates,
+                rates,
                 rung.framework,
                 shape_share=shape_share,
+                traffic_of=traffic_of,
             )
         return micro
 
