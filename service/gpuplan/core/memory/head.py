@@ -50,11 +50,11 @@ def head_cost(
     ids = 8.0 * d.tokens
     if arch.classifier:
         return _classifier(arch, d, num, training=training, head_trains=head_trains)
-    if fused and training:
-        return _fused_gpt_head(arch, d, num)
     embedding = ids
     if training and arch.embedding_dropout > 0:
         embedding += num.dropout_mask * e
+    if fused and training:
+        return _fused_gpt_head(arch, d, num, embedding)
     if arch.family == "bert":
         embedding += r * e  # embedding LayerNorm input
     # Final norm (see layers._rms_norm: the normalized tensor only for its weight's
@@ -103,7 +103,7 @@ def head_cost(
     )
 
 
-def _fused_gpt_head(arch: Architecture, d: Dims, num: Numerics) -> HeadCost:
+def _fused_gpt_head(arch: Architecture, d: Dims, num: Numerics, embedding: float) -> HeadCost:
     """flash-attention's training GPT: the final dropout-add-LayerNorm keeps the fp32
     residual sum, its dropout mask and two fp32 statistics per token; the head its
     input; and its cross-entropy (``flash_attn.losses.cross_entropy.CrossEntropyLoss``
@@ -113,7 +113,6 @@ def _fused_gpt_head(arch: Architecture, d: Dims, num: Numerics) -> HeadCost:
     and no gradient beside them."""
     m, e, tv = num.matmul, d.hidden, d.logits
     mask = num.dropout_mask * e if arch.hidden_dropout > 0 else 0.0
-    embedding = 8.0 * d.tokens + (num.dropout_mask * e if arch.embedding_dropout > 0 else 0.0)
     final = FP32 * e + mask + 2 * FP32 * d.tokens + m * d.hidden_full
     return HeadCost(
         embedding_saved=embedding,
