@@ -23,8 +23,11 @@ from gpuplan.core.perf.queueing import (
     LoadPoint,
     Scheduler,
     StepTable,
+    _occupancy,
+    chunk_jump_share,
     keeps,
     max_rate,
+    rate_at_occupancy,
     saturation_rate,
     slo_margin,
     under_load,
@@ -182,6 +185,64 @@ def test_the_replica_search_finds_the_fewest_that_keep_the_targets(name: str) ->
             for k in (n - 1, n, n + 1, 2 * n):
                 if k >= 1:
                     assert keeps(steps, rate / k, point.ttft_s.p95, point.tpot_s.p95) == kept(k)
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_the_rate_at_an_occupancy_inverts_the_occupancy(name: str) -> None:
+    """``rate_at_occupancy`` solves ``m = rate x T(m + 1)`` for the rate in closed form:
+    at the occupancy the queue solves for a rate (to its tolerance), it gives that rate
+    back, from a trickle to near saturation."""
+    step, sched = STEPS[name]()
+    steps = StepTable(step, sched)
+    sat = saturation_rate(steps)
+    for load in (0.001, 0.03, 0.3, 0.7, 0.95):
+        m = _occupancy(steps, load * sat)
+        if m >= sched.cap:
+            continue
+        assert rate_at_occupancy(steps, m) == pytest.approx(load * sat, rel=1e-4), load
+
+
+def test_the_chunk_jump_guide_lands_on_the_turn() -> None:
+    """A prompt as long as the budget takes one chunk alone and two beside any decode, so
+    its p95 TTFT jumps where the occupancy it is read at reaches one: a target between
+    the two TTFTs turns there, flat on both sides. The guide puts the turn's count within
+    one of the fewest replicas that keep it (so the search ends in a probe or two), where
+    the slack's secant, which cannot see a jump, needs a bisection."""
+    step, sched = STEPS["prompt fills the budget"]()
+    sat = saturation_rate(StepTable(step, sched))
+    rate = 200 * sat
+    # One chunk at a trickle; two chunks take about twice as long.
+    target = 1.5 * under_load(StepTable(step, sched), 1e-3 * sat).ttft_s.p95
+    steps = StepTable(step, sched)
+
+    def kept(n: int) -> bool:
+        return slo_margin(steps, rate / n, target, None)[0]
+
+    want = next(n for n in range(1, 100_000) if kept(n))
+    low, high = max(want // 3, 1), want * 3
+    assert not kept(low)
+    assert kept(high)
+    share = chunk_jump_share(steps, rate, high, low)
+    assert share is not None
+    assert abs(math.ceil(1 / share) - want) <= 1
+    # Both ends a chunk apart is what the guide reads: none between ends alike.
+    assert chunk_jump_share(steps, rate, high, high + 1) is None
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_the_rate_within_the_slo_is_the_same_after_a_replica_search(name: str) -> None:
+    """``max_rate`` is the highest rate of a fixed grid that keeps the targets, so the
+    figure is the same whether it starts from a replica search's verdicts (as a
+    response's candidates do) or from a fresh table."""
+    step, sched = STEPS[name]()
+    sat = saturation_rate(StepTable(step, sched))
+    for load in (0.05, 0.5, 0.9):
+        point = under_load(StepTable(step, sched), load * sat)
+        targets = (point.ttft_s.p95, point.tpot_s.p95)
+        iv = convert({"slo": {"ttft_p95_s": targets[0], "tpot_p95_s": targets[1]}}, InferenceVolume)
+        searched = StepTable(step, sched)
+        slo_replicas(searched, 20 * sat, 3, iv)
+        assert max_rate(searched, *targets) == max_rate(StepTable(step, sched), *targets)
 
 
 def _body(slo: dict[str, float] | None = None, **inference: Any) -> dict[str, Any]:

@@ -127,7 +127,8 @@ class StepTable:
         self._states: dict[float, _State | LoadPoint] = {}
         self._quantiles: dict[tuple[float, float, bool], tuple[float, float]] = {}
         # Per pair of p95 targets, the highest rate known to keep them and the lowest
-        # known to miss them (:func:`keeps`).
+        # known to miss them, each with its p95 over its target (:func:`keeps`;
+        # :func:`max_rate` starts its secant from them).
         self._verdicts: dict[tuple[float | None, float | None], list[float]] = {}
         self._saturation: float | None = None
 
@@ -414,6 +415,79 @@ def _quantile_at(
     return hit
 
 
+def _quantile_occupancy(cap: int, state: _State, q: float) -> float:
+    """The occupancy the ``q`` quantile of the TTFT is read at: the normal quantile of
+    the Poisson occupancy below the cap, given no wait for a slot; one below the cap when
+    the tail waits for one."""
+    _, m, wait_p, _ = state
+    if 1 - q <= wait_p:
+        return cap - 1.0
+    # min and max of two as conditionals that pick as the builtins do.
+    level = q / (1 - wait_p)
+    level = 0.9999 if level > 0.9999 else level
+    n = m + _NORMAL.inv_cdf(level) * math.sqrt(m)
+    n = 0.0 if n < 0.0 else n
+    return cap - 1.0 if n > cap - 1.0 else n
+
+
+def chunk_jump_share(
+    steps: StepTable, rate: float, kept: int, missed: int, q: float = 0.95
+) -> float | None:
+    """Where the ``q`` TTFT of ``rate`` shared by ``n`` replicas jumps by a chunk, as the
+    share ``1 / n``, between ``kept`` replicas and ``missed`` (both already probed, so
+    their states are memoized); None where both read the TTFT at the same number of
+    chunks. A replica search whose turn is such a jump, flat on both sides, finds it by
+    the occupancy, which is smooth in the rate.
+
+    A prompt takes more chunks than at occupancy ``n`` once the budget's room beside
+    ``floor(n)`` decodes falls below ``prompt / chunks``; the TTFT's quantile is read at
+    ``m + z sqrt(m)`` (``m`` the mean occupancy): the jump is at the mean occupancy
+    where that reaches the threshold (at the ``z`` of the kept end), and at the rate
+    whose mean occupancy that is (:func:`rate_at_occupancy`)."""
+    sched = steps.sched
+    cap = sched.cap
+    low = _state(steps, rate / kept)
+    high = _state(steps, rate / missed)
+    if isinstance(low, LoadPoint) or 1 - q <= low.wait_probability:
+        return None
+    at_low = _quantile_occupancy(cap, low, q)
+    at_high = float(cap) if isinstance(high, LoadPoint) else _quantile_occupancy(cap, high, q)
+    chunks = steps.chunks(at_low)
+    if steps.chunks(at_high) != chunks + 1:
+        return None
+    threshold = max(math.floor(sched.budget - sched.prompt_tokens / chunks) + 1, 0)
+    # The z of the chance to wait for a slot nearest the jump: the missed end's where it
+    # is below saturation and its tail does not wait (the jump lies between the ends).
+    wait = low.wait_probability
+    if not isinstance(high, LoadPoint) and 1 - q > high.wait_probability:
+        wait = high.wait_probability
+    level = q / (1 - wait)
+    z = _NORMAL.inv_cdf(0.9999 if level > 0.9999 else level)
+    root = (-z + math.sqrt(z * z + 4 * threshold)) / 2
+    if root <= 0:
+        return None
+    return rate_at_occupancy(steps, root * root) / rate
+
+
+def rate_at_occupancy(steps: StepTable, m: float) -> float:
+    """The arrival rate whose mean occupancy (:func:`_occupancy`) is ``m``: the root of
+    ``m = rate x T(m + 1)`` in the rate, where the slot time ``T`` is the prompt's chunk
+    steps and the output's mean steps, ``decode / (1 - rate x s x per_token)``: with
+    ``A`` the chunk steps, ``B`` the decode steps and ``C = s x per_token``, the lesser
+    root of ``AC rate^2 - (A + B + mC) rate + m = 0`` (the one below saturation)."""
+    sched = steps.sched
+    n = m + 1
+    n = float(sched.cap) if sched.cap < n else n
+    decode, chunk, per_token, chunks = steps.point(n)
+    a = chunks * chunk
+    b = (sched.output_tokens - 1) * decode
+    c = sched.prompt_tokens * per_token
+    linear = a + b + m * c
+    if a * c <= 0:
+        return m / linear if linear > 0 else math.inf
+    return (linear - math.sqrt(max(linear * linear - 4 * a * c * m, 0.0))) / (2 * a * c)
+
+
 def _quantile(
     steps: StepTable, rate: float, state: _State, q: float, *, serial_prompts: bool
 ) -> tuple[float, float]:
@@ -423,15 +497,7 @@ def _quantile(
     _, m, wait_p, admit_mean = state
     tail = 1 - q
     full = tail <= wait_p
-    # min and max of two as conditionals that pick as the builtins do.
-    if full:
-        level = 0.5
-    else:
-        level = q / (1 - wait_p)
-        level = 0.9999 if level > 0.9999 else level
-    n = m + _NORMAL.inv_cdf(level) * math.sqrt(m)
-    n = 0.0 if n < 0.0 else n
-    n = cap - 1.0 if full or n > cap - 1.0 else n
+    n = _quantile_occupancy(cap, state, q)
     # The prompts ahead: an M/D/1 queue of prefills, each its chunks' steps.
     points = steps._points
     decode, chunk, _, chunks = points.get(n) or steps.point(n)
@@ -496,11 +562,14 @@ def slo_margin(
     if tpot_p95_s is not None:
         kept = kept and tpot <= tpot_p95_s
         over = max(over, tpot / tpot_p95_s)
-    known = steps._verdicts.setdefault((ttft_p95_s, tpot_p95_s), [0.0, math.inf])
+    known = steps._verdicts.get((ttft_p95_s, tpot_p95_s))
+    if known is None:
+        known = steps._verdicts[(ttft_p95_s, tpot_p95_s)] = [0.0, 0.0, math.inf, math.inf]
     if kept:
-        known[0] = rate if rate > known[0] else known[0]
-    else:
-        known[1] = rate if rate < known[1] else known[1]
+        if rate > known[0]:
+            known[0], known[1] = rate, over
+    elif rate < known[2]:
+        known[2], known[3] = rate, over
     return kept, over
 
 
@@ -519,7 +588,7 @@ def keeps(
     if known is not None:
         if rate <= known[0]:
             return True
-        if rate >= known[1]:
+        if rate >= known[2]:
             return False
     return slo_margin(steps, rate, ttft_p95_s, tpot_p95_s)[0]
 
@@ -544,26 +613,103 @@ MAX_RATE_TOLERANCE = 1e-3
 """:func:`max_rate` is within this share below the turn (the figure is shown to three
 significant digits)."""
 
+MAX_RATE_GRID = 8192
+"""Steps of :func:`max_rate`'s grid of rates, even in the logarithm from a thousandth of
+saturation to saturation: each step ``1000 ** (1 / 8192)``, 0.084%, within
+:data:`MAX_RATE_TOLERANCE`."""
+
 
 def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | None) -> float:
     """The highest arrival rate the replica serves within the p95 targets, to
-    :data:`MAX_RATE_TOLERANCE` below the turn (0 when not even a trickle, a thousandth of
-    saturation, does): a bisection of the rate's logarithm, the percentiles growing with
-    the rate. (Halving the rate itself, eight times, left the turn known to a 256th of
-    saturation: 13% of it where a TTFT target binds at 2% of saturation.)"""
+    :data:`MAX_RATE_TOLERANCE` below the turn: the highest rate of a fixed grid
+    (:data:`MAX_RATE_GRID` even steps of the logarithm from a thousandth of saturation to
+    saturation) that keeps them; 0 when not even a trickle, the grid's first rate, does.
+    (Halving the rate itself, eight times, left the turn known to a 256th of saturation:
+    13% of it where a TTFT target binds at 2% of saturation.)
+
+    The figure is the grid's, so it is the same whatever order the probes come in: the
+    search starts from the table's verdicts on either side of the turn (the replica
+    search's, :func:`keeps`) and probes where the secant of the slack over the rate puts
+    the turn, rounded to the grid, with Illinois' rule, and a bisection of the grid
+    after two probes that fail to halve the bracket (a jump in a p95 defeats the
+    secant). ``bench/speed/slo_search.py`` counts its probes."""
     sat = saturation_rate(steps)
     if ttft_p95_s is None and tpot_p95_s is None:
         return sat
-    low, high = sat * 1e-3, sat
-    if not keeps(steps, low, ttft_p95_s, tpot_p95_s):
-        return 0.0
-    while high > low * (1 + MAX_RATE_TOLERANCE):
-        mid = math.sqrt(low * high)
-        if keeps(steps, mid, ttft_p95_s, tpot_p95_s):
-            low = mid
+    first = sat * 1e-3
+    step = math.log(1e3) / MAX_RATE_GRID
+
+    def rate_at(i: int) -> float:
+        return first * math.exp(i * step)
+
+    low, s_low, high, s_high = _grid_bracket(
+        steps._verdicts.get((ttft_p95_s, tpot_p95_s)), rate_at, step, sat
+    )
+    if low == 0 and not math.isfinite(s_low):
+        kept, over = _probe(steps, first, ttft_p95_s, tpot_p95_s)
+        if not kept:
+            return 0.0
+        s_low = _slack(over)
+    side, stalls = 0, 0
+    while high - low > 1:
+        width = high - low
+        x_low, x_high = rate_at(low), rate_at(high)
+        if stalls >= 2 or not math.isfinite(s_low):
+            i, stalls = (low + high) // 2, 0
         else:
-            high = mid
-    return low
+            guess = _secant(x_low, s_low, x_high, s_high)
+            i = int(math.log(guess / first) / step) if guess > 0 else low
+        i = min(max(i, low + 1), high - 1)
+        kept, over = _probe(steps, rate_at(i), ttft_p95_s, tpot_p95_s)
+        if kept:
+            low, s_low = i, _slack(over)
+            s_high = s_high / 2 if side == 1 else s_high
+            side = 1
+        else:
+            high, s_high = i, _slack(over)
+            s_low = s_low / 2 if side == -1 else s_low
+            side = -1
+        stalls = stalls + 1 if 2 * (high - low) > width else 0
+    return rate_at(low)
+
+
+def _grid_bracket(
+    known: list[float] | None, rate_at: Callable[[int], float], step: float, sat: float
+) -> tuple[int, float, int, float]:
+    """The grid's indices nearest the turn that the verdicts ``known`` decide (the
+    highest rate known to keep the targets, the lowest known to miss them, each with its
+    p95 over its target), with their slacks: the grid's ends (saturation misses) where
+    none is known; the first rate's slack infinite until it is probed."""
+    low, high = 0, MAX_RATE_GRID
+    s_low, s_high = math.inf, -1.0
+    if known is None:
+        return low, s_low, high, s_high
+    first = rate_at(0)
+    if known[0] >= first:
+        low = min(int(math.log(known[0] / first) / step), MAX_RATE_GRID - 1)
+        while low > 0 and rate_at(low) > known[0]:
+            low -= 1
+        s_low = _slack(known[1])
+    if known[2] < sat:
+        high = max(math.ceil(math.log(known[2] / first) / step), 1)
+        while high < MAX_RATE_GRID and rate_at(high) < known[2]:
+            high += 1
+        s_high = _slack(known[3])
+    return low, s_low, high, s_high
+
+
+def _probe(
+    steps: StepTable, rate: float, ttft_p95_s: float | None, tpot_p95_s: float | None
+) -> tuple[bool, float]:
+    """:func:`slo_margin` at ``rate``, or the verdict already known there (its over
+    taken from the bracket's end: only a guide)."""
+    known = steps._verdicts.get((ttft_p95_s, tpot_p95_s))
+    if known is not None:
+        if rate <= known[0]:
+            return True, known[1]
+        if rate >= known[2]:
+            return False, known[3]
+    return slo_margin(steps, rate, ttft_p95_s, tpot_p95_s)
 
 
 def fewest_servers(
@@ -572,6 +718,8 @@ def fewest_servers(
     high: int,
     over_low: float,
     over_high: float,
+    *,
+    jump: Callable[[int, int], float | None] | None = None,
 ) -> int:
     """The least count in ``(low, high]`` whose share of the rate keeps the targets,
     ``probe`` giving :func:`slo_margin` at a count, given that ``low`` misses and ``high``
@@ -584,13 +732,22 @@ def fewest_servers(
     the bracket (the p95 TTFT jumps where a prompt takes one more chunk, and the secant
     cannot see a jump). Exact whatever the guesses: it ends on a count that keeps next to
     one that misses. ``bench/speed/slo_search.py`` counts its probes against doubling
-    and a bisection's over the catalog."""
+    and a bisection's over the catalog.
+
+    ``jump`` (:func:`chunk_jump_share`): where the two ends read the TTFT a chunk apart,
+    the turn is at that jump or before it, and the probe goes to the share the jump is
+    guessed at (the p95 is flat on both sides of it, the occupancy is not); rounded up,
+    it keeps if the turn is the jump, and one fewer then ends the search; else the ends
+    are within one chunk and the slack's secant goes on."""
     s_low, s_high = _slack(over_low), _slack(over_high)
     side, stalls = 0, 0
     while high - low > 1:
         width = high - low
+        guess = jump(high, low) if jump is not None and stalls < 2 else None
         if stalls >= 2:
             n, stalls = round(math.sqrt(low * high)), 0
+        elif guess is not None:
+            n = math.ceil(1 / guess - 1e-9) if guess > 0 else high
         else:
             share = _secant(1 / high, s_high, 1 / low, s_low)
             n = math.ceil(1 / share - 1e-9) if share > 0 else high

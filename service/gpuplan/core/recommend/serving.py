@@ -22,6 +22,7 @@ from gpuplan.core.perf.queueing import (
     LoadPoint,
     Scheduler,
     StepTable,
+    chunk_jump_share,
     fewest_servers,
     max_rate,
     saturation_rate,
@@ -302,7 +303,11 @@ def slo_replicas(
     kept, over_most = probe(most)
     if not kept:
         return most, under_load(steps, rate / most)
-    n = fewest_servers(probe, needed, most, over, over_most)
+
+    def jump(kept: int, missed: int) -> float | None:
+        return chunk_jump_share(steps, rate, kept, missed) if ttft is not None else None
+
+    n = fewest_servers(probe, needed, most, over, over_most, jump=jump)
     return n, under_load(steps, rate / n)
 
 
