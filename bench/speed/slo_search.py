@@ -102,14 +102,12 @@ class Counter:
         self.probes += 1
         return slo_margin(steps, rate, ttft, tpot)
 
-    def replicas(
-        self, steps: StepTable, rate: float, needed: int, iv: InferenceVolume
-    ) -> tuple[int, queueing.LoadPoint]:
+    def replicas(self, steps: StepTable, rate: float, needed: int, iv: InferenceVolume) -> int:
         before = self.probes
-        n, load = _slo_replicas(steps, rate, needed, iv)
+        n = _slo_replicas(steps, rate, needed, iv)
         self.searches.append((steps, rate, needed, iv, self.probes - before))
         assert n >= needed
-        return n, load
+        return n
 
     def max_rate(self, steps: StepTable, ttft: float | None, tpot: float | None) -> float:
         before = self.probes
@@ -143,7 +141,7 @@ def measure(name: str, body: dict[str, Any]) -> dict[str, Any]:
             return slo_margin(fresh, rate / n, slo.ttft_p95_s, slo.tpot_p95_s)[0]
 
         most = needed * serving.MAX_SLO_REPLICAS_FACTOR
-        want = _slo_replicas(StepTable(steps._step, steps.sched), rate, needed, iv)[0]
+        want = _slo_replicas(StepTable(steps._step, steps.sched), rate, needed, iv)
         assert doubling_then_bisection(kept, needed, most) == want, name
     fresh_probes, halving_probes, low_share, old_low_share = 0, 0, [], []
     for steps, ttft, tpot, rate, _ in counter.rates:

@@ -367,6 +367,17 @@ def under_load(steps: StepTable, rate: float, *, serial_prompts: bool = True) ->
     return LoadPoint(rate, sat, m, wait_p, Percentiles(*ttft), Percentiles(*tpot))
 
 
+def p95s(steps: StepTable, rate: float) -> tuple[float, float] | None:
+    """The p95 TTFT and TPOT at ``rate`` (what :func:`under_load` reports, memoized by
+    the rate: an SLO search has read them); None past saturation, where the queue has no
+    steady state."""
+    state = _state(steps, rate)
+    if isinstance(state, LoadPoint):
+        return None
+    ttft, tpot = _quantile_at(steps, rate, state, 0.95, serial_prompts=True)
+    return (ttft, tpot) if math.isfinite(ttft) and math.isfinite(tpot) else None
+
+
 class _State(NamedTuple):
     """What every percentile at one rate shares: the saturation rate, the mean occupancy
     an arrival finds, the chance it waits for a slot, and that wait's mean."""

@@ -33,7 +33,6 @@ from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.collectives import library_for
 from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kernels import kernels_used
-from gpuplan.core.perf.queueing import LoadPoint
 from gpuplan.core.perf.serve import (
     Replica,
     Served,
@@ -61,11 +60,11 @@ from gpuplan.core.recommend.serving import (
     EngineQueue,
     choose_concurrency,
     finisher,
-    load_notes,
     model_len,
     replica_memory,
     scale,
     serve_shape,
+    slo_breaches,
 )
 
 EP_ENGINES = ("vllm", "sglang", "trtllm")
@@ -201,7 +200,7 @@ def _breaches(
     job: Job,
     served: Served,
     *,
-    load: LoadPoint | None,
+    queue: EngineQueue,
     replicas: int,
     needed: int,
     per_replica: float,
@@ -225,7 +224,7 @@ def _breaches(
                     f"{value:.3g} s at {served.batch} sequence(s) in flight per GPU, over {name} {target:g} s",
                 )
             )
-    out += load_notes(load, iv.slo, None, replicas, True, "attention rank")[2]
+    out += slo_breaches(queue, replicas, iv.slo, True, "attention rank")
     if replicas < needed and job.requests_per_second:
         served_rate = replicas * per_replica
         out.append(
@@ -305,9 +304,7 @@ def _option(job: Job, ctx: GpuContext, ep: ExpertReplica, *, c: Constraints) -> 
     # Each attention rank admits and steps its own sequences: ``ranks`` queues per
     # replica, each at its share of the rate (the SLO search and the percentiles).
     queue = EngineQueue(job, ep.step, served.batch, base.token_budget, ways=ranks)
-    replicas, needed, load = scale(
-        queue, needed, None, fits=True, tp=ranks, c=c, figures=iv.slo is not None
-    )
+    replicas, needed = scale(queue, needed, None, fits=True, tp=ranks, c=c)
     count = replicas * ranks
     touched = distinct_experts(
         ranks * served.batch * (1 + s / o), moe.num_experts, moe.experts_per_token
@@ -332,7 +329,7 @@ def _option(job: Job, ctx: GpuContext, ep: ExpertReplica, *, c: Constraints) -> 
         f"TPOT {served.time_per_output_token_s * 1000:.1f} ms; decode is {served.bound}-bound",
     ]
     breaches = layout_breaches(gpu, count, c) + _breaches(
-        job, served, load=load, replicas=replicas, needed=needed, per_replica=per_replica
+        job, served, queue=queue, replicas=replicas, needed=needed, per_replica=per_replica
     )
     at = len(reasons)
     reasons += [b.detail for b in breaches]
@@ -381,7 +378,7 @@ def _option(job: Job, ctx: GpuContext, ep: ExpertReplica, *, c: Constraints) -> 
         breaches=breaches,
         unverified=ctx.unverified,
         finish=finisher(
-            queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=True
+            queue, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=True
         ),
     )
     return priced(option, ctx, job, c, served.model_flops_per_s * count)

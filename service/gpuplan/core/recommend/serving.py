@@ -25,6 +25,7 @@ from gpuplan.core.perf.queueing import (
     chunk_jump_share,
     fewest_servers,
     max_rate,
+    p95s,
     saturation_rate,
     slo_margin,
     under_load,
@@ -283,9 +284,7 @@ MAX_SLO_REPLICAS_FACTOR = 64
 target still missed there is a breach (the prefill alone outlasts it)."""
 
 
-def slo_replicas(
-    steps: StepTable, rate: float, needed: int, iv: InferenceVolume
-) -> tuple[int, LoadPoint]:
+def slo_replicas(steps: StepTable, rate: float, needed: int, iv: InferenceVolume) -> int:
     """The fewest replicas, at least ``needed``, whose share of ``rate`` keeps the p95
     targets (percentiles fall as each replica's arrival rate falls): ``needed`` when it
     keeps them, the bound when even that many miss, else the search of the bracket
@@ -298,17 +297,16 @@ def slo_replicas(
 
     kept, over = probe(needed)
     if kept:
-        return needed, under_load(steps, rate / needed)
+        return needed
     most = needed * MAX_SLO_REPLICAS_FACTOR
     kept, over_most = probe(most)
     if not kept:
-        return most, under_load(steps, rate / most)
+        return most
 
     def jump(kept: int, missed: int) -> float | None:
         return chunk_jump_share(steps, rate, kept, missed) if ttft is not None else None
 
-    n = fewest_servers(probe, needed, most, over, over_most, jump=jump)
-    return n, under_load(steps, rate / n)
+    return fewest_servers(probe, needed, most, over, over_most, jump=jump)
 
 
 def scale(
@@ -319,27 +317,22 @@ def scale(
     fits: bool,
     tp: int,
     c: Constraints,
-    figures: bool = True,
-) -> tuple[int, int, LoadPoint | None]:
-    """The replicas (``given``, else what the rate and the SLO need), the replicas
-    needed, and one replica's load at its share of the rate. ``figures`` False (only
-    without an SLO, whose search needs the percentiles): the load is left to
-    :func:`load_at`, for the candidates a response shows."""
+) -> tuple[int, int]:
+    """The replicas (``given``, else what the rate and, under ``inference.slo``, its p95
+    targets need) and the replicas needed. The load at that count is left to
+    :func:`load_at`, for the candidates a response shows; the SLO's breaches read its
+    p95s alone (:func:`slo_breaches`)."""
     search = queue is not None and fits and given is None
-    load = None
     rate = queue.rate if queue is not None else None
     if queue is not None and rate and search:
         # Chunked prefill's steps are slower than their average share (a prompt-carrying
         # step is compute-bound, a decode-only one reads the weights): past the queue's
         # own saturation rate, add replicas until the queue is stable.
         needed = max(needed, math.floor(rate / saturation_rate(queue.steps)) + 1)
-        if figures:
-            needed, load = queue.replicas(needed)
+        needed = queue.replicas(needed)
     # A replica that does not fit is shown alone: how many it would take says nothing.
     replicas = given or (_allowed_replicas(needed, tp, c) if fits else 1)
-    if figures and (load is None or replicas != needed):
-        load = load_at(queue, replicas, fits=fits)
-    return replicas, needed, load
+    return replicas, needed
 
 
 def load_at(queue: "EngineQueue | None", replicas: int, *, fits: bool) -> LoadPoint | None:
@@ -383,11 +376,11 @@ class EngineQueue:
         """The step function tabulated, built only for a plan under a rate or an SLO."""
         return StepTable(self.step, self.sched)
 
-    def replicas(self, needed: int) -> tuple[int, LoadPoint | None]:
+    def replicas(self, needed: int) -> int:
         """Replicas for the request rate within ``inference.slo`` (at least ``needed``)."""
         rate, iv = self.rate, self.job.inference
         if not rate or iv.slo is None:
-            return needed, under_load(self.steps, rate / needed) if rate else None
+            return needed
         return slo_replicas(self.steps, rate, needed, iv)
 
     def slo_rate(self) -> float | None:
@@ -523,7 +516,6 @@ def _unfit_required(memory: ReplicaMemory, spec: EngineSpec, length: int, batch:
 
 def finisher(
     queue: EngineQueue | None,
-    load: LoadPoint | None,
     *,
     replicas: int,
     at: int,
@@ -533,15 +525,15 @@ def finisher(
     w: Workload,
     fits: bool,
 ) -> Callable[[Option], Option]:
-    """What a serving plan defers until it is shown: one replica's load (``load``, when
-    the SLO search already computed it), the rate it sustains within the SLO, their
-    reason line (at ``at``, where the reasons of the load belong) and the launch command.
-    None of them changes a ranking; the SLO's breaches were decided by the search."""
+    """What a serving plan defers until it is shown: one replica's load, the rate it
+    sustains within the SLO, their reason line (at ``at``, where the reasons of the load
+    belong) and the launch command. None of them changes a ranking; the SLO's breaches
+    were decided by the search (:func:`slo_breaches`, from the same p95s)."""
 
     def finish(option: Option) -> Option:
         iv = job.inference
         slo_rate = queue.slo_rate() if queue is not None and fits else None
-        at_load = load if load is not None else load_at(queue, replicas, fits=fits)
+        at_load = load_at(queue, replicas, fits=fits)
         per = "attention rank" if queue is not None and queue.ways > 1 else "replica"
         figure, load_reasons, _ = load_notes(at_load, iv.slo, slo_rate, replicas, fits, per)
         assert option.latency is not None
@@ -613,13 +605,34 @@ def load_notes(  # noqa: PLR0917 - the load and what it is judged against
         f"{ft.p95 * 1000:.0f}/{ft.p99 * 1000:.0f} ms, TPOT {fp.p50 * 1000:.1f}/"
         f"{fp.p95 * 1000:.1f}/{fp.p99 * 1000:.1f} ms{within_slo}"
     ]
-    breaches: list[Breach] = []
     if slo is None or not fits:
-        return figure, reasons, breaches
+        return figure, reasons, []
+    p95 = (ft.p95, fp.p95)
+    return figure, reasons, _slo_breaches(p95, figure.requests_per_s, slo, replicas, per)
+
+
+def slo_breaches(
+    queue: "EngineQueue | None", replicas: int, slo: Slo | None, fits: bool, per: str = "replica"
+) -> list[Breach]:
+    """The p95 targets one replica's share of the rate misses (:func:`load_notes`'s,
+    from the p95s alone: the SLO search read them, and the rest of the figure is left to
+    the candidates a response shows)."""
+    rate = queue.rate if queue is not None else None
+    if queue is None or not rate or slo is None or not fits:
+        return []
+    share = rate / replicas
+    p95 = p95s(queue.steps, share)
+    return [] if p95 is None else _slo_breaches(p95, share, slo, replicas, per)
+
+
+def _slo_breaches(
+    p95: tuple[float, float], rate: float, slo: Slo, replicas: int, per: str
+) -> list[Breach]:
+    breaches: list[Breach] = []
     each = "each" if per == "replica" else f"per {per}"
     for field, target, value in (
-        ("ttft_p95_s", slo.ttft_p95_s, ft.p95),
-        ("tpot_p95_s", slo.tpot_p95_s, fp.p95),
+        ("ttft_p95_s", slo.ttft_p95_s, p95[0]),
+        ("tpot_p95_s", slo.tpot_p95_s, p95[1]),
     ):
         if target is not None and value > target:
             breaches.append(
@@ -629,10 +642,10 @@ def load_notes(  # noqa: PLR0917 - the load and what it is judged against
                     target,
                     "s",
                     f"p95 {value:.3g} s with {replicas} replica(s) at "
-                    f"{figure.requests_per_s:.3g} requests/s {each}, over slo.{field} {target:g} s",
+                    f"{rate:.3g} requests/s {each}, over slo.{field} {target:g} s",
                 )
             )
-    return figure, reasons, breaches
+    return breaches
 
 
 def _under_load(point: LoadPoint) -> UnderLoad | None:
@@ -879,9 +892,7 @@ def serve_option(
     # The percentiles under load (but where the SLO needs them), the rate within the SLO
     # and the launch command change no ranking: ``Option.finish`` adds them to the
     # candidates a response shows (a search times ~150 options, a response shows a few).
-    replicas, needed, load = scale(
-        queue, needed, replicas, fits=fits, tp=tp, c=c, figures=iv.slo is not None
-    )
+    replicas, needed = scale(queue, needed, replicas, fits=fits, tp=tp, c=c)
     count = replicas * tp
     layout = ParallelLayout(tensor=tp, pipeline=1, data=replicas, zero_stage=0)
     reasons = [*ctx.reasons]
@@ -901,7 +912,7 @@ def serve_option(
     )
     kernel_source, kernel_id = kernels_used(ctx.rates, job.arch is not None)
     at = len(reasons)
-    load_breaches = load_notes(load, iv.slo, None, replicas, fits)[2]
+    load_breaches = slo_breaches(queue, replicas, iv.slo, fits)
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     breaches += layout_breaches(gpu, count, c)
     breaches += _rate_breaches(job, s, replicas, needed, fits=fits)
@@ -948,7 +959,7 @@ def serve_option(
         kernel_table=kernel_id,
         unverified=ctx.unverified,
         finish=finisher(
-            queue, load, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=fits
+            queue, replicas=replicas, at=at, plan=plan, job=job, gpu=gpu, w=w, fits=fits
         ),
         **pricing(
             ctx,
