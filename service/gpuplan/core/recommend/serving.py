@@ -329,7 +329,8 @@ def scale(
         # step is compute-bound, a decode-only one reads the weights): past the queue's
         # own saturation rate, add replicas until the queue is stable.
         needed = max(needed, math.floor(rate / saturation_rate(queue.steps)) + 1)
-        needed = queue.replicas(needed)
+        if queue.job.inference.slo is not None:
+            needed = queue.replicas(needed)
     # A replica that does not fit is shown alone: how many it would take says nothing.
     replicas = given or (_allowed_replicas(needed, tp, c) if fits else 1)
     return replicas, needed
@@ -912,7 +913,7 @@ def serve_option(
     )
     kernel_source, kernel_id = kernels_used(ctx.rates, job.arch is not None)
     at = len(reasons)
-    load_breaches = slo_breaches(queue, replicas, iv.slo, fits)
+    load_breaches = slo_breaches(queue, replicas, iv.slo, fits) if iv.slo is not None else []
     breaches = [memory_breach(required, gpu.usable_memory_bytes)] if not fits else []
     breaches += layout_breaches(gpu, count, c)
     breaches += _rate_breaches(job, s, replicas, needed, fits=fits)
