@@ -445,20 +445,28 @@ def chunk_jump_share(
     steps: StepTable, rate: float, kept: int, missed: int, q: float = 0.95
 ) -> float | None:
     """Where the ``q`` TTFT of ``rate`` shared by ``n`` replicas jumps by a chunk, as the
-    share ``1 / n``, between ``kept`` replicas and ``missed`` (both already probed, so
-    their states are memoized); None where both read the TTFT at the same number of
-    chunks. A replica search whose turn is such a jump, flat on both sides, finds it by
-    the occupancy, which is smooth in the rate.
+    share ``1 / n``, between ``kept`` replicas and ``missed`` (both already probed):
+    :func:`chunk_jump_rate` over the rate."""
+    at = chunk_jump_rate(steps, rate / kept, rate / missed, q)
+    return None if at is None else at / rate
+
+
+def chunk_jump_rate(steps: StepTable, kept: float, missed: float, q: float = 0.95) -> float | None:
+    """The rate between ``kept`` and ``missed`` (both already probed, so their states are
+    memoized) where the ``q`` TTFT jumps by a chunk; None where both read the TTFT at the
+    same number of chunks, or more than one apart. A search whose turn is such a jump,
+    flat on both sides, finds it by the occupancy, which is smooth in the rate.
 
     A prompt takes more chunks than at occupancy ``n`` once the budget's room beside
     ``floor(n)`` decodes falls below ``prompt / chunks``; the TTFT's quantile is read at
-    ``m + z sqrt(m)`` (``m`` the mean occupancy): the jump is at the mean occupancy
-    where that reaches the threshold (at the ``z`` of the kept end), and at the rate
-    whose mean occupancy that is (:func:`rate_at_occupancy`)."""
+    ``m + z sqrt(m)`` (``m`` the mean occupancy, ``z`` of the chance to wait for a slot
+    at the missed end where it is below saturation, else at the kept end): the jump is
+    at the mean occupancy where that reaches the threshold, and at the rate whose mean
+    occupancy that is (:func:`rate_at_occupancy`)."""
     sched = steps.sched
     cap = sched.cap
-    low = _state(steps, rate / kept)
-    high = _state(steps, rate / missed)
+    low = _state(steps, kept)
+    high = _state(steps, missed)
     if isinstance(low, LoadPoint) or 1 - q <= low.wait_probability:
         return None
     at_low = _quantile_occupancy(cap, low, q)
@@ -467,8 +475,6 @@ def chunk_jump_share(
     if steps.chunks(at_high) != chunks + 1:
         return None
     threshold = max(math.floor(sched.budget - sched.prompt_tokens / chunks) + 1, 0)
-    # The z of the chance to wait for a slot nearest the jump: the missed end's where it
-    # is below saturation and its tail does not wait (the jump lies between the ends).
     wait = low.wait_probability
     if not isinstance(high, LoadPoint) and 1 - q > high.wait_probability:
         wait = high.wait_probability
@@ -477,7 +483,7 @@ def chunk_jump_share(
     root = (-z + math.sqrt(z * z + 4 * threshold)) / 2
     if root <= 0:
         return None
-    return rate_at_occupancy(steps, root * root) / rate
+    return rate_at_occupancy(steps, root * root)
 
 
 def rate_at_occupancy(steps: StepTable, m: float) -> float:
@@ -665,10 +671,13 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
     while high - low > 1:
         width = high - low
         x_low, x_high = rate_at(low), rate_at(high)
+        jump = (
+            chunk_jump_rate(steps, x_low, x_high) if ttft_p95_s is not None and stalls < 2 else None
+        )
         if stalls >= 2 or not math.isfinite(s_low):
             i, stalls = (low + high) // 2, 0
         else:
-            guess = _secant(x_low, s_low, x_high, s_high)
+            guess = jump if jump is not None else _secant(x_low, s_low, x_high, s_high)
             i = int(math.log(guess / first) / step) if guess > 0 else low
         i = min(max(i, low + 1), high - 1)
         kept, over = _probe(steps, rate_at(i), ttft_p95_s, tpot_p95_s)
