@@ -582,6 +582,17 @@ def _recommend_ab_shares_walked() -> str:
     )
 
 
+@figure("recommend_ab_slo.slo")
+def _recommend_ab_slo() -> str:
+    rows = results("recommend_ab_slo.json")["rows"]
+    slo = next(r for r in rows if "p95 SLO" in r["case"])
+    rest = [r["ratio"] for r in rows if r is not slo]
+    return (
+        f"{slo['before_cpu_ms']:.1f} -> {slo['after_cpu_ms']:.1f} ms (×{slo['ratio']:.2f}); "
+        f"the other cases, which the change does not touch, {span(rest, 2, '×')}"
+    )
+
+
 @figure("mig.suite")
 def _mig_suite() -> str:
     s = suite("mig_packing")["summary"]
