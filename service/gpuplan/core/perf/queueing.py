@@ -618,6 +618,45 @@ def _slack(over: float) -> float:
     return 1.0 / over - 1.0 if over > 0 else math.inf
 
 
+class _Bracket:
+    """A search's two ends on a grid of integers (rates of :func:`max_rate`'s grid,
+    counts of :func:`fewest_servers`): the one known to keep the targets and the one
+    known to miss them, each with its slack (:func:`_slack`). Illinois' rule halves the
+    slack of the end not moved when the same end moves twice in a row, so the secant's
+    guess leaves it too; ``stalled`` after two probes that failed to halve the bracket
+    (a jump or a kink of a p95 defeats the secant), when the search bisects. ``open``:
+    an integer lies between the ends. (Attributes, not properties: a request's searches
+    read them about a thousand times.)"""
+
+    __slots__ = ("_side", "_stalls", "keep", "miss", "open", "s_keep", "s_miss", "stalled")
+
+    def __init__(self, keep: int, s_keep: float, miss: int, s_miss: float) -> None:
+        self.keep, self.s_keep, self.miss, self.s_miss = keep, s_keep, miss, s_miss
+        self._side, self._stalls, self.stalled = 0, 0, False
+        self.open = abs(keep - miss) > 1
+
+    def bisect(self) -> int:
+        """The middle of the bracket, for a probe after a stall (the count of stalls
+        starts again)."""
+        self._stalls, self.stalled = 0, False
+        return (self.keep + self.miss) // 2
+
+    def record(self, at: int, kept: bool, over: float) -> None:
+        """A probe at ``at``: its verdict moves one end there."""
+        width = abs(self.keep - self.miss)
+        if kept:
+            self.keep, self.s_keep = at, _slack(over)
+            self.s_miss = self.s_miss / 2 if self._side == 1 else self.s_miss
+            self._side = 1
+        else:
+            self.miss, self.s_miss = at, _slack(over)
+            self.s_keep = self.s_keep / 2 if self._side == -1 else self.s_keep
+            self._side = -1
+        left = abs(self.keep - self.miss)
+        self._stalls = self._stalls + 1 if 2 * left > width else 0
+        self.stalled, self.open = self._stalls >= 2, left > 1
+
+
 def _secant(x_keep: float, s_keep: float, x_miss: float, s_miss: float) -> float:
     """Where the line through the two ends of a bracket crosses zero slack (``s_keep`` >=
     0 > ``s_miss``); an end with infinite slack (no target binds) gives the midpoint."""
@@ -667,30 +706,18 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
         if not kept:
             return 0.0
         s_low = _slack(over)
-    side, stalls = 0, 0
-    while high - low > 1:
-        width = high - low
+    b = _Bracket(low, s_low, high, s_high)
+    while b.open:
+        low, high = b.keep, b.miss
         x_low, x_high = rate_at(low), rate_at(high)
-        jump = (
-            chunk_jump_rate(steps, x_low, x_high) if ttft_p95_s is not None and stalls < 2 else None
-        )
-        if stalls >= 2 or not math.isfinite(s_low):
-            i, stalls = (low + high) // 2, 0
+        if b.stalled:
+            i = b.bisect()
         else:
-            guess = jump if jump is not None else _secant(x_low, s_low, x_high, s_high)
+            guess = _secant(x_low, b.s_keep, x_high, b.s_miss)
             i = int(math.log(guess / first) / step) if guess > 0 else low
         i = min(max(i, low + 1), high - 1)
-        kept, over = _probe(steps, rate_at(i), ttft_p95_s, tpot_p95_s)
-        if kept:
-            low, s_low = i, _slack(over)
-            s_high = s_high / 2 if side == 1 else s_high
-            side = 1
-        else:
-            high, s_high = i, _slack(over)
-            s_low = s_low / 2 if side == -1 else s_low
-            side = -1
-        stalls = stalls + 1 if 2 * (high - low) > width else 0
-    return rate_at(low)
+        b.record(i, *_probe(steps, rate_at(i), ttft_p95_s, tpot_p95_s))
+    return rate_at(b.keep)
 
 
 def _grid_bracket(
@@ -759,30 +786,20 @@ def fewest_servers(
     guessed at (the p95 is flat on both sides of it, the occupancy is not); rounded up,
     it keeps if the turn is the jump, and one fewer then ends the search; else the ends
     are within one chunk and the slack's secant goes on."""
-    s_low, s_high = _slack(over_low), _slack(over_high)
-    side, stalls = 0, 0
-    while high - low > 1:
-        width = high - low
-        guess = jump(high, low) if jump is not None and stalls < 2 else None
-        if stalls >= 2:
-            n, stalls = round(math.sqrt(low * high)), 0
-        elif guess is not None:
+    b = _Bracket(high, _slack(over_high), low, _slack(over_low))
+    while b.open:
+        high, low = b.keep, b.miss
+        if b.stalled:
+            b.bisect()
+            n = round(math.sqrt(low * high))
+        else:
+            guess = jump(high, low) if jump is not None else None
+            if guess is None:
+                guess = _secant(1 / high, b.s_keep, 1 / low, b.s_miss)
             n = math.ceil(1 / guess - 1e-9) if guess > 0 else high
-        else:
-            share = _secant(1 / high, s_high, 1 / low, s_low)
-            n = math.ceil(1 / share - 1e-9) if share > 0 else high
         n = min(max(n, low + 1), high - 1)
-        kept, over = probe(n)
-        if kept:
-            high, s_high = n, _slack(over)
-            s_low = s_low / 2 if side == 1 else s_low
-            side = 1
-        else:
-            low, s_low = n, _slack(over)
-            s_high = s_high / 2 if side == -1 else s_high
-            side = -1
-        stalls = stalls + 1 if 2 * (high - low) > width else 0
-    return high
+        b.record(n, *probe(n))
+    return b.keep
 
 
 class PrefillWait(NamedTuple):
