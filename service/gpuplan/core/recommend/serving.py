@@ -465,6 +465,7 @@ def _concurrency(
     length: int,
     static_batch: bool,
     tpot: Callable[[int], float] | None = None,
+    cap_by_tpot: bool = False,
 ) -> tuple[Served, ConcurrencyLimit, int]:
     """The replica served at its concurrency, what limits it, and its resident bytes: a
     static batch at ``batch_size``; else the largest concurrency the KV cache, the
@@ -491,7 +492,9 @@ def _concurrency(
         (budget_concurrency(shape), "token_budget"),
     ]
     cap, limit = min(limits, key=lambda pair: pair[0])
-    s, limit = choose_concurrency(run, max(cap, 1), limit, job.inference, tpot)
+    s, limit = choose_concurrency(
+        run, max(cap, 1), limit, job.inference, tpot, cap_by_tpot=cap_by_tpot
+    )
     return s, limit, memory.resident(s.batch, static_batch=False)
 
 
@@ -669,6 +672,8 @@ def choose_concurrency(
     limit: ConcurrencyLimit,
     iv: InferenceVolume,
     tpot: Callable[[int], float] | None = None,
+    *,
+    cap_by_tpot: bool = False,
 ) -> tuple[Served, ConcurrencyLimit]:
     """The largest concurrency up to ``cap`` that keeps the latency targets; both
     latencies grow with the concurrency, so a search of the bracket between one that keeps
@@ -676,7 +681,9 @@ def choose_concurrency(
     cross their targets). At 1 when none does.
     ``tpot``: the time per output token alone at a concurrency (what ``timed`` gives as
     ``time_per_output_token_s``, without the TTFT's steps): the search's probes use it
-    when no target is on the TTFT."""
+    when no target is on the TTFT. ``cap_by_tpot``: ``tpot`` is exactly the TPOT
+    ``timed`` gives (prompt chunks mixed into the decode steps), so the cap is judged by
+    it too, and timed in full only where it keeps the targets."""
     seen: dict[int, Served] = {}
     decided: dict[int, ConcurrencyLimit | None] = {}
     over: dict[int, float] = {}  # each probe's latency over its target, to guide the next
@@ -702,11 +709,18 @@ def choose_concurrency(
 
     # The cap is judged on its full timing (which an engine that prefills apart, SGLang's,
     # times differently from ``tpot``), as it always was; the probes below it on ``tpot``.
-    top = run(cap)
-    missed = decided[cap] = _breach(top, iv)
-    if missed is None:
-        return top, limit
-    over[cap] = _over(iv, top.time_to_first_token_s, top.time_per_output_token_s)
+    # Where ``tpot`` is that timing's TPOT and no target is on the TTFT, the cap's TPOT
+    # alone decides it, and the TTFT's steps are timed only for a cap that keeps.
+    if cap_by_tpot and tpot is not None and iv.max_time_to_first_token_s is None:
+        missed = misses(cap)
+        if missed is None:
+            return run(cap), limit
+    else:
+        top = run(cap)
+        missed = decided[cap] = _breach(top, iv)
+        if missed is None:
+            return top, limit
+        over[cap] = _over(iv, top.time_to_first_token_s, top.time_per_output_token_s)
     if misses(1) is not None:
         return run(1), missed
     # Keeps at ``low``, misses at ``high``: the boundary is found by the misses alone, so
@@ -880,6 +894,8 @@ def serve_option(
         length=length,
         static_batch=static_batch,
         tpot=tpot,
+        # serve() with chunks mixed in times the TPOT as ``tpot`` does, the same step.
+        cap_by_tpot=iv.mixed_chunk,
     )
     if not fits:
         required = _unfit_required(memory, spec, length, w.batch_size)
