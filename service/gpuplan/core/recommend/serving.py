@@ -709,9 +709,12 @@ def choose_concurrency(
 
     # The cap is judged on its full timing (which an engine that prefills apart, SGLang's,
     # times differently from ``tpot``), as it always was; the probes below it on ``tpot``.
-    # Where ``tpot`` is that timing's TPOT and no target is on the TTFT, the cap's TPOT
-    # alone decides it, and the TTFT's steps are timed only for a cap that keeps.
-    if cap_by_tpot and tpot is not None and iv.max_time_to_first_token_s is None:
+    # Where ``tpot`` is that timing's TPOT and the targets are on the TPOT alone, the
+    # cap's TPOT decides it, and the TTFT's steps are timed only for a cap that keeps.
+    on_tpot = iv.max_time_per_output_token_s is not None or (
+        iv.slo is not None and iv.slo.tpot_p95_s is not None
+    )
+    if cap_by_tpot and on_tpot and tpot is not None and iv.max_time_to_first_token_s is None:
         missed = misses(cap)
         if missed is None:
             return run(cap), limit
