@@ -322,14 +322,16 @@ CURVES: dict[str, Callable[[int], float]] = {
 
 @pytest.mark.parametrize("curve", CURVES)
 @pytest.mark.parametrize("target", [0.021, 0.035, 0.05, 0.09, 0.2])
-@pytest.mark.parametrize("on_tpot", [True, False])
+@pytest.mark.parametrize(("on_tpot", "cap_by_tpot"), [(True, False), (True, True), (False, False)])
 def test_the_concurrency_search_ends_where_a_scan_does(
-    curve: str, target: float, on_tpot: bool
+    curve: str, target: float, on_tpot: bool, cap_by_tpot: bool
 ) -> None:
     """choose_concurrency probes where the latencies cross their target (a secant), not
     at halves; on any latency that grows with the concurrency it must answer the largest
     concurrency that keeps the target, as a scan of every concurrency would, and the
-    target that binds."""
+    target that binds. ``cap_by_tpot`` (the probes' TPOT is the full timing's, as with
+    chunks mixed into the decode steps): the same answer, and a cap that misses is never
+    timed in full."""
     from gpuplan.core.perf.serve import Served
     from gpuplan.core.recommend.schema import InferenceVolume
     from gpuplan.core.recommend.serving import choose_concurrency
@@ -342,12 +344,19 @@ def test_the_concurrency_search_ends_where_a_scan_does(
         else InferenceVolume(max_time_to_first_token_s=target * 10)
     )
 
+    timed_at: list[int] = []
+
     def timed(batch: int) -> Served:
+        timed_at.append(batch)
         value = latency(batch)
         return Served(batch, value, "memory", value * 10, value, batch / value, 1.0, 1.0)
 
-    served, limit = choose_concurrency(timed, cap, "kv_cache", iv, latency if on_tpot else None)
+    served, limit = choose_concurrency(
+        timed, cap, "kv_cache", iv, latency if on_tpot else None, cap_by_tpot=cap_by_tpot
+    )
     keeping = [b for b in range(1, cap + 1) if latency(b) <= target]
+    if cap_by_tpot and len(keeping) < cap:
+        assert cap not in timed_at
     if len(keeping) == cap:
         assert (served.batch, limit) == (cap, "kv_cache")
     else:
