@@ -445,17 +445,10 @@ def chunk_jump_share(
     steps: StepTable, rate: float, kept: int, missed: int, q: float = 0.95
 ) -> float | None:
     """Where the ``q`` TTFT of ``rate`` shared by ``n`` replicas jumps by a chunk, as the
-    share ``1 / n``, between ``kept`` replicas and ``missed`` (both already probed):
-    :func:`chunk_jump_rate` over the rate."""
-    at = chunk_jump_rate(steps, rate / kept, rate / missed, q)
-    return None if at is None else at / rate
-
-
-def chunk_jump_rate(steps: StepTable, kept: float, missed: float, q: float = 0.95) -> float | None:
-    """The rate between ``kept`` and ``missed`` (both already probed, so their states are
-    memoized) where the ``q`` TTFT jumps by a chunk; None where both read the TTFT at the
-    same number of chunks, or more than one apart. A search whose turn is such a jump,
-    flat on both sides, finds it by the occupancy, which is smooth in the rate.
+    share ``1 / n``, between ``kept`` replicas and ``missed`` (both already probed, so
+    their states are memoized); None where both read the TTFT at the same number of
+    chunks, or more than one apart. A replica search whose turn is such a jump, flat on
+    both sides, finds it by the occupancy, which is smooth in the rate.
 
     A prompt takes more chunks than at occupancy ``n`` once the budget's room beside
     ``floor(n)`` decodes falls below ``prompt / chunks``; the TTFT's quantile is read at
@@ -465,8 +458,8 @@ def chunk_jump_rate(steps: StepTable, kept: float, missed: float, q: float = 0.9
     occupancy that is (:func:`rate_at_occupancy`)."""
     sched = steps.sched
     cap = sched.cap
-    low = _state(steps, kept)
-    high = _state(steps, missed)
+    low = _state(steps, rate / kept)
+    high = _state(steps, rate / missed)
     if isinstance(low, LoadPoint) or 1 - q <= low.wait_probability:
         return None
     at_low = _quantile_occupancy(cap, low, q)
@@ -483,7 +476,7 @@ def chunk_jump_rate(steps: StepTable, kept: float, missed: float, q: float = 0.9
     root = (-z + math.sqrt(z * z + 4 * threshold)) / 2
     if root <= 0:
         return None
-    return rate_at_occupancy(steps, root * root)
+    return rate_at_occupancy(steps, root * root) / rate
 
 
 def rate_at_occupancy(steps: StepTable, m: float) -> float:
@@ -598,16 +591,9 @@ def keeps(
 
     Every percentile grows with the rate (the occupancy is solved exactly; a test holds
     it on a fine grid of rates), so a rate at or below one known to keep the targets
-    keeps them, and one at or above a rate known to miss them misses: the rate within
-    the SLO (:func:`max_rate`) of a plan whose replicas the SLO search sized is decided
-    by that search's verdicts on either side, but for the probes between them."""
-    known = steps._verdicts.get((ttft_p95_s, tpot_p95_s))
-    if known is not None:
-        if rate <= known[0]:
-            return True
-        if rate >= known[2]:
-            return False
-    return slo_margin(steps, rate, ttft_p95_s, tpot_p95_s)[0]
+    keeps them, and one at or above a rate known to miss them misses (:func:`_probe`,
+    which the rate within the SLO, :func:`max_rate`, probes with)."""
+    return _probe(steps, rate, ttft_p95_s, tpot_p95_s)[0]
 
 
 def _slack(over: float) -> float:
