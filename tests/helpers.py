@@ -14,7 +14,7 @@ from gpuplan.config.settings import Settings
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.fleet import NodeSnapshot
 from gpuplan.core.perf.efficiency import efficiency_data, generation
-from gpuplan.core.perf.step import Rates
+from gpuplan.core.perf.step_records import Rates
 from gpuplan.fleet.schema import Keys
 from gpuplan.fleet.writer import publish
 from tests.conftest import RedisServer, forget_keys

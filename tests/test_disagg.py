@@ -14,8 +14,8 @@ from litestar.testing import TestClient
 from gpuplan.cli import main
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.convert import convert
-from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kv_transfer import kv_transfer
+from gpuplan.core.perf.link import Link
 from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.disagg import _most_within, missed_targets
 from gpuplan.core.recommend.schema import InferenceVolume, RecommendResponse

@@ -20,8 +20,9 @@ from litestar.testing import TestClient
 
 from gpuplan.cli import main
 from gpuplan.core.memory.schema import Parallelism
-from gpuplan.core.perf.comm import Link
-from gpuplan.core.perf.step import StepLinks, _expert_exchange_seconds, routed_miss
+from gpuplan.core.perf.link import Link
+from gpuplan.core.perf.step import _expert_exchange_seconds, routed_miss
+from gpuplan.core.perf.step_records import StepLinks
 from tests.test_step_experts_adapters import _moe
 
 NET = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)

@@ -13,7 +13,7 @@ from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.hf_config import from_hf_config
 from gpuplan.core.memory.presets import parameter_count, presets
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.link import Link
 from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
 from gpuplan.core.recommend.moe_serving import dispatch_combine_seconds, distinct_experts

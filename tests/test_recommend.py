@@ -11,10 +11,12 @@ from gpuplan.core.catalog import DEFAULT_PROVIDERS, Catalog, builtin_catalog, lo
 from gpuplan.core.errors import InvalidRequest
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest, ModelSpec, Parallelism, Runtime, Workload
-from gpuplan.core.perf.comm import Link, all_reduce_seconds, group_link
+from gpuplan.core.perf.comm import all_reduce_seconds, group_link
 from gpuplan.core.perf.efficiency import efficiency_data, framework, generation
 from gpuplan.core.perf.flops import token_flops
-from gpuplan.core.perf.step import StepLinks, StepShape, micro_batch, training_step
+from gpuplan.core.perf.link import Link
+from gpuplan.core.perf.step import micro_batch, training_step
+from gpuplan.core.perf.step_records import StepLinks, StepShape
 from gpuplan.core.recommend import InvalidRecommendation, RecommendRequest, recommend
 from gpuplan.core.recommend.fit import MAX_ESTIMATES, MemoryOracle
 from gpuplan.core.recommend.scenario import classify

@@ -11,24 +11,22 @@ import msgspec
 import pytest
 
 from gpuplan.core.catalog import builtin_catalog
-from gpuplan.core.perf.collectives import (
-    collective_libraries,
-    library_for,
-    small_all_reduce_seconds,
-)
-from gpuplan.core.perf.comm import Link, all_reduce_seconds
+from gpuplan.core.perf.collectives import library_for, small_all_reduce_seconds
+from gpuplan.core.perf.collectives_data import collective_libraries
+from gpuplan.core.perf.comm import all_reduce_seconds
 from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.flops import TokenFlops
+from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.serve import (
     Replica,
-    ServeShape,
     measured_weight_read_seconds,
     prefill_apart,
     serve,
     step_seconds,
     time_to_first_token,
 )
-from gpuplan.core.perf.step import Rates
+from gpuplan.core.perf.serve_shape import ServeShape
+from gpuplan.core.perf.step_records import Rates
 from gpuplan.core.recommend.engine import engine_spec, step_factor
 from gpuplan.core.recommend.schema import Latency
 

@@ -10,21 +10,20 @@ import pytest
 
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.schema import Parallelism
-from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import framework
 from gpuplan.core.perf.flash_attention import flash2_tables, parse
 from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.kernels import context_attention_seconds
+from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.step import (
     FUSED_ATTENTION_BACKWARD_OVER_FORWARD,
     LOSS_BYTES_PER_LOGIT,
-    StepLinks,
-    StepShape,
     _micro_comm,
     context_kv_width,
     last_stage_parameters,
     micro_batch,
 )
+from gpuplan.core.perf.step_records import StepLinks, StepShape
 from tests.helpers import bf16_rates
 
 CATALOG = builtin_catalog()

@@ -14,13 +14,13 @@ from gpuplan.core.perf.step import (
     ADAPTER_INPUT_BYTES,
     ADAPTER_OUTPUT_BYTES,
     DROPOUT_INPUT_BYTES,
-    StepShape,
     adapter_work,
     expert_data_split,
     expert_gemm_groups,
     micro_batch,
     routed_traffic_bytes,
 )
+from gpuplan.core.perf.step_records import StepShape
 from tests.helpers import bf16_rates
 
 CATALOG = builtin_catalog()
@@ -148,8 +148,9 @@ def test_megatron_adapters_are_their_gemms_alone() -> None:
 
 
 def test_adapters_wrapped_apart_pay_their_own_start_ups() -> None:
-    from gpuplan.core.perf.comm import Link
-    from gpuplan.core.perf.step import StepLinks, training_step
+    from gpuplan.core.perf.link import Link
+    from gpuplan.core.perf.step import training_step
+    from gpuplan.core.perf.step_records import StepLinks
 
     net = Link(kind="network", bytes_per_s=50e9, latency_s=15e-6)
     nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=8e-6)
@@ -209,7 +210,8 @@ def test_an_all_to_all_across_nodes_sends_its_node_peers_shares_over_nvlink() ->
     """NCCL runs the all-to-all as one group of sends, one per peer: a 16-rank group on
     two nodes of 8 sends half its bytes (the 8 shares of the other node) over the
     network while the 7 shares for its own node cross NVLink at the same time."""
-    from gpuplan.core.perf.comm import Link, all_gather_seconds, all_to_all_seconds
+    from gpuplan.core.perf.comm import all_gather_seconds, all_to_all_seconds
+    from gpuplan.core.perf.link import Link
 
     net = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)
     nvlink = Link(kind="nvlink", bytes_per_s=450e9, latency_s=0.0)

@@ -14,11 +14,11 @@ from gpuplan.core.perf.flops import TokenFlops
 from gpuplan.core.perf.step import (
     AUTOCAST_SCORE_BYTES,
     COMPILED_LOSS_BYTES_PER_LOGIT,
-    StepShape,
     gemm_plateau,
     micro_batch,
     reference_shape_share,
 )
+from gpuplan.core.perf.step_records import StepShape
 from tests.helpers import bf16_rates
 
 GPT2 = TokenFlops(matmul_parameters=124_000_000, attention_per_context_token=4 * 768 * 12)

@@ -16,21 +16,10 @@ start-ups instead of the ring's ``2(k−1)`` (NCCL chooses between them by size)
 """
 
 import math
-from typing import Literal
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.perf.efficiency import efficiency_data
-from gpuplan.core.record import Record
-
-LinkKind = Literal["nvlink", "pcie", "network", "none"]
-
-
-class Link(Record, kw_only=True):
-    kind: LinkKind
-    bytes_per_s: float
-    """Per direction."""
-
-    latency_s: float
+from gpuplan.core.perf.link import Link
 
 
 def group_link(gpu: GpuSpec, size: int, *, gpus_per_node: int, network_bytes_per_s: float) -> Link:

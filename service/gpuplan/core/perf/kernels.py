@@ -32,7 +32,7 @@ KernelSource = Literal["measured", "roofline"]
 
 
 class RatesLike(Protocol):
-    """What :func:`kernels_used` reads of :class:`gpuplan.core.perf.step.Rates`."""
+    """What :func:`kernels_used` reads of :class:`gpuplan.core.perf.step_records.Rates`."""
 
     @property
     def kernel_table(self) -> str | None: ...

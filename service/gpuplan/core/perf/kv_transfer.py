@@ -14,7 +14,8 @@ bytes``: past their bandwidth the transfer, not the GPUs, bounds the rate.
 
 from typing import NamedTuple
 
-from gpuplan.core.perf.comm import Link, transfer_seconds
+from gpuplan.core.perf.comm import transfer_seconds
+from gpuplan.core.perf.link import Link
 
 
 class KvTransfer(NamedTuple):

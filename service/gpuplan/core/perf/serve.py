@@ -25,8 +25,8 @@ import math
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
-from gpuplan.core.perf.collectives import Library, small_all_reduce
-from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.collectives import small_all_reduce
+from gpuplan.core.perf.collectives_data import Library
 from gpuplan.core.perf.flops import TokenFlops, forward_flops_per_token
 from gpuplan.core.perf.kernels import (
     Gemm,
@@ -36,45 +36,12 @@ from gpuplan.core.perf.kernels import (
     kernel_tables,
     model_gemms,
 )
-from gpuplan.core.perf.step import Rates, eager_layer_bytes, wide_gemm_efficiency
-from gpuplan.core.record import Record
+from gpuplan.core.perf.link import Link
+from gpuplan.core.perf.serve_shape import ServeShape
+from gpuplan.core.perf.step import eager_layer_bytes, wide_gemm_efficiency
+from gpuplan.core.perf.step_records import Rates
 
 Bound = Literal["memory", "compute"]
-
-
-class ServeShape(Record, kw_only=True):
-    """What of the model and its requests a replica's speed depends on."""
-
-    prompt_tokens: int
-    output_tokens: int
-    hidden_size: int
-    mlp_width: int
-    num_layers: int
-    activation_bytes: int
-    causal_skip: bool
-    """The prefill's attention skips the causal mask's blocks (a fused kernel; see
-    :attr:`gpuplan.core.perf.step.StepShape.causal_skip`)."""
-
-    weights_bytes: float
-    """Weights one GPU of the replica reads each step."""
-
-    kv_bytes_per_token: float
-    """KV cache one GPU holds per token of one sequence."""
-
-    token_budget: int
-    """Tokens one engine step takes at most, decodes and prompt chunks together
-    (vLLM's ``max_num_batched_tokens``)."""
-
-    num_heads: int = 0
-    kv_width: int = 0
-    """Key (or value) width per token: KV heads x head size."""
-
-    head_dim: int = 0
-    """0: attention is not timed from a measured table (MLA, an unknown model)."""
-
-    vocab_size: int = 0
-    kv_cache_16bit: bool = False
-    """The KV cache is held in 16 bits, as the measured decode attention read it."""
 
 
 class Replica(NamedTuple):

@@ -3,12 +3,13 @@ efficiency class, its price per GPU-hour, and whether a layout may span several 
 """
 
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.perf.comm import Link, group_link
+from gpuplan.core.perf.comm import group_link
 from gpuplan.core.perf.cost import on_prem_usd_per_gpu_hour
 from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.kernels import table_for
+from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.speed import Rate, achieved_rate
-from gpuplan.core.perf.step import Rates
+from gpuplan.core.perf.step_records import Rates
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.pricing import OWNED, basis_words, cloud_price, describe
 from gpuplan.core.recommend.schema import Constraints, PriceUsed

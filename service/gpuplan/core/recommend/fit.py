@@ -27,9 +27,9 @@ from gpuplan.core.memory.schema import (
     Workload,
 )
 from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS
-from gpuplan.core.perf.comm import Link
+from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.serve import Stepper
-from gpuplan.core.perf.step import StepLinks, StepShape
+from gpuplan.core.perf.step_records import StepLinks, StepShape
 from gpuplan.core.recommend.replica import ReplicaMemory
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import Constraints, ParallelLayout

@@ -31,16 +31,10 @@ import msgspec
 
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.collectives import library_for
-from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.kernels import kernels_used
-from gpuplan.core.perf.serve import (
-    Replica,
-    Served,
-    ServeShape,
-    budget_concurrency,
-    serve,
-    step_seconds,
-)
+from gpuplan.core.perf.link import Link
+from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve, step_seconds
+from gpuplan.core.perf.serve_shape import ServeShape
 from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle

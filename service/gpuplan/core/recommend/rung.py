@@ -5,7 +5,7 @@ from typing import NamedTuple
 
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.perf.efficiency import Framework
-from gpuplan.core.perf.step import StepShape
+from gpuplan.core.perf.step_records import StepShape
 from gpuplan.core.recommend.schema import ParallelLayout
 
 

@@ -33,12 +33,12 @@ from gpuplan.core.perf.queueing import (
 from gpuplan.core.perf.serve import (
     Replica,
     Served,
-    ServeShape,
     Stepper,
     apart_step_seconds,
     budget_concurrency,
     serve,
 )
+from gpuplan.core.perf.serve_shape import ServeShape
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.engine import (
     EngineSpec,

@@ -39,13 +39,10 @@ from gpuplan.core.memory.numerics import DTYPE_BYTES
 from gpuplan.core.memory.schema import Framework as FrameworkName
 from gpuplan.core.memory.schema import Parallelism, Workload
 from gpuplan.core.memory.states import framework_of, gradient_reduce_dtype
-from gpuplan.core.perf.comm import Link
 from gpuplan.core.perf.efficiency import Framework, efficiency_data, framework
+from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.step import (
     MicroBatch,
-    Step,
-    StepLinks,
-    StepShape,
     micro_batch,
     reference_shape_share,
     step_floor,
@@ -53,6 +50,7 @@ from gpuplan.core.perf.step import (
     step_traffic_bytes,
     training_step,
 )
+from gpuplan.core.perf.step_records import Step, StepLinks, StepShape
 from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
