@@ -1,21 +1,38 @@
 # gpuplan images. `docker build .` builds the API (the last stage);
 # `docker build --target agent .` builds the GPU agent, which adds torch;
 # `docker build --target worker .` builds the job worker, which adds CPU torch and
-# transformers (the trace extra). Every dependency ships as a wheel, so no stage needs
-# a compiler.
+# transformers (the trace extra). The package is built once, in the compile stage: mypyc
+# compiles the planning core's hot modules to C there ([tool.gpuplan] compiled in
+# pyproject.toml; docs/recommendation.md, "Speed"), on the full Python image, which has the
+# compiler. Every other dependency ships as a wheel, so no other stage needs one, and no
+# final image holds one.
+# The two images carry the same Python minor version: the compiled modules are built for it.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG COMPILE_IMAGE=python:3.11-bookworm
+
+FROM ${COMPILE_IMAGE} AS compile
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml setup.py README.md constraints.txt ./
+COPY service ./service
+RUN python -m venv /opt/compile \
+    && /opt/compile/bin/pip install --no-cache-dir -c constraints.txt mypy "setuptools>=69" \
+    && GPUPLAN_COMPILE=1 /opt/compile/bin/pip wheel --no-cache-dir --no-build-isolation \
+        --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-COPY pyproject.toml README.md constraints.txt ./
-COPY service ./service
-RUN python -m venv /opt/gpuplan && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt .
+COPY constraints.txt ./
+COPY --from=compile /wheels /wheels
+RUN python -m venv /opt/gpuplan \
+    && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt /wheels/gpuplan-*.whl
 
 FROM build AS build-agent
 # PyPI's default torch wheel for linux x86_64 is the CUDA build the agent needs on GPU nodes.
 # The agent extra adds nvidia-ml-py (NVML); without it the agent falls back to CPU mode.
-RUN /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt ".[torch]" ".[agent]"
+RUN wheel=$(ls /wheels/gpuplan-*.whl) \
+    && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt "${wheel}[torch,agent]"
 
 FROM build AS build-worker
 # Traces run on fake tensors: no GPU, so the CPU build of torch (a tenth of the CUDA
@@ -23,7 +40,8 @@ FROM build AS build-worker
 ARG TORCH_VERSION=2.13.0
 RUN /opt/gpuplan/bin/pip install --no-cache-dir \
         --index-url https://download.pytorch.org/whl/cpu "torch==${TORCH_VERSION}" \
-    && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt ".[trace]"
+    && wheel=$(ls /wheels/gpuplan-*.whl) \
+    && /opt/gpuplan/bin/pip install --no-cache-dir -c constraints.txt "${wheel}[trace]"
 
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PATH=/opt/gpuplan/bin:$PATH \

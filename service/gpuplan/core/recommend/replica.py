@@ -135,7 +135,7 @@ class ReplicaMemory(NamedTuple):
                 # logits over the whole vocabulary (gathered on every rank).
                 rows = min(profile.tokens, max(cap, 1)) - 1
                 act = 4 if w.precision == "fp32" else 2
-                logits = rows * job.arch.vocab_size * (act + 4)
+                logits = float(rows * job.arch.vocab_size * (act + 4))
             graph = profile.activation_bytes * graphs / max(profile.tokens, 1)
             non_kv = profile.non_kv_bytes + logits
         else:

@@ -1,0 +1,100 @@
+"""The compiled build (setup.py with ``GPUPLAN_COMPILE=1``; the API image's): the modules
+it compiles can be compiled without changing what they mean, and compiled they give the
+recorded answers byte for byte."""
+
+import ast
+import importlib
+import importlib.machinery
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+from bench.speed.compiled import build, compiled_modules
+
+ROOT = Path(__file__).resolve().parents[1]
+MODULES = compiled_modules()
+
+
+def test_the_list_names_modules_of_the_package() -> None:
+    assert len(MODULES) >= 10
+    assert len(set(MODULES)) == len(MODULES)
+    for name in MODULES:
+        assert (ROOT / "service" / (name.replace(".", "/") + ".py")).is_file(), name
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_a_compiled_module_defines_no_struct_and_no_class_keywords(name: str) -> None:
+    """mypyc builds a class it does not compile as a plain ``type(...)`` call without the
+    class statement's keyword arguments: a Struct's ``kw_only=True`` or ``frozen=True``
+    would silently be gone. So a compiled module defines no Struct, and no class with
+    keyword arguments of any kind."""
+    module = importlib.import_module(name)
+    structs = [
+        n
+        for n, v in vars(module).items()
+        if isinstance(v, type) and issubclass(v, msgspec.Struct) and v.__module__ == name
+    ]
+    assert not structs, f"{name} defines {structs}: move them to a module that is not compiled"
+    path = ROOT / "service" / (name.replace(".", "/") + ".py")
+    keyworded = [
+        node.name
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.keywords
+    ]
+    assert not keyworded, f"{name}: classes with keyword arguments {keyworded}"
+
+
+@pytest.mark.skipif(
+    os.environ.get("GPUPLAN_EXPECT_COMPILED") != "1",
+    reason="checks an interpreter that runs the compiled build (test_the_compiled_build_*)",
+)
+def test_every_listed_module_is_loaded_compiled() -> None:
+    pure = [
+        name
+        for name in MODULES
+        if not isinstance(
+            importlib.import_module(name).__loader__, importlib.machinery.ExtensionFileLoader
+        )
+    ]
+    assert not pure
+
+
+@pytest.mark.slow
+def test_the_compiled_build_gives_the_recorded_answers(tmp_path: Path) -> None:
+    """Build the wheel as the image does and run, under it, the tests that hold the
+    answers to their recorded bytes and the search's shortcuts to their exhaustive
+    twins; the first checks that the interpreter really imports the compiled modules."""
+    site = build(tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+        "GPUPLAN_EXPECT_COMPILED": "1",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "tests/test_compiled.py::test_every_listed_module_is_loaded_compiled",
+            "tests/test_recommend_identical.py",
+            "tests/test_search_shortcuts.py",
+            "tests/test_serving_load.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    summary = done.stdout.splitlines()[-1]
+    assert " passed" in summary
+    assert "skipped" not in summary
