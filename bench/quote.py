@@ -525,6 +525,73 @@ def _recommend_goal() -> str:
     return f"the 20 ms goal met by {under} of the {len(rows)}"
 
 
+def _compiled_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the goal's cases, the 8,192-GPU one) of ``recommend_compiled.json``."""
+    rows = results("recommend_compiled.json")["rows"]
+    wide = [r for r in rows if "8,192" in r["case"]]
+    return [r for r in rows if r not in wide], wide
+
+
+@figure("recommend_compiled.table")
+def _recommend_compiled_table() -> str:
+    rows, wide = _compiled_rows()
+    lines = ["| case | pure Python | compiled | ratio |", "| --- | ---: | ---: | ---: |"]
+    for r in [*rows, *wide]:
+        lines.append(
+            f"| {r['case']} | {r['pure_cpu_ms']:.2f} | {r['compiled_cpu_ms']:.2f} | {r['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+@figure("recommend_compiled.range")
+def _recommend_compiled_range() -> str:
+    rows, _ = _compiled_rows()
+    return span([r["compiled_cpu_ms"] for r in rows], 1, " ms")
+
+
+@figure("recommend_compiled.pure")
+def _recommend_compiled_pure() -> str:
+    rows, _ = _compiled_rows()
+    return span([r["pure_cpu_ms"] for r in rows], 1, " ms")
+
+
+@figure("recommend_compiled.ratio")
+def _recommend_compiled_ratio() -> str:
+    rows, _ = _compiled_rows()
+    return span([r["ratio"] for r in rows], 2, "×")
+
+
+@figure("recommend_compiled.goal")
+def _recommend_compiled_goal() -> str:
+    rows, _ = _compiled_rows()
+    under = sum(r["compiled_cpu_ms"] < 20 for r in rows)
+    if under == len(rows):
+        return f"all {len(rows)} under the 20 ms goal"
+    return f"the 20 ms goal met by {under} of the {len(rows)}"
+
+
+@figure("recommend_compiled.reference")
+def _recommend_compiled_reference() -> str:
+    """The compiled run's reference loop (3 million Python additions), CPU ms."""
+    return f"{results('recommend_compiled.json')['reference_loop_cpu_ms']:.0f} ms"
+
+
+@figure("recommend_compiled.modules")
+def _recommend_compiled_modules() -> str:
+    return str(len(results("recommend_compiled.json")["compiled_modules"]))
+
+
+@figure("recommend_compiled.instructions")
+def _recommend_compiled_instructions() -> str:
+    rows = results("recommend_instructions_compiled.json")["rows"]
+    slowest = max(rows, key=lambda r: r["before_minstr"] if "8,192" not in r["case"] else 0)
+    ratios = span([r["ratio"] for r in rows], 2, "×")
+    return (
+        f"{ratios} of the pure tree's per case; the slowest pure case, "
+        f"{slowest['case']}, {slowest['before_minstr']:.1f} -> {slowest['after_minstr']:.1f} M"
+    )
+
+
 @figure("recommend_ab.table")
 def _recommend_ab_table() -> str:
     ab = results("recommend_ab.json")
