@@ -576,6 +576,16 @@ def _recommend_compiled_reference() -> str:
     return f"{results('recommend_compiled.json')['reference_loop_cpu_ms']:.0f} ms"
 
 
+@figure("recommend_compiled.over")
+def _recommend_compiled_over() -> str:
+    """The goal's cases over 20 ms in the compiled build, with their figures."""
+    rows, _ = _compiled_rows()
+    over = [
+        f"{r['case']} ({r['compiled_cpu_ms']:.1f} ms)" for r in rows if r["compiled_cpu_ms"] >= 20
+    ]
+    return "; ".join(over) if over else "none"
+
+
 @figure("recommend_compiled.modules")
 def _recommend_compiled_modules() -> str:
     return str(len(results("recommend_compiled.json")["compiled_modules"]))
