@@ -1,10 +1,8 @@
 """NCCL's and RCCL's tuner constants for a small all-reduce (data/collectives.toml),
 validated at first use.
 
-Kept apart from :mod:`gpuplan.core.perf.collectives`, whose functions mypyc compiles
-(``[tool.gpuplan] compiled`` in pyproject.toml): mypyc builds a class it does not compile
-without its keyword arguments, so the Structs' ``kw_only=True`` and ``frozen=True`` would
-be lost there.
+Kept apart from :mod:`gpuplan.core.perf.collectives`, which is compiled and so holds no Struct
+(docs/architecture.md, "The compiled core").
 """
 
 import tomllib

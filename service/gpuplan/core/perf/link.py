@@ -1,9 +1,8 @@
 """A link between GPUs as the communication model sees it: its kind, bandwidth and
 start-up latency.
 
-Kept apart from :mod:`gpuplan.core.perf.comm`, whose functions mypyc compiles
-(``[tool.gpuplan] compiled`` in pyproject.toml): mypyc builds a class it does not compile
-without its keyword arguments, so the Struct's ``kw_only=True`` would be lost there.
+Kept apart from :mod:`gpuplan.core.perf.comm`, which is compiled and so holds no Struct
+(docs/architecture.md, "The compiled core").
 """
 
 from typing import Literal

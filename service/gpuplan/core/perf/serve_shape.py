@@ -1,8 +1,7 @@
 """What of a model and its requests a serving replica's speed depends on.
 
-Kept apart from :mod:`gpuplan.core.perf.serve`, whose functions mypyc compiles
-(``[tool.gpuplan] compiled`` in pyproject.toml): mypyc builds a class it does not compile
-without its keyword arguments, so the Struct's ``kw_only=True`` would be lost there.
+Kept apart from :mod:`gpuplan.core.perf.serve`, which is compiled and so holds no Struct
+(docs/architecture.md, "The compiled core").
 """
 
 from gpuplan.core.record import Record

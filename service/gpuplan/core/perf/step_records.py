@@ -1,9 +1,8 @@
 """The Records the training step's time is computed from and returned in: the model's
 shape, the links of each kind of parallelism, the GPU's rates, and the step.
 
-Kept apart from :mod:`gpuplan.core.perf.step`, whose functions mypyc compiles
-(``[tool.gpuplan] compiled`` in pyproject.toml): mypyc builds a class it does not compile
-without its keyword arguments, so a Struct's ``kw_only=True`` would be lost there.
+Kept apart from :mod:`gpuplan.core.perf.step`, which is compiled and so holds no Struct
+(docs/architecture.md, "The compiled core").
 """
 
 from gpuplan.core.perf.efficiency import Generation, Kernels
