@@ -5,7 +5,9 @@ recorded answers byte for byte."""
 import ast
 import importlib
 import importlib.machinery
+import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -62,7 +64,21 @@ def test_every_listed_module_is_loaded_compiled() -> None:
     assert not pure
 
 
+def _cannot_build() -> str | None:
+    """Why this interpreter cannot build the compiled wheel, or None."""
+    if importlib.util.find_spec("mypyc") is None:
+        return "mypyc is not installed (the dev extra's mypy brings it)"
+    if shutil.which("cc") is None and shutil.which("gcc") is None:
+        return "no C compiler (Debian: apt-get install gcc)"
+    if importlib.util.find_spec("setuptools.command.bdist_wheel") is None and (
+        importlib.util.find_spec("wheel") is None
+    ):
+        return "setuptools before 70.1 without the wheel package cannot build a wheel"
+    return None
+
+
 @pytest.mark.slow
+@pytest.mark.skipif(_cannot_build() is not None, reason=str(_cannot_build()))
 def test_the_compiled_build_gives_the_recorded_answers(tmp_path: Path) -> None:
     """Build the wheel as the image does and run, under it, the tests that hold the
     answers to their recorded bytes and the search's shortcuts to their exhaustive
