@@ -69,9 +69,14 @@ def test_final_images_install_no_compiler() -> None:
     assert not re.search(r"\b(gcc|g\+\+|build-essential|clang)\b", text)
     # Only the compile stage starts from the full image (which has one); the images the
     # stages ship start from the slim one.
-    froms = dict(re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", text, re.MULTILINE | re.IGNORECASE))
-    assert [stage for image, stage in froms.items() if "COMPILE_IMAGE" in image] == ["compile"]
-    assert froms["${PYTHON_IMAGE}"] == "runtime"
+    base = {
+        stage: image
+        for image, stage in re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", text, re.MULTILINE | re.I)
+    }
+    assert [stage for stage, image in base.items() if "COMPILE_IMAGE" in image] == ["compile"]
+    for shipped in ("api", "agent", "worker"):
+        assert base[shipped] == "runtime", shipped
+    assert base["runtime"] == "${PYTHON_IMAGE}"
 
 
 def test_every_image_installs_the_compiled_wheel() -> None:
