@@ -56,11 +56,13 @@ def build(dest: Path) -> Path:
     2-core machine, nearly all of it the C compiler's."""
     dest.mkdir(parents=True, exist_ok=True)
     src = dest / "src"
-    shutil.copytree(ROOT / "service", src / "service", ignore=shutil.ignore_patterns("__pycache__"))
+    # No byte code, metadata or extension of an earlier build goes into the copy.
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.so")
+    shutil.copytree(ROOT / "service", src / "service", ignore=skip)
     for name in PACKAGING:
         shutil.copy2(ROOT / name, src / name)
     wheels = dest / "wheels"
-    subprocess.run(
+    done = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -75,9 +77,14 @@ def build(dest: Path) -> Path:
         ],
         env={**os.environ, "GPUPLAN_COMPILE": "1"},
         cwd=src,
-        check=True,
+        check=False,
         capture_output=True,
+        text=True,
     )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"the compiled build failed:\n{done.stdout[-2000:]}{done.stderr[-4000:]}"
+        )
     (wheel,) = wheels.glob("gpuplan-*.whl")
     site = dest / "site"
     with zipfile.ZipFile(wheel) as z:
