@@ -473,10 +473,15 @@ def _estimate_goal() -> str:
     return f"{sum(c < 100 for c in cpu)} of the {len(cpu)}"
 
 
-def _recommend_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    rows = suite("recommend_speed")["rows"]
+def _wide_apart(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(the goal's cases, at the default bound of 64 GPUs; the 8,192-GPU one) of a
+    recommendation speed run."""
     wide = [r for r in rows if "8,192" in r["case"]]
     return [r for r in rows if r not in wide], wide
+
+
+def _recommend_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return _wide_apart(suite("recommend_speed")["rows"])
 
 
 @figure("recommend.range")
@@ -526,10 +531,7 @@ def _recommend_goal() -> str:
 
 
 def _compiled_rows() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(the goal's cases, the 8,192-GPU one) of ``recommend_compiled.json``."""
-    rows = results("recommend_compiled.json")["rows"]
-    wide = [r for r in rows if "8,192" in r["case"]]
-    return [r for r in rows if r not in wide], wide
+    return _wide_apart(results("recommend_compiled.json")["rows"])
 
 
 @figure("recommend_compiled.table")

@@ -77,8 +77,11 @@ def _cannot_build() -> str | None:
     return None
 
 
+CANNOT_BUILD = _cannot_build()
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(_cannot_build() is not None, reason=str(_cannot_build()))
+@pytest.mark.skipif(CANNOT_BUILD is not None, reason=str(CANNOT_BUILD))
 def test_the_compiled_build_gives_the_recorded_answers(tmp_path: Path) -> None:
     """Build the wheel as the image does and run, under it, the tests that hold the
     answers to their recorded bytes and the search's shortcuts to their exhaustive
