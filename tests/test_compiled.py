@@ -49,6 +49,26 @@ def test_a_compiled_module_defines_no_struct_and_no_class_keywords(name: str) ->
     assert not keyworded, f"{name}: classes with keyword arguments {keyworded}"
 
 
+@pytest.mark.parametrize("name", MODULES)
+def test_a_compiled_function_puts_its_defaults_last(name: str) -> None:
+    """mypyc writes each compiled function's signature for its docstring as positional
+    parameters in the order declared, and the build fails ("non-default argument follows
+    default argument") where a keyword-only parameter without a default follows one with
+    a default, although Python allows it: such a function lists its defaults last."""
+    path = ROOT / "service" / (name.replace(".", "/") + ".py")
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            has_default = [False] * (len(positional) - len(a.defaults)) + [True] * len(a.defaults)
+            has_default += [d is not None for d in a.kw_defaults]
+            first = has_default.index(True) if True in has_default else len(has_default)
+            if not all(has_default[first:]):
+                bad.append(f"{node.name} (line {node.lineno})")
+    assert not bad, f"{name}: a parameter without a default follows one with a default in {bad}"
+
+
 @pytest.mark.skipif(
     os.environ.get("GPUPLAN_EXPECT_COMPILED") != "1",
     reason="checks an interpreter that runs the compiled build (test_the_compiled_build_*)",

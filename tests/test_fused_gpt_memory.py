@@ -13,7 +13,8 @@ from gpuplan.core.memory.dims import dims_for
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.head import head_cost
 from gpuplan.core.memory.hf_config import from_hf_config
-from gpuplan.core.memory.layers import Step, layer_cost
+from gpuplan.core.memory.layers import layer_cost
+from gpuplan.core.memory.layers_records import Step
 from gpuplan.core.memory.numerics import numerics_for
 from gpuplan.core.memory.schema import EstimateRequest
 

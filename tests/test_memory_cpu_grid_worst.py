@@ -32,7 +32,8 @@ from bench.accuracy.run import request_for  # noqa: E402
 
 from gpuplan.core.catalog import builtin_catalog  # noqa: E402
 from gpuplan.core.memory.estimate import estimate  # noqa: E402
-from gpuplan.core.memory.layers import Trainable, _gated_mlp_backward  # noqa: E402
+from gpuplan.core.memory.layers import _gated_mlp_backward  # noqa: E402
+from gpuplan.core.memory.layers_records import Trainable  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "accuracy.json"
 MEASURED = {row["case"]: row["measured_bytes"] for row in json.loads(RESULTS.read_text())["rows"]}

@@ -18,7 +18,8 @@ from gpuplan.core.memory.dims import Dims, dims_for
 from gpuplan.core.memory.head import HeadCost, head_cost
 from gpuplan.core.memory.inference import inference_peak, kv_bytes_per_token, mask_bytes
 from gpuplan.core.memory.kernels import keeps_attention_weights
-from gpuplan.core.memory.layers import LayerCost, Step, Trainable, adapter_dropout, layer_cost
+from gpuplan.core.memory.layers import adapter_dropout, layer_cost
+from gpuplan.core.memory.layers_records import LayerCost, Step, Trainable
 from gpuplan.core.memory.model import resolve_model
 from gpuplan.core.memory.modules import linear_modules, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, FP32, Numerics, numerics_for
@@ -47,7 +48,6 @@ from gpuplan.core.memory.schema import (
     Workload,
 )
 from gpuplan.core.memory.states import (
-    ModelStates,
     bare_states,
     bnb_4bit,
     framework_of,
@@ -60,7 +60,9 @@ from gpuplan.core.memory.states import (
     quantized_bytes,
     shard_stage,
 )
-from gpuplan.core.memory.training import LayerGrads, training_peak
+from gpuplan.core.memory.states_records import ModelStates
+from gpuplan.core.memory.training import training_peak
+from gpuplan.core.memory.training_records import LayerGrads
 from gpuplan.core.memory.vision import vision_peak
 
 

@@ -9,7 +9,7 @@ reserve it.
 
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
-from gpuplan.core.memory.layers import LayerCost
+from gpuplan.core.memory.layers_records import LayerCost
 from gpuplan.core.memory.numerics import FP32
 from gpuplan.core.memory.peak import Peak
 

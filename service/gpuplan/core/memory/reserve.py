@@ -35,7 +35,7 @@ from typing import NamedTuple
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.dims import Dims
 from gpuplan.core.memory.head import HeadCost
-from gpuplan.core.memory.layers import LayerCost
+from gpuplan.core.memory.layers_records import LayerCost
 from gpuplan.core.memory.numerics import FP32, Numerics
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount
 from gpuplan.core.trace.allocator import CachingAllocator, _Block

@@ -10,9 +10,10 @@ import msgspec
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory import fsdp1
 from gpuplan.core.memory.architecture import Architecture
-from gpuplan.core.memory.intervals import Figure, factors, figure_intervals
+from gpuplan.core.memory.intervals import factors, figure_intervals
 from gpuplan.core.memory.overhead import framework_overhead, module_loading, round_segment
 from gpuplan.core.memory.peak import Peak
+from gpuplan.core.memory.response_records import Measures
 from gpuplan.core.memory.schema import (
     ArchitectureSummary,
     Breakdown,
@@ -22,12 +23,8 @@ from gpuplan.core.memory.schema import (
     Fit,
     Workload,
 )
-from gpuplan.core.memory.states import (
-    REDUCE_DTYPE_FRAMEWORKS,
-    ModelStates,
-    gradient_reduce_dtype,
-)
-from gpuplan.core.record import Record
+from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS, gradient_reduce_dtype
+from gpuplan.core.memory.states_records import ModelStates
 
 HEADROOM = 0.20
 """The seed guide's planning headroom, kept for the rule of thumb (``method:
@@ -138,22 +135,6 @@ def _flat_parameters(w: Workload) -> str:
 
 def _b(value: float) -> int:
     return max(math.ceil(value), 0)
-
-
-class Measures(Record, kw_only=True):
-    """A job's bytes on one GPU by the tool that reads them (see overhead.py)."""
-
-    peak: int
-    reserved: int
-    device: int
-    required: int
-    intervals: dict[Figure, tuple[int, int]] = {}
-    """90% intervals of ``peak_bytes``, ``reserved_bytes``, ``device_bytes`` (low, high)."""
-    workspaces: int
-    cache: int
-    context: int
-    nccl: int
-    notes: list[str]
 
 
 def measures(

@@ -16,7 +16,7 @@ from gpuplan.core.memory.modules import lora_parameters, lora_targets
 from gpuplan.core.memory.numerics import DTYPE_BYTES, half_dtype
 from gpuplan.core.memory.parameters import LayerParameters, ParameterCount, distinct
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.record import Record
+from gpuplan.core.memory.states_records import ModelStates, StateBytes
 
 BNB_BLOCK = 64
 """bitsandbytes 4-bit: weights per absmax block (``quantize_4bit``'s default blocksize,
@@ -94,72 +94,6 @@ def quantization_load(w: Workload) -> str:
     return "per_weight" if fmt in ("nf4", "fp4") else "as_stored"
 
 
-class ModelStates(Record, kw_only=True):
-    parameters_local: int
-    """Parameters held by this GPU (after tensor, pipeline and expert splits)."""
-
-    trainable: int
-    """Trainable parameters of the whole model."""
-
-    weights: float
-    gradients: float
-    optimizer: float
-    master: float
-    optimizer_temporary: float
-    """Extra bytes inside ``optimizer.step()``."""
-
-    gather: float
-    """ZeRO-3 / FSDP all-gather buffers for the layers being computed, and a framework's
-    persistent communication buffers (DeepSpeed's reduce bucket)."""
-
-    reduce: float = 0.0
-    """Bytes a layer's backward adds to reduce its gradients (FSDP2: the unsharded
-    gradients in the compute dtype and their fp32 copy for reduce-scatter)."""
-
-    largest_layer: float
-    """Bytes of the largest layer's weights in compute precision."""
-
-    reduce_mlp: float | None = None
-    """What the MLP half of a layer's backward adds to reduce gradients, where it
-    differs from ``reduce`` (FSDP1: the MLP weights' unsharded gradients, before the
-    layer's flat gradient is assembled at its end)."""
-
-    reduce_end: float = 0.0
-    """Bytes a layer's gradients take once its backward is done and its activations are
-    freed (FSDP1: the views' gradients beside the flat gradient they are concatenated
-    into, then its reduce-dtype copy and the reduce-scatter's shards)."""
-
-    gather_forward: float | None = None
-    """Gathered parameters at the loss's forward, where they differ from ``gather``
-    (FSDP1: the root unit; no layer is gathered ahead in the forward)."""
-
-    gather_loss_backward: float | None = None
-    """Gathered parameters at the loss's backward, where they differ from ``gather``
-    (FSDP1: the root unit and the last layer, prefetched by ``BACKWARD_PRE``)."""
-
-    gather_embedding: float = 0.0
-    """Gathered parameters at the embedding's backward (FSDP1: the root unit)."""
-
-    gather_bottom: float | None = None
-    """Gathered parameters during the first layer's backward, where they differ from
-    ``gather`` (FSDP1: no layer below it to prefetch)."""
-
-    root_gradient: float = 0.0
-    """Unsharded gradient bytes the root unit holds from the loss's backward until its
-    flat gradient is built at the end of the backward (FSDP1: the head's)."""
-
-    root_reduce: float = 0.0
-    """Bytes the root unit's post-backward holds to reduce its flat gradient (FSDP1)."""
-
-    step_gradients: float | None = None
-    """Gradient bytes at the optimizer step, where they differ from ``gradients`` (FSDP1
-    under ``no_sync()``: unsharded through the backward, shards at the step)."""
-
-    init_extra: float = 0.0
-    """Bytes beside the unsharded model while a materialized model is wrapped (FSDP1:
-    the flat copy of the unit being flattened)."""
-
-
 def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -> tuple[int, int]:
     """(parameters on the most loaded GPU, of which in its layers)."""
     p = w.parallelism
@@ -184,18 +118,6 @@ def _local_parameters(arch: Architecture, counts: ParameterCount, w: Workload) -
 def layer_parameters_local(arch: Architecture, counts: ParameterCount, w: Workload) -> int:
     """Parameters of the layers on the most loaded GPU."""
     return _local_parameters(arch, counts, w)[1]
-
-
-class _Bytes(Record, kw_only=True):
-    """Bytes per parameter of each model state, before any sharding."""
-
-    weights: float
-    grads: float
-    states: float
-    master: float
-    grad_partition: float = 0.0
-    """The fp32 gradients of the rank's partition, built for the optimizer step
-    (DeepSpeed; Megatron with a half-precision gradient buffer)."""
 
 
 def framework_of(w: Workload) -> str:
@@ -264,24 +186,24 @@ def compute_bytes(w: Workload) -> float:
     return 4.0 if w.precision == "fp32" else 2.0
 
 
-def _bytes_per_parameter(w: Workload) -> _Bytes:
+def _bytes_per_parameter(w: Workload) -> StateBytes:
     """The framework conventions behind the byte counts (see the module docstring)."""
     training = w.mode != "inference"
     half = 4.0 if w.precision == "fp32" else 2.0
     if w.mode in ("finetune_lora", "finetune_qlora"):
         return _adapter_bytes(w)
     if not training:
-        return _Bytes(weights=half, grads=0.0, states=0.0, master=0.0)
+        return StateBytes(weights=half, grads=0.0, states=0.0, master=0.0)
     framework = framework_of(w)
     stored = _stored_bytes(w)
     if framework in ("fsdp1", "fsdp2"):
         # fully_shard and FSDP1 keep parameters in their own dtype (fp32 under a bf16
         # mixed-precision policy): the shards are the optimizer's parameters, no master.
-        return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
+        return StateBytes(weights=stored, grads=stored, states=stored, master=0.0)
     if framework == "deepspeed":
         # DeepSpeed docs (memory.rst): 2 B fp16/bf16 parameters and gradients, and per
         # rank fp32 parameters, gradients and Adam's two moments of its partition.
-        return _Bytes(
+        return StateBytes(
             weights=half,
             grads=half,
             states=4.0,
@@ -293,7 +215,7 @@ def _bytes_per_parameter(w: Workload) -> _Bytes:
         # in half precision, then copied to fp32 for the step), fp32 master parameters and
         # Adam moments (sharded by its distributed optimizer).
         grads = DTYPE_BYTES[gradient_reduce_dtype(w)]
-        return _Bytes(
+        return StateBytes(
             weights=half,
             grads=grads,
             states=4.0,
@@ -302,16 +224,16 @@ def _bytes_per_parameter(w: Workload) -> _Bytes:
         )
     # PyTorch: AMP trains fp32 weights; pure precisions keep Adam's moments in the
     # parameter dtype.
-    return _Bytes(weights=stored, grads=stored, states=stored, master=0.0)
+    return StateBytes(weights=stored, grads=stored, states=stored, master=0.0)
 
 
-def _adapter_bytes(w: Workload) -> _Bytes:
+def _adapter_bytes(w: Workload) -> StateBytes:
     """PEFT keeps adapters in fp32 (autocast_adapter_dtype); the base is frozen, in fp32
     under autocast (amp_*) and in the training dtype otherwise. Adapters inside an FSDP1
     layer's unit take the base's dtype (a flat parameter has one)."""
     base = 4.0 if w.precision.startswith("amp_") else (4.0 if w.precision == "fp32" else 2.0)
     adapter = base if framework_of(w) == "fsdp1" and fsdp1.adapters_in_layers(w) else 4.0
-    return _Bytes(weights=base, grads=adapter, states=adapter, master=0.0)
+    return StateBytes(weights=base, grads=adapter, states=adapter, master=0.0)
 
 
 def model_buffers(arch: Architecture, w: Workload) -> float:

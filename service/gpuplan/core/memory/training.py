@@ -9,32 +9,9 @@ alive then as its breakdown.
 """
 
 from gpuplan.core.memory.head import HeadCost
-from gpuplan.core.memory.layers import LayerCost
-from gpuplan.core.memory.states import ModelStates
-from gpuplan.core.record import Record
-
-
-class Moment(Record, kw_only=True):
-    """What is alive at one instant of the step."""
-
-    phase: str
-    gradients: float
-    activations: float
-    temporary: float
-
-
-class LayerGrads(Record, kw_only=True):
-    """Gradient bytes one layer's backward creates: first its MLP's, then the rest."""
-
-    mlp: float
-    attention: float
-    mlp_last: float = -1.0
-    """The part of ``mlp`` born by the MLP half's peak: its last linear's gradient (the
-    activation's backward, where the peak falls, runs before the first linear's). -1:
-    all of ``mlp``."""
-
-    def mlp_at_peak(self) -> float:
-        return self.mlp if self.mlp_last < 0 else self.mlp_last
+from gpuplan.core.memory.layers_records import LayerCost
+from gpuplan.core.memory.states_records import ModelStates
+from gpuplan.core.memory.training_records import LayerGrads, Moment
 
 
 def training_peak(
@@ -44,12 +21,12 @@ def training_peak(
     head: HeadCost,
     *,
     checkpointing: str,
-    every: int = 1,
     accumulation_steps: int,
     in_flight: float,
     residual_grad: float,
     head_grads: float,
     tied_embedding_grad: float,
+    every: int = 1,
     held: float = 0.0,
     offload_layers: int = 0,
     in_backward: float = -1.0,
@@ -100,10 +77,7 @@ def training_peak(
     # gradients born), so it is monotonic and its maximum lies at an end of the run:
     # evaluating the ends is exact, and keeps a 126-layer estimate cheap.
     index = len(layers) - 1
-    while index >= 0:
-        run = 1
-        while index - run >= 0 and _same(layers, grads, kept, index - run, index):
-            run += 1
+    for run in _runs(layers, grads, kept):
         ends = {index, index - run + 1}
         if (states.gather_bottom is not None or offload_layers > 0) and index - run < 1 <= index:
             # The first layer gathers less, or prefetches no next layer's activations:
@@ -283,7 +257,24 @@ def _kept(
     return [0.0] * min(offload_layers, len(kept)) + kept[offload_layers:]
 
 
-def _same(
-    layers: list[LayerCost], grads: list[LayerGrads], kept: list[float], a: int, b: int
-) -> bool:
-    return layers[a] == layers[b] and grads[a] == grads[b] and kept[a] == kept[b]
+def _runs(layers: list[LayerCost], grads: list[LayerGrads], kept: list[float]) -> list[int]:
+    """The lengths of the runs of identical layers (cost, gradients and kept bytes), from
+    the top layer down: the backward's order. The estimate hands a run's layers the same
+    records, so identity decides most comparisons."""
+    runs: list[int] = []
+    index = len(layers) - 1
+    while index >= 0:
+        cost, grad, keeps = layers[index], grads[index], kept[index]
+        run = 1
+        while index - run >= 0:
+            other, other_grad = layers[index - run], grads[index - run]
+            if not (
+                (other is cost or other == cost)
+                and (other_grad is grad or other_grad == grad)
+                and kept[index - run] == keeps
+            ):
+                break
+            run += 1
+        runs.append(run)
+        index -= run
+    return runs

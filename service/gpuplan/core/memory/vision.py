@@ -12,7 +12,7 @@ per channel and negligible).
 from gpuplan.core.memory.numerics import FP32, Numerics
 from gpuplan.core.memory.peak import Peak
 from gpuplan.core.memory.presets import VisionActivations
-from gpuplan.core.memory.states import ModelStates
+from gpuplan.core.memory.states_records import ModelStates
 
 
 def vision_peak(

@@ -248,15 +248,27 @@ def generation(gpu: GpuSpec) -> Generation:
     quoted at), its ``fp8_gemm_efficiency`` the generation's ratio of fp8 to 16-bit
     plateau on that share, and its ``bandwidth_efficiency`` the copy's share of the
     datasheet bandwidth."""
-    text = f"{gpu.architecture} {gpu.id}".lower()
+    return _measured(_matching(f"{gpu.architecture} {gpu.id}".lower()), gpu)
+
+
+@cache
+def _matching(text: str) -> Generation:
+    """The first generation naming a word of ``text`` (memoized: every request asks it
+    of every GPU, and the shipped data does not change)."""
     for gen in efficiency_data().generations:
         if not gen.match or any(word in text for word in gen.match):
-            return _measured(gen, gpu)
+            return gen
     raise AssertionError("unreachable: the last generation matches everything")
 
 
+@cache
+def _card(gpu_id: str) -> Card | None:
+    """The shipped measurement of the GPU ``gpu_id``, if any (memoized as above)."""
+    return next((c for c in efficiency_data().cards if c.gpu == gpu_id), None)
+
+
 def _measured(gen: Generation, gpu: GpuSpec) -> Generation:
-    card = next((c for c in efficiency_data().cards if c.gpu == gpu.id), None)
+    card = _card(gpu.id)
     peak = gpu.peak_flops.get(card.dtype) if card is not None else None
     if card is None or not peak:
         return gen

@@ -25,7 +25,8 @@ from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.architecture import Architecture
 from gpuplan.core.memory.schema import Workload
 from gpuplan.core.memory.states import framework_of
-from gpuplan.core.recommend.context import GpuContext, gpu_context
+from gpuplan.core.recommend.context import gpu_context
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import objective_key

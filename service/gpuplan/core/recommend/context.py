@@ -8,40 +8,15 @@ from gpuplan.core.perf.cost import on_prem_usd_per_gpu_hour
 from gpuplan.core.perf.efficiency import efficiency_data, generation
 from gpuplan.core.perf.kernels import table_for
 from gpuplan.core.perf.link import Link
-from gpuplan.core.perf.speed import Rate, achieved_rate
+from gpuplan.core.perf.speed import achieved_rate
 from gpuplan.core.perf.step_records import Rates
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.pricing import OWNED, basis_words, cloud_price, describe
 from gpuplan.core.recommend.schema import Constraints, PriceUsed
-from gpuplan.core.record import Record
 
 TP_DEGREES = (2, 4, 8)
 """Tensor-parallel degrees tried beyond 1: powers of two inside a node."""
-
-
-class GpuContext(Record, kw_only=True):
-    """What of a GPU the plans share: its rates, efficiencies and price per GPU-hour."""
-
-    gpu: GpuSpec
-    rate: Rate | None
-    """The matmul peak for the job's precision; None: the GPU cannot run it."""
-
-    rates: Rates | None
-    """What the speed model times this GPU's kernels with."""
-
-    mbu: float
-    """Share of the memory bandwidth a decode step reaches."""
-
-    mbu_given: bool = False
-    """``mbu`` is the request's ``efficiency.mbu``, not the generation's."""
-
-    per_gpu_hour: float | None
-    basis: str | None
-    price: PriceUsed | None
-    """The price behind ``per_gpu_hour``: provider, kind, date, source."""
-
-    reasons: list[str]
-    unverified: list[str]
 
 
 def gpu_context(

@@ -42,7 +42,8 @@ from gpuplan.core.perf.queueing import (
     under_load,
 )
 from gpuplan.core.perf.serve import Replica, Stepper
-from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context import TP_DEGREES, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.disagg_schema import (
     Disaggregation,
     KvCacheTransfer,

@@ -17,7 +17,8 @@ from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.memory.errors import InvalidModel
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.overhead import framework_overhead
-from gpuplan.core.memory.response import Measures, measures
+from gpuplan.core.memory.response import measures
+from gpuplan.core.memory.response_records import Measures
 from gpuplan.core.memory.schema import (
     EstimateRequest,
     EstimateResponse,

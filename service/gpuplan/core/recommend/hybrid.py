@@ -21,7 +21,7 @@ from gpuplan.core.perf.cost import break_even_utilization, gpu_power_kw
 from gpuplan.core.recommend.context import gpu_context
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option
+from gpuplan.core.recommend.option_record import Option
 from gpuplan.core.recommend.pricing import cloud_price
 from gpuplan.core.recommend.schema import (
     HybridComparison,

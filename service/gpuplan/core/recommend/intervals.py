@@ -24,7 +24,7 @@ from gpuplan.core.perf.residuals import (
     residual_tables,
 )
 from gpuplan.core.recommend.job import Job
-from gpuplan.core.recommend.option import Option
+from gpuplan.core.recommend.option_record import Option
 from gpuplan.core.recommend.schema import IntervalFigure
 from gpuplan.core.recommend.training import default_framework
 from gpuplan.core.uncertainty import (

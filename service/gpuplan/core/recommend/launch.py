@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.schema import Workload
-from gpuplan.core.recommend.engine import EngineSpec, engine_spec, kubernetes_resource
+from gpuplan.core.recommend.engine import engine_spec, kubernetes_resource
+from gpuplan.core.recommend.engine_records import EngineSpec
 from gpuplan.core.recommend.schema import Engine, KubernetesResources, Launch
 
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}

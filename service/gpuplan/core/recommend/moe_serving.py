@@ -35,12 +35,14 @@ from gpuplan.core.perf.kernels import kernels_used
 from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.serve import Replica, Served, budget_concurrency, serve, step_seconds
 from gpuplan.core.perf.serve_shape import ServeShape
-from gpuplan.core.recommend.context import GpuContext, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context import link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.engine import engine_spec, sequence_cap
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan
-from gpuplan.core.recommend.option import Option, breach, layout_breaches, priced
+from gpuplan.core.recommend.option import breach, layout_breaches, priced
+from gpuplan.core.recommend.option_record import Option
 from gpuplan.core.recommend.replica import ReplicaMemory
 from gpuplan.core.recommend.schema import (
     Breach,

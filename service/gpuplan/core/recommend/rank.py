@@ -9,7 +9,8 @@ advice for the preferred or the top recommendation's GPU, and the hybrid compari
 
 from gpuplan.core.catalog import Catalog, GpuSpec
 from gpuplan.core.recommend.advice import advice_target, advise
-from gpuplan.core.recommend.context import GpuContext, gpu_context
+from gpuplan.core.recommend.context import gpu_context
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.disagg import with_disaggregation
 from gpuplan.core.recommend.errors import InvalidRecommendation
 from gpuplan.core.recommend.fit import MemoryOracle
@@ -20,12 +21,12 @@ from gpuplan.core.recommend.moe_serving import expert_parallel_options
 from gpuplan.core.recommend.option import (
     COST_OBJECTIVES,
     FEWEST_FIRST,
-    Option,
     finished,
     miss_key,
     objective_key,
     unpriced_key,
 )
+from gpuplan.core.recommend.option_record import Option
 from gpuplan.core.recommend.pricing import basis_words, cloud_price, price_basis
 from gpuplan.core.recommend.scenario import classify
 from gpuplan.core.recommend.schema import (

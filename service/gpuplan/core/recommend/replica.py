@@ -10,11 +10,10 @@ import math
 from typing import NamedTuple
 
 from gpuplan.core.catalog import GpuSpec
-from gpuplan.core.memory.response import Measures
+from gpuplan.core.memory.response_records import Measures
 from gpuplan.core.memory.schema import EstimateResponse, Workload
 from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.recommend.engine import (
-    EngineSpec,
     Fits,
     default_fraction,
     engine_memory,
@@ -22,6 +21,7 @@ from gpuplan.core.recommend.engine import (
     token_budget,
     whole_blocks,
 )
+from gpuplan.core.recommend.engine_records import EngineSpec
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.mla import latent_kv_bytes_per_token
 

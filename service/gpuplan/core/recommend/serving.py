@@ -39,9 +39,9 @@ from gpuplan.core.perf.serve import (
     serve,
 )
 from gpuplan.core.perf.serve_shape import ServeShape
-from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context import TP_DEGREES, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.engine import (
-    EngineSpec,
     engine_spec,
     longest_fitting,
     needed_total,
@@ -50,10 +50,12 @@ from gpuplan.core.recommend.engine import (
     token_budget,
     whole_blocks,
 )
+from gpuplan.core.recommend.engine_records import EngineSpec
 from gpuplan.core.recommend.fit import MemoryOracle
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan, launch
-from gpuplan.core.recommend.option import Option, breach, layout_breaches, memory_breach, pricing
+from gpuplan.core.recommend.option import breach, layout_breaches, memory_breach, pricing
+from gpuplan.core.recommend.option_record import Option
 from gpuplan.core.recommend.replica import Profile, ReplicaMemory
 from gpuplan.core.recommend.schema import (
     Breach,

@@ -51,18 +51,19 @@ from gpuplan.core.perf.step import (
     training_step,
 )
 from gpuplan.core.perf.step_records import Step, StepLinks, StepShape
-from gpuplan.core.recommend.context import TP_DEGREES, GpuContext, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context import TP_DEGREES, link_over, multi_gpu_allowed
+from gpuplan.core.recommend.context_record import GpuContext
 from gpuplan.core.recommend.fit import MemoryOracle, with_layout
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.option import (
     FEWEST_FIRST,
-    Option,
     floor_key,
     layout_breaches,
     memory_breach,
     objective_key,
     pricing,
 )
+from gpuplan.core.recommend.option_record import Option
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import (
     Constraints,
