@@ -137,19 +137,24 @@ class StepTable:
         prompt token adds, and the steps of one prompt (memoized: a search asks again)."""
         hit = self._points.get(n)
         if hit is None:
-            decode, chunk = self._both(n)
-            sched = self.sched
-            # chunk_tokens(n), inline: a search reads thousands of points (min and max
-            # as conditionals that pick as the builtins do).
-            room = sched.budget - math.floor(n)
-            room = 1 if room < 1 else room
-            prompt = sched.prompt_tokens
-            tokens = float(room if room < prompt else prompt)
-            more = chunk - decode
-            per_token = (0.0 if more < 0.0 else more) / tokens
-            chunks = math.ceil(sched.prompt_tokens / tokens)
-            hit = self._points[n] = (decode, chunk, per_token, chunks)
+            hit = self._points[n] = self.unstored_point(n)
         return hit
+
+    def unstored_point(self, n: float) -> tuple[float, float, float, int]:
+        """:meth:`point` at ``n`` without the memo, for an ``n`` no one asks again (the
+        occupancy's secant iterates: a fresh float at every step of every rate)."""
+        decode, chunk = self._both(n)
+        sched = self.sched
+        # chunk_tokens(n), inline: a search reads thousands of points (min and max as
+        # conditionals that pick as the builtins do).
+        room = sched.budget - math.floor(n)
+        room = 1 if room < 1 else room
+        prompt = sched.prompt_tokens
+        tokens = float(room if room < prompt else prompt)
+        more = chunk - decode
+        per_token = (0.0 if more < 0.0 else more) / tokens
+        chunks = math.ceil(sched.prompt_tokens / tokens)
+        return decode, chunk, per_token, chunks
 
     def _both(self, n: float) -> tuple[float, float]:
         """``(decode(n), chunk(n))`` with one search for ``n``'s segment (what
@@ -293,22 +298,24 @@ def _occupancy(steps: StepTable, rate: float) -> float:
     cap = float(sched.cap)
     busy_per_token = rate * sched.prompt_tokens
     decodes = sched.output_tokens - 1
-    points, point = steps._points, steps.point
+    points, point, unstored = steps._points, steps.point, steps.unstored_point
 
-    def gap(m: float) -> float:
+    def gap(m: float, stored: bool = False) -> float:
         # rate x T(min(m + 1, cap)) - m: T, how long one request holds a slot at that
         # occupancy, is its prompt's chunks and its output's decode steps (the last
         # chunk yields the first token), each step the mean step beside the prompts
         # arriving (:func:`_mean_step`, inline: a search evaluates this thousands of times).
+        # The bracket's ends are the same occupancies at every rate (memoized); the
+        # secant's iterates are not, and are computed without the memo.
         n = m + 1
         n = cap if cap < n else n
-        decode, chunk, per_token, chunks = points.get(n) or point(n)
+        decode, chunk, per_token, chunks = (points.get(n) or point(n)) if stored else unstored(n)
         busy = busy_per_token * per_token
         mean = decode / (1 - busy) if busy < 1 else math.inf
         return rate * (chunks * chunk + decodes * mean) - m
 
     low, high = 0.0, cap
-    g_low, g_high = gap(low), gap(high)
+    g_low, g_high = gap(low, True), gap(high, True)
     if g_high >= 0:
         return cap
     # Secant steps through the last two points (the gap is nearly linear: the slot time
@@ -538,8 +545,9 @@ def _quantile(
     # the prompts that arrive in that life (Poisson) each adding their chunk steps.
     life = cap if full else min(1 + m + _Z[q] * math.sqrt(m * LIFETIME_VARIANCE), cap)
     life = max(life, 1.0)
-    # steps.mean_step(life, rate) and steps.per_prompt_token(life), from one look-up.
-    life_decode, _, life_per_token, _ = points.get(life) or steps.point(life)
+    # steps.mean_step(life, rate) and steps.per_prompt_token(life), from one look-up (no
+    # other reader asks a life's occupancy again: not memoized).
+    life_decode, _, life_per_token, _ = points.get(life) or steps.unstored_point(life)
     tau = _mean_step(life_decode, life_per_token, sched.prompt_tokens, rate)
     span = (o - 1) * tau
     extra = life_per_token * sched.prompt_tokens

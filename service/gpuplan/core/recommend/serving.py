@@ -403,11 +403,12 @@ def engine_queue(
     a decode step and the prefill batches between two of them). ``stepper``: the
     replica's, when the caller keeps one."""
     timed = stepper or Stepper(job.flops, shape, replica)
+    mixed, flops = job.inference.mixed_chunk, job.flops  # read once: a search steps often
 
     def step(n: float, p: float) -> float:
-        if not job.inference.mixed_chunk:
+        if not mixed:
             return apart_step_seconds(
-                job.flops, shape, replica, decode=round(n), prompt=p, stepper=timed
+                flops, shape, replica, decode=round(n), prompt=p, stepper=timed
             )
         return timed(round(n), p)[0]
 
