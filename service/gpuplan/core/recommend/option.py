@@ -135,7 +135,8 @@ def floor_key(
     objective: Objective, ctx: GpuContext, job: Job, *, seconds: float, count: int
 ) -> tuple[float, ...]:
     """:func:`objective_key` of a plan of ``count`` GPUs of ``ctx`` that takes
-    ``seconds``, in the same operations as :func:`pricing` and :class:`Option`.
+    ``seconds``, in the same operations as :func:`pricing` and
+    :class:`~gpuplan.core.recommend.option_record.Option`.
 
     Every term of the key is non-decreasing in the time (floating-point rounding is
     monotone), so for a lower bound of a count's time this is a lower bound of the key
