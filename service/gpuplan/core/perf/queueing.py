@@ -463,10 +463,21 @@ def chunk_jump_share(
     at the missed end where it is below saturation, else at the kept end): the jump is
     at the mean occupancy where that reaches the threshold, and at the rate whose mean
     occupancy that is (:func:`rate_at_occupancy`)."""
+    jump = chunk_jump_rate(steps, rate / kept, rate / missed, q)
+    return None if jump is None else jump / rate
+
+
+def chunk_jump_rate(
+    steps: StepTable, kept_rate: float, missed_rate: float, q: float = 0.95
+) -> float | None:
+    """:func:`chunk_jump_share` between two arrival rates of one replica: where its ``q``
+    TTFT jumps by a chunk between ``kept_rate`` and ``missed_rate`` (both probed, or past
+    saturation), as a rate; None where they read it at the same number of chunks, or
+    more than one apart."""
     sched = steps.sched
     cap = sched.cap
-    low = _state(steps, rate / kept)
-    high = _state(steps, rate / missed)
+    low = _state(steps, kept_rate)
+    high = _state(steps, missed_rate)
     if isinstance(low, LoadPoint) or 1 - q <= low.wait_probability:
         return None
     at_low = _quantile_occupancy(cap, low, q)
@@ -483,7 +494,7 @@ def chunk_jump_share(
     root = (-z + math.sqrt(z * z + 4 * threshold)) / 2
     if root <= 0:
         return None
-    return rate_at_occupancy(steps, root * root) / rate
+    return rate_at_occupancy(steps, root * root)
 
 
 def rate_at_occupancy(steps: StepTable, m: float) -> float:
@@ -651,6 +662,16 @@ class _Bracket:
         self.stalled, self.open = self._stalls >= 2, left > 1
 
 
+def _nearest_secant(probed: list[tuple[float, float]]) -> float | None:
+    """Where the line through the two probes of least slack either way (nearest the turn,
+    where a bending curve is most nearly a line) crosses zero slack; None with fewer than
+    two, or two of the same slack."""
+    if len(probed) < 2:
+        return None
+    (x0, s0), (x1, s1) = sorted(probed, key=lambda p: abs(p[1]))[:2]
+    return None if s0 == s1 else x0 - s0 * (x1 - x0) / (s1 - s0)
+
+
 def _secant(x_keep: float, s_keep: float, x_miss: float, s_miss: float) -> float:
     """Where the line through the two ends of a bracket crosses zero slack (``s_keep`` >=
     0 > ``s_miss``); an end with infinite slack (no target binds) gives the midpoint."""
@@ -680,9 +701,13 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
     The figure is the grid's, so it is the same whatever order the probes come in: the
     search starts from the table's verdicts on either side of the turn (the replica
     search's, :func:`keeps`) and probes where the secant of the slack over the rate puts
-    the turn, rounded to the grid, with Illinois' rule, and a bisection of the grid
-    after two probes that fail to halve the bracket (a jump in a p95 defeats the
-    secant). ``bench/speed/slo_search.py`` counts its probes."""
+    the turn, rounded to the grid: through the two probes nearest the turn once it has
+    two (:func:`_nearest_secant`: the slack bends, and a secant through a far end of
+    the bracket kept landing short of the turn, a few grid steps a probe), else through
+    the bracket's ends with Illinois' rule. Where the ends read the TTFT a chunk apart
+    (:func:`chunk_jump_rate`) the turn is at that jump or before it. A bisection of the
+    grid follows two probes that halved neither the bracket nor the least slack (a jump
+    in a p95 defeats the secant). ``bench/speed/slo_search.py`` counts its probes."""
     sat = saturation_rate(steps)
     if ttft_p95_s is None and tpot_p95_s is None:
         return sat
@@ -701,16 +726,41 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
             return 0.0
         s_low = _slack(over)
     b = _Bracket(low, s_low, high, s_high)
+    # The rates probed here with their slacks. The p95s bend (a queue's wait grows faster
+    # than linearly towards saturation), so a secant through the bracket's ends, one of
+    # them far, lands on the near side again and again: the secant goes through the two
+    # probes nearest the turn (the least slack either way), where the curve is nearly a
+    # line, wherever they fell.
+    probed: list[tuple[float, float]] = []
+    # The least slack seen, and the probes since it last halved: the search bisects only
+    # after two probes that halved neither the bracket nor that slack.
+    nearest, idle = math.inf, 0
     while b.open:
         low, high = b.keep, b.miss
         x_low, x_high = rate_at(low), rate_at(high)
-        if b.stalled:
+        if b.stalled and idle >= 2:
             i = b.bisect()
         else:
-            guess = _secant(x_low, b.s_keep, x_high, b.s_miss)
+            guess = _nearest_secant(probed)
+            if guess is None:
+                guess = _secant(x_low, b.s_keep, x_high, b.s_miss)
+            # Where the ends read the TTFT a chunk apart, the turn is at that jump or
+            # before it (fewest_servers' rule, in the rate): the jump, unless the slack
+            # on the keeping side, which is smooth up to the jump, turns before it.
+            jump = chunk_jump_rate(steps, x_low, x_high) if ttft_p95_s is not None else None
+            if jump is not None and x_low < jump < x_high:
+                before = _nearest_secant([p for p in probed if p[1] >= 0])
+                guess = jump if before is None else min(before, jump)
             i = int(math.log(guess / first) / step) if guess > 0 else low
         i = min(max(i, low + 1), high - 1)
-        b.record(i, *_probe(steps, rate_at(i), ttft_p95_s, tpot_p95_s))
+        x = rate_at(i)
+        kept, over = _probe(steps, x, ttft_p95_s, tpot_p95_s)
+        b.record(i, kept, over)
+        slack = _slack(over)
+        if math.isfinite(slack) and over > 0:
+            probed.append((x, slack))
+        idle = 0 if abs(slack) <= nearest / 2 else idle + 1
+        nearest = min(nearest, abs(slack))
     return rate_at(b.keep)
 
 
