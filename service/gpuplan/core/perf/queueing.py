@@ -471,9 +471,10 @@ def chunk_jump_rate(
     steps: StepTable, kept_rate: float, missed_rate: float, q: float = 0.95
 ) -> float | None:
     """:func:`chunk_jump_share` between two arrival rates of one replica: where its ``q``
-    TTFT jumps by a chunk between ``kept_rate`` and ``missed_rate`` (both probed, or past
-    saturation), as a rate; None where they read it at the same number of chunks, or
-    more than one apart."""
+    TTFT jumps by a chunk between ``kept_rate`` and ``missed_rate``, as a rate; None
+    where they read it at the same number of chunks, or more than one apart. The states
+    of the two rates are the table's (memoized): a rate not probed yet, such as an end of
+    :func:`max_rate`'s grid bracket, has its occupancy solved here."""
     sched = steps.sched
     cap = sched.cap
     low = _state(steps, kept_rate)
@@ -757,7 +758,7 @@ def max_rate(steps: StepTable, ttft_p95_s: float | None, tpot_p95_s: float | Non
         kept, over = _probe(steps, x, ttft_p95_s, tpot_p95_s)
         b.record(i, kept, over)
         slack = _slack(over)
-        if math.isfinite(slack) and over > 0:
+        if 0 < over < math.inf:  # past saturation the slack is -1 by convention, off the curve
             probed.append((x, slack))
         idle = 0 if abs(slack) <= nearest / 2 else idle + 1
         nearest = min(nearest, abs(slack))
