@@ -8,6 +8,7 @@ vLLM's and SGLang's own parsers where they install. transformers is a dev depend
 its ``transformers serve`` command is parsed here by transformers' own CLI.
 """
 
+import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,13 @@ import pytest
 
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.recommend import RecommendRequest, recommend
-from gpuplan.core.recommend.engine import engines_data
+from gpuplan.core.recommend import launch as launch_module
+from gpuplan.core.recommend.engine import (
+    default_max_concurrency,
+    default_token_budget,
+    engines_data,
+    large_gpu,
+)
 from gpuplan.core.recommend.schema import Engine, Launch
 
 CATALOG = builtin_catalog()
@@ -223,3 +230,33 @@ def test_sglang_mixes_chunks_unless_the_request_says_it_does_not() -> None:
 
     assert "--enable-mixed-chunk" in command(True)
     assert "--enable-mixed-chunk" not in command(False)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["vllm", "serve", "meta-llama/Llama-3.1-8B", "--tensor-parallel-size", "2"],
+        ["x", "", "a b", "it's", "ünïcode", "$HOME", "a=b,c:d/e.f@g%h+i-j_k", "tab\there"],
+        ["--config", "/tmp/extra llm api options.yaml", "*", "~", "!", "a;b", "'"],
+    ],
+)
+def test_the_shell_line_is_shlex_join_of_the_command(command: list[str]) -> None:
+    """The launch's ``shell`` skips ``shlex.quote`` for words of safe characters: the
+    same line ``shlex.join`` writes, every other word quoted as it quotes it."""
+    assert launch_module._shell(command) == shlex.join(command)
+
+
+def test_vllms_larger_defaults_go_to_large_gpus_but_the_a100() -> None:
+    """vLLM's ``EngineArgs._set_default_args``: 70 GiB or more and no "a100" in the
+    device name gives 1024 sequences and 8192 tokens a step; the rest 256 and 2048."""
+    catalog = builtin_catalog()
+    for gpu_id, large in (
+        ("h100-sxm5-80gb", True),
+        ("mi300x-192gb", True),
+        ("a100-sxm4-80gb", False),
+        ("l4-24gb", False),
+    ):
+        gpu = catalog.get(gpu_id)
+        assert large_gpu(gpu) is large, gpu_id
+        assert default_max_concurrency(gpu) == (1024 if large else 256), gpu_id
+        assert default_token_budget(gpu) == (8192 if large else 2048), gpu_id

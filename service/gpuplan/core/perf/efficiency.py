@@ -182,7 +182,8 @@ class Vision(Record, kw_only=True):
 
 class Serving(Record, kw_only=True):
     """A continuous-batching server's step and sequence limits (vLLM's defaults; each
-    engine's memory share and KV block are in core/recommend/data/engines.toml)."""
+    engine's memory share and KV block are in core/recommend/data/engines.toml). Which
+    of them a GPU gets is :func:`gpuplan.core.recommend.engine.large_gpu`'s rule."""
 
     max_sequences: Annotated[int, msgspec.Meta(ge=1)]
     """Sequences one replica keeps in flight at most (``max_num_seqs``)."""
@@ -201,18 +202,6 @@ class Serving(Record, kw_only=True):
 
     verified: bool
     source: str
-
-    def large(self, gpu: GpuSpec) -> bool:
-        """Whether vLLM gives ``gpu`` its larger defaults."""
-        return gpu.usable_memory_bytes >= self.large_gpu_min_memory_bytes and not any(
-            word in gpu.id for word in self.large_gpu_excludes
-        )
-
-    def max_concurrency(self, gpu: GpuSpec) -> int:
-        return self.large_gpu_max_sequences if self.large(gpu) else self.max_sequences
-
-    def token_budget(self, gpu: GpuSpec) -> int:
-        return self.large_gpu_max_batched_tokens if self.large(gpu) else self.max_batched_tokens
 
 
 class EfficiencyData(Record, kw_only=True):

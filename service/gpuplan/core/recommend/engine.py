@@ -71,6 +71,29 @@ def _tier(spec: EngineSpec, gpu: GpuSpec) -> SglangTier:
     return next(t for t in spec.tiers if mib < t.below_mib)
 
 
+def large_gpu(gpu: GpuSpec) -> bool:
+    """Whether vLLM gives ``gpu`` its larger defaults (``efficiency.toml``'s
+    ``[serving]``): enough memory, and no excluded word in its id. Compiled (mypyc
+    turns ``all()`` of a generator into a loop): a serving search asks it hundreds of
+    times."""
+    s = efficiency_data().serving
+    return gpu.usable_memory_bytes >= s.large_gpu_min_memory_bytes and all(
+        word not in gpu.id for word in s.large_gpu_excludes
+    )
+
+
+def default_max_concurrency(gpu: GpuSpec) -> int:
+    """vLLM's default sequence cap (``max_num_seqs``) on ``gpu``."""
+    s = efficiency_data().serving
+    return s.large_gpu_max_sequences if large_gpu(gpu) else s.max_sequences
+
+
+def default_token_budget(gpu: GpuSpec) -> int:
+    """vLLM's default tokens a step (``max_num_batched_tokens``) on ``gpu``."""
+    s = efficiency_data().serving
+    return s.large_gpu_max_batched_tokens if large_gpu(gpu) else s.max_batched_tokens
+
+
 def token_budget(spec: EngineSpec, gpu: GpuSpec, given: int | None, batch_tokens: int) -> int:
     """Tokens one step takes at most: the request's, else the engine's default for the
     GPU (a static engine's step is its whole batch's prompts)."""
@@ -80,7 +103,7 @@ def token_budget(spec: EngineSpec, gpu: GpuSpec, given: int | None, batch_tokens
         return given
     if spec.budget_default == "sglang_tiers":
         return _tier(spec, gpu).chunked_prefill_size
-    return efficiency_data().serving.token_budget(gpu)
+    return default_token_budget(gpu)
 
 
 def graph_batch(spec: EngineSpec, gpu: GpuSpec, tp: int, cap: int, given: int | None) -> int:
@@ -180,7 +203,7 @@ def sequence_cap(
         estimated = int(pool_tokens / max(length, 1) * spec.pool_requests_per_context)
         estimated = max(min(estimated, spec.pool_requests_max), spec.pool_requests_min)
         return max(min(estimated, pool_tokens // 2), 1)
-    return efficiency_data().serving.max_concurrency(gpu)
+    return default_max_concurrency(gpu)
 
 
 def whole_blocks(tokens: float, block: int) -> int:

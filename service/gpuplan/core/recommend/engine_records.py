@@ -76,9 +76,6 @@ class EngineSpec(Record, kw_only=True):
 
     serial_step_source: str | None = None
 
-    def flag(self, name: str) -> str:
-        return self.flags[name]
-
 
 class EnginesData(Record, kw_only=True):
     engines: dict[Engine, EngineSpec]

@@ -18,6 +18,20 @@ from gpuplan.core.recommend.engine import engine_spec, kubernetes_resource
 from gpuplan.core.recommend.engine_records import EngineSpec
 from gpuplan.core.recommend.schema import Engine, KubernetesResources, Launch
 
+SHELL_SAFE = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-"
+"""The characters ``shlex.quote`` leaves a word unquoted in (its ``[^\\w@%+=:,./-]``,
+ASCII)."""
+
+
+def _shell(command: list[str]) -> str:
+    """``shlex.join(command)``: a word of safe characters only (most of a command's) is
+    kept without a call to ``shlex.quote``, which a request's plans would make hundreds
+    of times."""
+    return " ".join(
+        word if word and not word.strip(SHELL_SAFE) else shlex.quote(word) for word in command
+    )
+
+
 DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 """A workload's precision as transformers' ``--dtype`` names it (others: ``auto``)."""
 
@@ -87,7 +101,7 @@ def launch(
         engine_version=version,
         source=spec.source,
         command=command,
-        shell=shlex.join(command),
+        shell=_shell(command),
         replicas=plan.replicas,
         tensor_parallel=plan.tp,
         data_parallel=plan.expert,
@@ -109,10 +123,10 @@ def _command(
     engine: Engine, spec: EngineSpec, w: Workload, model: str, plan: Plan, *, mixed_chunk: bool
 ) -> tuple[list[str], list[str]]:
     notes: list[str] = []
-    f = spec.flag
+    flags = spec.flags
     if engine == "transformers":
-        command = [*spec.program, model, f("dtype"), DTYPES.get(w.precision, "auto")]
-        command += [f("device"), "cuda"]
+        command = [*spec.program, model, flags["dtype"], DTYPES.get(w.precision, "auto")]
+        command += [flags["device"], "cuda"]
         notes.append(
             "transformers serve runs each request's generate with its own cache (no paged "
             "KV cache, no flag for the sequences in flight or the longest sequence)"
@@ -121,14 +135,14 @@ def _command(
     if engine == "compiled":
         script = [
             "generate.py",
-            f("model"),
+            flags["model"],
             f"checkpoints/{model}/model.pth",
-            f("compile"),
-            f("max_new_tokens"),
+            flags["compile"],
+            flags["max_new_tokens"],
             str(plan.output_tokens),
         ]
         if plan.tp > 1:
-            command = [*spec.program_tp, f"{f('nproc')}={plan.tp}", *script]
+            command = [*spec.program_tp, f"{flags['nproc']}={plan.tp}", *script]
         else:
             command = [*spec.program[:-1], *script]
         notes.append(
@@ -138,24 +152,24 @@ def _command(
         )
         return command, notes
     command = [*spec.program]
-    if f("model"):
-        command += [f("model"), model]
+    if flags["model"]:
+        command += [flags["model"], model]
     else:
         command.append(model)
     if engine == "trtllm":
-        command += [spec.flag("backend"), "pytorch"]
+        command += [flags["backend"], "pytorch"]
     assert plan.fraction is not None
     command += [
-        f("tensor_parallel"),
+        flags["tensor_parallel"],
         # SGLang's and TensorRT-LLM's tp_size count every GPU of a DP-attention replica.
         str(plan.tp * plan.expert if engine in ("sglang", "trtllm") else plan.tp),
-        f("memory_fraction"),
+        flags["memory_fraction"],
         fraction_text(plan.fraction),
-        f("max_model_len"),
+        flags["max_model_len"],
         str(plan.max_model_len),
-        f("max_concurrency"),
+        flags["max_concurrency"],
         str(_concurrency_flag(engine, plan)),
-        f("token_budget"),
+        flags["token_budget"],
         str(plan.token_budget),
     ]
     command += _expert_flags(engine, spec, plan.expert)
@@ -163,14 +177,14 @@ def _command(
         # The speed model puts decodes and prompt chunks in one step; SGLang alternates
         # prefill and decode batches unless told to mix them (timed apart when the
         # request says mixed_chunk false).
-        command.append(f("mixed_chunk"))
+        command.append(flags["mixed_chunk"])
     if engine == "trtllm":
         # trtllm-serve leaves chunked prefill off: a prompt longer than the step would
         # not go through in the budget the plan timed.
-        command.append(f("chunked_prefill"))
+        command.append(flags["chunked_prefill"])
     if w.kv_cache_dtype == "fp8":
         if engine in FP8_KV:
-            command += [f("kv_cache_dtype"), FP8_KV[engine]]
+            command += [flags["kv_cache_dtype"], FP8_KV[engine]]
         else:
             notes.append(
                 "an fp8 KV cache is set in the YAML of --config (kv_cache_config.dtype), "
@@ -187,19 +201,19 @@ def _expert_flags(engine: Engine, spec: EngineSpec, expert: int) -> list[str]:
     file (its ``--tp_size`` is N too)."""
     if expert <= 1:
         return []
-    f = spec.flag
+    flags = spec.flags
     if engine == "vllm":
-        return [f("data_parallel"), str(expert), f("expert_parallel")]
+        return [flags["data_parallel"], str(expert), flags["expert_parallel"]]
     if engine == "sglang":
         return [
-            f("data_parallel"),
+            flags["data_parallel"],
             str(expert),
-            f("dp_attention"),
-            f("expert_parallel"),
+            flags["dp_attention"],
+            flags["expert_parallel"],
             str(expert),
         ]
     if engine == "trtllm":
-        return [f("expert_parallel"), str(expert), f("config"), TRTLLM_CONFIG]
+        return [flags["expert_parallel"], str(expert), flags["config"], TRTLLM_CONFIG]
     return []
 
 

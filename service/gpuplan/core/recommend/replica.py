@@ -12,10 +12,10 @@ from typing import NamedTuple
 from gpuplan.core.catalog import GpuSpec
 from gpuplan.core.memory.response_records import Measures
 from gpuplan.core.memory.schema import EstimateResponse, Workload
-from gpuplan.core.perf.efficiency import efficiency_data
 from gpuplan.core.recommend.engine import (
     Fits,
     default_fraction,
+    default_max_concurrency,
     engine_memory,
     graph_batch,
     token_budget,
@@ -126,7 +126,7 @@ class ReplicaMemory(NamedTuple):
                 token_budget=budget,
                 runtime_bytes=runtime,
             )
-        cap = iv.max_concurrency or efficiency_data().serving.max_concurrency(gpu)
+        cap = iv.max_concurrency or default_max_concurrency(gpu)
         graphs = graph_batch(spec, gpu, tp, cap, iv.max_concurrency)
         if profile is not None:
             logits = 0.0
