@@ -48,7 +48,7 @@ import msgspec
 import numpy as np
 from scipy.optimize import least_squares
 
-from bench.published.runs import load, predict_serving
+from bench.published.runs import load, predict_serving, tokens_per_s_per_gpu
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.perf.efficiency import efficiency_data, framework
 from gpuplan.core.recommend import RecommendRequest
@@ -215,7 +215,7 @@ class Case:
         )
         option = given_option(self.job, ctx, self.oracle, self.request.constraints, self.trainable)
         assert option.throughput is not None
-        return option.throughput.value / option.count
+        return tokens_per_s_per_gpu(option, self.job.tokens)
 
 
 class ServingCase:

@@ -86,7 +86,9 @@ def load(kind: str = "training", pending: bool = False) -> list[dict[str, Any]]:
 
 
 def predict(run: dict[str, Any], layout: str = "given") -> float | None:
-    """Predicted tokens/s per GPU of ``run`` (None: no plan)."""
+    """Predicted tokens/s per GPU of ``run`` (None: no plan): the training steps' rate,
+    or with ``training.evaluation`` the training tokens over the time, evaluations
+    included, as a loop that times both measures it."""
     body = dict(run["request"])
     if layout == "search":
         body["layout"] = "search"
@@ -97,7 +99,17 @@ def predict(run: dict[str, Any], layout: str = "given") -> float | None:
     top = response.recommendations[0]
     if top.throughput is None:
         return None
-    return top.throughput.value / top.count
+    return tokens_per_s_per_gpu(top, body["training"]["training_tokens"])
+
+
+def tokens_per_s_per_gpu(plan: Any, training_tokens: float) -> float:
+    """A training plan's (a candidate's, or the search's option's) tokens/s per GPU as a
+    run measures it: the steps' rate, or where the plan holds evaluations the training
+    tokens over the whole time, as a loop that times both does (Hugging Face Trainer's
+    ``train_samples_per_second``)."""
+    if plan.evaluation_hours is not None and plan.time_hours:
+        return float(training_tokens / (plan.time_hours * 3600) / plan.count)
+    return float(plan.throughput.value / plan.count)
 
 
 SERVING_MEASURES = {

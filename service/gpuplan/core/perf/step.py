@@ -817,6 +817,12 @@ def training_step(
     )
     optimizer = _optimizer_seconds(shape, lay, rates, links)
     seconds = m * busy_micro + bubble + data_exposed + optimizer
+    # An evaluation's forward: the micro-batch's, with the forward's share of its
+    # exposed communication, and a forward-only pipeline's fill.
+    forward_micro = micro.forward_s + (
+        micro_exposed * micro.forward_s / compute if compute > 0 else 0.0
+    )
+    forward = m * forward_micro + forward_micro * (lay.pipeline - 1) / lay.virtual_stages
     gpus = lay.tensor * lay.pipeline * lay.data * lay.context
     tokens = step_tokens(shape, lay)
     model_flops = micro.model_flops * gpus * m
@@ -828,6 +834,7 @@ def training_step(
         exposed_comm_s=m * micro_exposed + data_exposed,
         bubble_s=bubble,
         optimizer_s=optimizer,
+        forward_s=forward,
         model_flops_per_token=model_flops / tokens,
         mfu=model_flops / (seconds * gpus * rates.peak_flops),
         kernel_source="measured" if micro.measured else "roofline",

@@ -205,6 +205,14 @@ class Step(Record, kw_only=True):
 
     bubble_s: float
     optimizer_s: float
+    forward_s: float = 0.0
+    """A forward pass over the step's tokens on every rank, as an evaluation runs it: each
+    micro-batch's forward and the model-parallel communication of its forward (that
+    share of the exposed communication), and the pipeline's fill, a forward-only
+    schedule's (p - 1) / v slots. No backward, recomputation, gradient traffic or
+    optimizer step; a sharded data-parallel gather hides behind the forward as in
+    training."""
+
     model_flops_per_token: float
     mfu: float
     """Model FLOPs of the step / (seconds x GPUs x matmul peak)."""

@@ -66,6 +66,10 @@ class Job(Record, kw_only=True):
     tokens: float
     """Training: tokens to train on. Inference: unused (0)."""
 
+    evaluation_tokens: float = 0.0
+    """Training: tokens the run's evaluations read, all of them (``training.evaluation``'s
+    tokens x count; 0: none)."""
+
     prompt_tokens: int
     output_tokens: int
     requests_per_second: float | None
@@ -203,6 +207,7 @@ def resolve_job(request: RecommendRequest, catalog: Catalog) -> Job:
         parameters=total,
         root_parameters=counts.embedding + counts.head + counts.final if counts else 0,
         tokens=tokens,
+        evaluation_tokens=_evaluation_tokens(request) if not inference else 0.0,
         prompt_tokens=prompt,
         output_tokens=output,
         requests_per_second=iv.requests_per_second,
@@ -287,6 +292,12 @@ def _training_tokens(request: RecommendRequest, errors: list[tuple[str, str]]) -
         errors.append(("$.training", "epochs and dataset_samples go together"))
         return 0.0
     return tv.epochs * tv.dataset_samples * seq
+
+
+def _evaluation_tokens(request: RecommendRequest) -> float:
+    """Tokens the training run's evaluations read together (0: none stated)."""
+    ev = request.training.evaluation if request.training is not None else None
+    return float(ev.tokens) * ev.count if ev is not None else 0.0
 
 
 def _by_id(

@@ -30,6 +30,7 @@ class Option(Record, kw_only=True):
     fits: bool
     admissible: bool
     time_hours: float | None = None
+    evaluation_hours: float | None = None
     speed_s: float | None = None
     """What ``fastest`` minimizes: job seconds (training) or request latency (inference)."""
 

@@ -281,6 +281,7 @@ def _recommendation(
         memory_utilization=round(p.required / usable, 4),
         throughput=p.throughput,
         time_hours=p.time_hours,
+        evaluation_hours=p.evaluation_hours,
         usd_per_hour=p.usd_per_hour,
         cost_usd=p.cost_usd,
         cost_basis=p.cost_basis,  # type: ignore[arg-type]
@@ -326,6 +327,14 @@ def _assumptions(job: Job, request: RecommendRequest) -> list[str]:
             "the communication the framework does not hide and the pipeline bubble "
             "(docs/recommendation.md); MFU counts model FLOPs (6N + attention), not recomputation"
         )
+        ev = request.training.evaluation if request.training is not None else None
+        if ev is not None:
+            notes.append(
+                f"evaluations: {ev.count:,} of {ev.tokens:,} tokens, each a forward pass on "
+                "the plan's layout and micro-batch (no backward, recomputation or optimizer "
+                "step), inside time_hours, cost and energy (evaluation_hours); throughput is "
+                "the training steps' own"
+            )
         if job.moe_layers:
             dispatcher = job.workload.parallelism.expert_dispatcher
             notes.append(

@@ -104,6 +104,25 @@ class Constraints(Record, kw_only=True):
     ``advice_gpu`` says which."""
 
 
+class Evaluation(Record, kw_only=True):
+    """Evaluations inside the training run (Hugging Face Trainer's ``eval_strategy``,
+    Lightning's validation loop): each one forward pass over ``tokens``, without
+    backward, recomputation, gradient traffic or optimizer step, on the plan's own
+    layout and micro-batch. Their time is part of ``time_hours``, ``cost_usd`` and
+    ``energy_kwh``, as it is of a loop that times them (Trainer's ``train_runtime`` and
+    ``train_samples_per_second``); ``throughput`` stays the training steps' own rate, and
+    ``evaluation_hours`` says how much of the time they take."""
+
+    tokens: Annotated[int, msgspec.Meta(ge=1, le=10**14)]
+    """Tokens one evaluation reads (images, for a vision model): the evaluation split as
+    its batches hold it, packed or padded."""
+
+    count: Annotated[int, msgspec.Meta(ge=1, le=10**6)] = 1
+    """Evaluations over the run. Trainer's ``eval_strategy: epoch`` evaluates at the end
+    of each epoch, and once more where ``max_steps`` ends a partial one
+    (``DefaultFlowCallback.on_epoch_end``); ``steps`` every ``eval_steps``."""
+
+
 class TrainingVolume(Record, kw_only=True):
     """Work of a training job: tokens, or samples, or epochs over a dataset."""
 
@@ -127,6 +146,10 @@ class TrainingVolume(Record, kw_only=True):
     """Tokens per optimizer step across the job (Llama 3 states its batch so): the global
     batch is this over ``workload.sequence_length``, a whole number of sequences kept as
     it is, else rounded to the nearest multiple of 64 (the nearest power of two below 64)."""
+
+    evaluation: Evaluation | None = None
+    """Evaluations the run holds besides its training steps (none by default): their
+    forward passes add to the job's time, cost and energy."""
 
 
 class Slo(Record, kw_only=True):
@@ -614,7 +637,12 @@ class Candidate(Record, kw_only=True):
     memory_utilization: float
     throughput: Throughput | None
     time_hours: float | None
-    """Training: wall-clock time of the job. Inference: the period planned for."""
+    """Training: wall-clock time of the job (its evaluations included). Inference: the
+    period planned for."""
+
+    evaluation_hours: float | None = None
+    """Training with ``training.evaluation``: the hours of ``time_hours`` its evaluations
+    take, each a forward pass over the evaluation tokens on this layout."""
 
     usd_per_hour: float | None
     cost_usd: float | None

@@ -87,11 +87,17 @@ class Timing(NamedTuple):
     """How long a training job takes on one layout."""
 
     seconds: float
+    """The training steps' and the evaluations'."""
+
     tokens_per_s: float
+    """The training steps' own rate."""
+
     delivered_flops_per_s: float
     """Model FLOP/s the job's GPUs deliver together."""
 
     step: Step
+    evaluation_seconds: float = 0.0
+    """The evaluations' share of ``seconds`` (``training.evaluation``)."""
 
 
 class Sized(NamedTuple):
@@ -499,8 +505,14 @@ def _timing(
         micro=micro,
     )
     tokens_per_s = step.tokens / step.seconds
+    # Evaluations: forward passes over their tokens, at the step's forward per token.
+    evaluation = job.evaluation_tokens / step.tokens * step.forward_s
     return Timing(
-        job.tokens / tokens_per_s, tokens_per_s, tokens_per_s * step.model_flops_per_token, step
+        job.tokens / tokens_per_s + evaluation,
+        tokens_per_s,
+        tokens_per_s * step.model_flops_per_token,
+        step,
+        evaluation,
     )
 
 
@@ -975,6 +987,7 @@ def _option(
         required=required,
         fits=fits,
         time_hours=time_hours,
+        evaluation_hours=timing.evaluation_seconds / 3600 if job.evaluation_tokens else None,
         speed_s=timing.seconds,
         throughput=Throughput(
             value=timing.tokens_per_s, unit="samples/s" if job.vision else "tokens/s"
