@@ -31,7 +31,7 @@ from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS
 from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.serve import Stepper
 from gpuplan.core.perf.step_records import StepLinks, StepShape
-from gpuplan.core.recommend.replica import ReplicaMemory
+from gpuplan.core.recommend.replica import Profile, ReplicaMemory
 from gpuplan.core.recommend.rung import Rung
 from gpuplan.core.recommend.schema import Constraints, ParallelLayout
 
@@ -101,6 +101,11 @@ class MemoryOracle:
         """A serving replica's memory (``serving.replica_memory``) by the laid-out
         workload's key, ``id`` of the job and of the GPU (both kept alive in the entry)
         and the degree."""
+        self.profiles: dict[tuple[bytes, int, str, str], Profile | None] = {}
+        """A serving replica's profile step (``serving._profile``) by the laid-out
+        workload's key, the step's tokens, and the GPU's architecture and runtime: all
+        its estimate reads of the GPU (:meth:`measures`), so the GPUs of one
+        architecture share it."""
         self.steppers: dict[tuple[object, ...], tuple[ReplicaMemory, Stepper]] = {}
         """A serving replica's step function (``serving.stepper_for``), by ``id`` of its
         memory (kept alive in the entry) and its GPUs, when the request compares

@@ -51,7 +51,7 @@ from gpuplan.core.recommend.engine import (
     whole_blocks,
 )
 from gpuplan.core.recommend.engine_records import EngineSpec
-from gpuplan.core.recommend.fit import MemoryOracle
+from gpuplan.core.recommend.fit import MemoryOracle, runtime_of
 from gpuplan.core.recommend.job import Job
 from gpuplan.core.recommend.launch import Plan, launch
 from gpuplan.core.recommend.option import breach, layout_breaches, memory_breach, pricing
@@ -189,7 +189,7 @@ def replica_memory(
             tp=tp,
             measures=m,
             base=base,
-            profile=_profile(job, spec, oracle, workload, gpu),
+            profile=_profile(job, spec, oracle, workload, gpu, key=key),
         )
     oracle.replicas[memo] = (job, gpu, memory)
     return memory
@@ -221,15 +221,35 @@ def stepper_for(
 
 
 def _profile(
-    job: Job, spec: EngineSpec, oracle: MemoryOracle, workload: Workload, gpu: GpuSpec
+    job: Job,
+    spec: EngineSpec,
+    oracle: MemoryOracle,
+    workload: Workload,
+    gpu: GpuSpec,
+    *,
+    key: bytes,
 ) -> Profile | None:
     """The profile step of ``spec`` estimated on ``gpu``; None for an engine without one,
-    a model without a shape, or a step the estimator refuses."""
+    a model without a shape, or a step the estimator refuses. ``key``: the laid-out
+    ``workload``'s; the step's estimate is memoized on the oracle by it, the step's tokens
+    and what the estimate reads of the GPU (its architecture and runtime:
+    ``MemoryOracle.measures``), so the GPUs of one architecture share it."""
     if spec.profile_tokens == "none" or job.arch is None or not spec.paged:
         return None
     tokens = token_budget(
         spec, gpu, job.inference.max_batched_tokens, job.prompt_tokens * workload.batch_size
     )
+    memo = (key, tokens, gpu.architecture, runtime_of(gpu))
+    if memo in oracle.profiles:
+        return oracle.profiles[memo]
+    profile = oracle.profiles[memo] = _profile_step(oracle, workload, gpu, tokens)
+    return profile
+
+
+def _profile_step(
+    oracle: MemoryOracle, workload: Workload, gpu: GpuSpec, tokens: int
+) -> Profile | None:
+    """:func:`_profile`'s estimate: one forward of ``tokens`` on ``gpu``."""
     # The profile skips attention (vLLM) or runs it fused: no materialized scores.
     step = msgspec.structs.replace(
         workload,
