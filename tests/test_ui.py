@@ -72,6 +72,8 @@ FORM_PATHS = {
     "training.training_tokens",
     "training.global_batch_size",
     "training.global_batch_tokens",
+    "training.evaluation.tokens",
+    "training.evaluation.count",
     "inference.requests_per_second",
     "inference.prompt_tokens",
     "inference.output_tokens",
