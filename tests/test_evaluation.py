@@ -152,3 +152,21 @@ def test_the_dgx_cloud_runs_are_predicted_with_their_evaluations() -> None:
         assert with_evaluations is not None
         assert without is not None
         assert with_evaluations < without
+
+
+def test_a_pipeline_fills_once_a_step_in_an_evaluation_too() -> None:
+    """A forward-only pipeline of p stages idles (p - 1) / v micro-batch forwards a
+    step: an evaluation token costs less where a step holds more micro-batches."""
+
+    def per_token(accumulation: int) -> float:
+        body = _job({"tokens": 10_000_000}, mode="training", batch_size=1)
+        body["workload"]["gradient_accumulation_steps"] = accumulation
+        body["workload"]["parallelism"] = {"pipeline": 4, "data": 1}
+        body["constraints"]["max_gpus_per_job"] = 4
+        top = _top(body)
+        assert top.fits, top.reasons
+        return float(top.evaluation_hours) / 10_000_000
+
+    one, eight = per_token(1), per_token(8)
+    # (1 + 3) / 1 forwards a micro-batch's tokens against (8 + 3) / 8.
+    assert one / eight == pytest.approx(4 / (11 / 8), rel=0.02)

@@ -691,9 +691,9 @@ def _micro_comm(
     # backward (all-reduces, or with sequence parallelism an all-gather and a
     # reduce-scatter each: the same bytes); a full recompute repeats the forward two.
     message = local_tokens * shape.hidden_size * shape.activation_bytes
-    # A full recompute repeats the forward's two in the checkpointed layers.
-    collectives = 4 + (2 / shape.checkpoint_every if shape.checkpointing == "full" else 0)
-    tensor = layers * collectives * all_reduce_seconds(message, lay.tensor, links.tensor)
+    tensor = (
+        layers * _tensor_collectives(shape) * all_reduce_seconds(message, lay.tensor, links.tensor)
+    )
     # Context parallelism: each layer gathers every rank's keys and values forward and
     # reduce-scatters their gradients backward, behind the attention compute. A GPU
     # moves only its tensor-parallel rank's heads (:func:`context_kv_width`).
@@ -714,6 +714,12 @@ def _micro_comm(
         else 0.0
     )
     return tensor, context, expert, pipeline
+
+
+def _tensor_collectives(shape: StepShape) -> float:
+    """A layer's tensor-parallel collectives in one micro-batch: two forward, two
+    backward, and a full recompute repeats the forward's two in the checkpointed layers."""
+    return 4 + (2 / shape.checkpoint_every if shape.checkpointing == "full" else 0)
 
 
 def _expert_exchange_seconds(
@@ -817,10 +823,12 @@ def training_step(
     )
     optimizer = _optimizer_seconds(shape, lay, rates, links)
     seconds = m * busy_micro + bubble + data_exposed + optimizer
-    # An evaluation's forward: the micro-batch's, with the forward's share of its
-    # exposed communication, and a forward-only pipeline's fill.
+    # An evaluation's forward: the micro-batch's, the forward's traffic (two of the tensor
+    # collectives, the recompute's aside; half of the context, expert and pipeline
+    # exchanges, each as large backward as forward), and a forward-only pipeline's fill.
     forward_micro = micro.forward_s + (
-        micro_exposed * micro.forward_s / compute if compute > 0 else 0.0
+        framework.tensor_exposed * tensor * 2 / _tensor_collectives(shape)
+        + (context + framework.expert_exposed * expert + framework.pipeline_exposed * pipeline) / 2
     )
     forward = m * forward_micro + forward_micro * (lay.pipeline - 1) / lay.virtual_stages
     gpus = lay.tensor * lay.pipeline * lay.data * lay.context

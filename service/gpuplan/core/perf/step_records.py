@@ -207,9 +207,9 @@ class Step(Record, kw_only=True):
     optimizer_s: float
     forward_s: float = 0.0
     """A forward pass over the step's tokens on every rank, as an evaluation runs it: each
-    micro-batch's forward and the model-parallel communication of its forward (that
-    share of the exposed communication), and the pipeline's fill, a forward-only
-    schedule's (p - 1) / v slots. No backward, recomputation, gradient traffic or
+    micro-batch's forward and the forward's exposed model-parallel traffic (two of the
+    tensor collectives, half the context, expert and pipeline exchanges), and the
+    pipeline's fill, a forward-only schedule's (p - 1) / v slots. No backward, recomputation, gradient traffic or
     optimizer step; a sharded data-parallel gather hides behind the forward as in
     training."""
 
