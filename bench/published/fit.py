@@ -215,7 +215,7 @@ class Case:
         )
         option = given_option(self.job, ctx, self.oracle, self.request.constraints, self.trainable)
         assert option.throughput is not None
-        return tokens_per_s_per_gpu(option, self.job.tokens)
+        return tokens_per_s_per_gpu(option)
 
 
 class ServingCase:

@@ -99,17 +99,18 @@ def predict(run: dict[str, Any], layout: str = "given") -> float | None:
     top = response.recommendations[0]
     if top.throughput is None:
         return None
-    return tokens_per_s_per_gpu(top, body["training"]["training_tokens"])
+    return tokens_per_s_per_gpu(top)
 
 
-def tokens_per_s_per_gpu(plan: Any, training_tokens: float) -> float:
+def tokens_per_s_per_gpu(plan: Any) -> float:
     """A training plan's (a candidate's, or the search's option's) tokens/s per GPU as a
     run measures it: the steps' rate, or where the plan holds evaluations the training
     tokens over the whole time, as a loop that times both does (Hugging Face Trainer's
-    ``train_samples_per_second``)."""
-    if plan.evaluation_hours is not None and plan.time_hours:
-        return float(training_tokens / (plan.time_hours * 3600) / plan.count)
-    return float(plan.throughput.value / plan.count)
+    ``train_samples_per_second``): the steps' share of the time, at their rate."""
+    rate = float(plan.throughput.value / plan.count)
+    if plan.evaluation_hours and plan.time_hours:
+        return rate * (plan.time_hours - plan.evaluation_hours) / plan.time_hours
+    return rate
 
 
 SERVING_MEASURES = {

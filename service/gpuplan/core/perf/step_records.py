@@ -209,9 +209,9 @@ class Step(Record, kw_only=True):
     """A forward pass over the step's tokens on every rank, as an evaluation runs it: each
     micro-batch's forward and the forward's exposed model-parallel traffic (two of the
     tensor collectives, half the context, expert and pipeline exchanges), and the
-    pipeline's fill, a forward-only schedule's (p - 1) / v slots. No backward, recomputation, gradient traffic or
-    optimizer step; a sharded data-parallel gather hides behind the forward as in
-    training."""
+    pipeline's fill, a forward-only schedule's (p - 1) / v slots. No backward,
+    recomputation, gradient traffic or optimizer step; a sharded data-parallel gather
+    hides behind the forward as in training."""
 
     model_flops_per_token: float
     mfu: float
