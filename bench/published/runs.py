@@ -109,7 +109,7 @@ def tokens_per_s_per_gpu(plan: Any) -> float:
     ``train_samples_per_second``): the steps' share of the time, at their rate."""
     rate = float(plan.throughput.value / plan.count)
     if plan.evaluation_hours and plan.time_hours:
-        return rate * (plan.time_hours - plan.evaluation_hours) / plan.time_hours
+        return rate * float((plan.time_hours - plan.evaluation_hours) / plan.time_hours)
     return rate
 
 
