@@ -152,16 +152,44 @@ def test_a_training_candidate_carries_an_interval_on_each_figure() -> None:
 
 
 def test_a_gpu_no_published_run_measured_gets_a_wider_interval() -> None:
-    def width(gpu: str) -> tuple[float, list[str]]:
-        body = {**LLAMA_TRAINING, "constraints": {"include": [gpu], "gpu_counts": [8]}}
+    """No published serving run is on a Blackwell part (every catalog generation has a
+    training run since the MLPerf rows brought H200 and MI300X): a B200 replica's
+    latency interval is widened for it, an H100's is not."""
+
+    def served(gpu: str) -> tuple[float, list[str]]:
+        body = request_body(
+            "llama-2-7b",
+            mode="inference",
+            sequence_length=1024,
+            precision="bf16",
+            max_new_tokens=256,
+        )
+        body["constraints"] = {"include": [gpu]}
+        body["inference"] = {"requests_per_second": 5}
+        (c, *_) = _top(body)
+        i = c.intervals["time_per_output_token_s"]
+        return i.high / i.low, c.reasons
+
+    measured, reasons = served("h100-sxm5-80gb")
+    unmeasured, widened = served("b200-180gb")
+    assert unmeasured > measured
+    assert not any("widened: no published run of generation" in r for r in reasons)
+    assert any("widened: no published run of generation blackwell" in r for r in widened)
+
+
+def test_a_precision_no_published_run_measured_gets_a_wider_interval() -> None:
+    def width(precision: str) -> tuple[float, list[str]]:
+        workload = {**LLAMA_TRAINING["workload"], "precision": precision}
+        body = {**LLAMA_TRAINING, "workload": workload}
+        body["constraints"] = {"include": ["h100-sxm5-80gb"], "gpu_counts": [8]}
         (c, *_) = _top(body)
         i = c.intervals["time_hours"]
         return i.high / i.low, c.reasons
 
-    measured, _ = width("h100-sxm5-80gb")
-    unmeasured, reasons = width("mi300x-192gb")
+    measured, _ = width("bf16")
+    unmeasured, reasons = width("fp32")
     assert unmeasured > measured
-    assert any("widened: no published run of generation" in r for r in reasons)
+    assert any("widened: no published run of precision fp32" in r for r in reasons)
 
 
 def test_a_serving_candidate_carries_latency_intervals() -> None:

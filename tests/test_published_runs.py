@@ -152,3 +152,47 @@ def test_megatron_fsdp_runs_are_megatron_with_zero_3() -> None:
             assert "Megatron-FSDP" in run["assumptions"], run["id"]
     assert "mbridge2511-llama3-8b-h100x8-fp8cs" in fsdp
     assert len(fsdp) >= 4
+
+
+def test_the_corpus_reaches_issue_32s_breadth() -> None:
+    """Issue 32, deliver 5: at least 120 training runs from at least 15 publications, from
+    one GPU to 1,024 or more; A100, H100, H200, B200, MI300X and a GDDR part; bf16 and
+    fp8; DDP, FSDP1, FSDP2, DeepSpeed and Megatron; and at least 40 serving figures."""
+    catalog = builtin_catalog()
+    training = published.load("training")
+    assert len(training) >= 120
+    assert len({r["source_id"] for r in training}) >= 15
+    counts = [int(r["gpus"]) for r in training]
+    assert min(counts) == 1
+    assert max(counts) >= 1024
+    gpus = {r["gpu"] for r in training}
+    for part in (
+        "a100-sxm4-80gb",
+        "h100-sxm5-80gb",
+        "h200-sxm-141gb",
+        "b200-180gb",
+        "mi300x-192gb",
+    ):
+        assert part in gpus, part
+    assert any(catalog.get(g).memory_type.upper().startswith("GDDR") for g in gpus)
+    workloads = [r["request"]["workload"] for r in training]
+    precisions = {w.get("precision", "bf16") for w in workloads}
+    assert "fp8" in precisions
+    assert precisions & {"bf16", "amp_bf16"}
+    frameworks = {w.get("parallelism", {}).get("framework", "ddp") for w in workloads}
+    assert {"ddp", "fsdp1", "fsdp2", "deepspeed", "megatron"} <= frameworks
+    assert len(published.load("inference")) >= 40
+
+
+def test_a_samples_per_second_run_converts_at_its_own_sequence_length() -> None:
+    """A run measured in samples/s (Hugging Face Trainer, MLPerf's logged throughput)
+    carries tokens/s per GPU as samples/s x its sequence length / its GPUs."""
+    checked = 0
+    for run in published.load("training"):
+        if run["measure"] != "samples_per_s":
+            continue
+        seq = run["request"]["workload"]["sequence_length"]
+        expected = run["value"] * seq / run["gpus"]
+        assert run["tokens_per_s_per_gpu"] == pytest.approx(expected, rel=1e-3), run["id"]
+        checked += 1
+    assert checked >= 10
