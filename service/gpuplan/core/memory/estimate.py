@@ -187,6 +187,7 @@ def _layer_costs(
         compiled=w.compile,
         fused_norms=framework_of(w) == "megatron",
         fused_activation=framework_of(w) == "megatron",
+        fused_qkv=framework_of(w) == "megatron",
         sharded_linear_inputs=framework_of(w) == "megatron"
         and w.parallelism.sequence_parallel
         and w.parallelism.tensor > 1,
@@ -678,8 +679,13 @@ def _trainable(arch: Architecture, w: Workload) -> Trainable:
         full=False,
         lora_rank=lora.rank if lora else 16,
         adapted=lora_targets(arch, lora.target_modules if lora else None)[0],
+        # NeMo's LoRA adapters on Megatron-core compute in the model's dtype (no PEFT
+        # upcast); QLoRA's dequantized base keeps PEFT's count.
         upcast=not shared
-        and (w.mode == "finetune_qlora" or w.precision in ("fp16", "bf16") or recast),
+        and (
+            w.mode == "finetune_qlora"
+            or (framework_of(w) != "megatron" and (w.precision in ("fp16", "bf16") or recast))
+        ),
         recast=recast,
         dropout=bool(lora and lora.dropout > 0),
         base_grads=shared,

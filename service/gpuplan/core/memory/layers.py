@@ -232,6 +232,38 @@ def _moe_half(
     return (*_moe(arch, d, num), _inputs(ef, num, 1))
 
 
+def _attention_inputs(ef: float, num: Numerics, step: Step, *, fused: bool) -> tuple[float, int]:
+    """What the attention half's linears keep of the norm's output, and how many q, k, v
+    adapters read it. Under Megatron (NeMo's adapters) the frozen ``linear_qkv`` keeps
+    no input (Transformer Engine saves a linear's input for its weight's gradient only)
+    and an adapter on q, k or v is one adapter on it, keeping the norm's output in the
+    model's dtype (its own ``linear_in`` is not an fp8 one)."""
+    t, m = step.trainable, num.matmul
+    qkv_adapters = t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj")
+    nemo = step.fused_qkv and not t.upcast
+    if nemo:
+        qkv_adapters = min(qkv_adapters, 1)
+    if nemo and not t.weights_grad:
+        return m * ef * qkv_adapters, qkv_adapters
+    if t.upcast:
+        return t.copy_bytes(m) * ef * qkv_adapters, qkv_adapters
+    readers = (1 if fused else 3) if t.weights_grad else qkv_adapters
+    return _inputs(ef, num, readers), qkv_adapters
+
+
+def _nemo_lora_mlp(d: Dims, m: int, ef: float, t: Trainable) -> tuple[float, float, float, float]:
+    """(kept, input kept, backward peak, forward peak) of a gated MLP under Megatron
+    with a frozen base (the peaks as in full training's fused MLP): the fused
+    SwiGLU keeps fc1's output all the same (its backward reads its input); the frozen
+    fc1 and fc2 keep no input, their adapters (one on ``linear_fc1`` for gate or up, one
+    on ``linear_fc2``) keep theirs and their rank-wide outputs."""
+    fc1_adapters = min(t.adapters("gate_proj", "up_proj", "gate_up_proj"), 1)
+    fc2_adapters = t.adapters("down_proj")
+    kept = 2 * m * d.ffn + m * d.ffn * fc2_adapters
+    kept += t.lora_rank * d.tokens * m * (fc1_adapters + fc2_adapters)
+    return kept, m * ef * fc1_adapters, 2 * m * d.ffn, 3 * m * d.ffn
+
+
 def llama_layer(
     arch: Architecture, d: Dims, num: Numerics, step: Step, *, moe_layer: bool
 ) -> LayerCost:
@@ -241,19 +273,9 @@ def llama_layer(
     m, e, ef = num.matmul, d.hidden, _saved_input(d, step)
     fused = arch.model_type == "phi3"  # qkv_proj and gate_up_proj
     norm = _fused_norm(d, num) if step.fused_norms else _rms_norm(arch, e, num, t.weights_grad)
-    qkv_adapters = t.adapters("q_proj", "k_proj", "v_proj", "qkv_proj")
-    attn_in = (
-        t.copy_bytes(m) * ef * qkv_adapters
-        if t.upcast
-        else _inputs(ef, num, (1 if fused else 3) if t.weights_grad else qkv_adapters)
-    )
+    attn_in, qkv_adapters = _attention_inputs(ef, num, step, fused=fused)
     rank_bytes = t.copy_bytes(m) if t.upcast else m  # lora_B keeps lora_A's output
-    lora = (
-        t.lora_rank
-        * d.tokens
-        * rank_bytes
-        * t.adapters("q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj")
-    )
+    lora = t.lora_rank * d.tokens * rank_bytes * (qkv_adapters + t.adapters("o_proj"))
     qk_normalized = FP32 if _fp32_norm(arch) or num.amp else m
     qk_norm = (FP32 + qk_normalized) * (d.query + d.key) if arch.qk_norm else 0.0
     if arch.mla is not None:
@@ -275,10 +297,12 @@ def llama_layer(
         mlp, mlp_bw, mlp_fw, mlp_in = _moe_half(arch, d, num, step, ef)
     elif step.fused_activation and t.full:
         # Megatron's one fc1 (gate and up) keeps its input; its output is kept by the
-        # fused SwiGLU, whose product fc2 keeps. (Adapters keep the eager count.)
+        # fused SwiGLU, whose product fc2 keeps.
         mlp = 2 * m * d.ffn + num.saved_linear_input * d.ffn
         mlp_in = _inputs(ef, num, 1)
         mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn
+    elif step.fused_activation and not t.upcast:
+        mlp, mlp_in, mlp_bw, mlp_fw = _nemo_lora_mlp(d, m, ef, t)
     else:
         mlp = _gated_mlp(d.ffn, m, t.saves("down_proj") and not t.upcast)
         mlp += (
@@ -298,7 +322,7 @@ def llama_layer(
         mlp_bw, mlp_fw = _gated_mlp_backward(d.ffn, m, t), (4 if fused else 3) * m * d.ffn
     mlp_half = norm + mlp_in + mlp + post_norms / 2
     saved = norm + attn_in + lora + qk_norm + core + out_in + post_norms / 2 + mlp_half
-    if step.compiled and not moe_layer and not (step.fused_activation and t.full):
+    if step.compiled and not moe_layer and not (step.fused_activation and not t.upcast):
         # Inductor fuses each norm (keeping its input and one fp32 rstd per token instead
         # of an fp32 copy and the normalized tensor) and SiLU(gate) * up, which its
         # backward recomputes from the gate and up projections (SiLU's output and the
@@ -524,6 +548,10 @@ def adapter_dropout(
             continue
         # Row-parallel linears read a tensor-parallel split; the others, a whole one.
         widths = [m.inputs / split if m.inner else m.inputs for m in readers]
+        if step.fused_qkv and not t.upcast:
+            # Megatron's fused linear_qkv and linear_fc1: the adapters of one input are
+            # one adapter (NeMo's ParallelLinearAdapter drops its input once).
+            widths = [max(widths)]
         needs_grad = not first or any(_stage(m) < stage for m in adapted)
         kept = sum(widths) * (mask if needs_grad else 0.0)
         if not copies:

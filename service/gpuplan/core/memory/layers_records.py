@@ -90,6 +90,12 @@ class Step(Record, kw_only=True):
     LayerNorm, fused dense and fused MLP kernels, FlashAttention on the packed qkv (see
     :func:`_fused_gpt_halves`)."""
 
+    fused_qkv: bool = False
+    """Megatron-core's one ``linear_qkv`` and one ``linear_fc1`` (gate and up): an adapter
+    on q, k or v is one adapter on the fused projection, and one on gate or up one on
+    ``linear_fc1``, as NeMo's LoRA targets them (``target_modules: ['attention']`` adapts
+    ``linear_qkv`` and ``linear_proj``: NeMo, nemo/collections/llm/peft/lora.py)."""
+
     sharded_linear_inputs: bool = False
     """Megatron's sequence parallelism: a column-parallel linear keeps its own sequence
     shard of the input and all-gathers it again in the backward (NVIDIA/Megatron-LM
