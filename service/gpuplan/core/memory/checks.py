@@ -22,11 +22,29 @@ def check_workload(arch: Architecture | None, w: Workload, *, vision: bool) -> N
                 "parameter offload needs zero_stage 3",
             )
         )
-    if w.mode not in ("finetune_qlora", "inference") and w.weight_quantization != "none":
+    if w.mode == "finetune_lora" and w.weight_quantization not in ("none", "fp8"):
         errors.append(
             (
                 "$.workload.weight_quantization",
-                "quantized weights apply to inference and finetune_qlora",
+                "finetune_lora keeps its frozen base in the compute dtype or in fp8 "
+                "(Transformer Engine's fp8 parameters); use finetune_qlora for 4-bit",
+            )
+        )
+    elif w.mode == "finetune_lora" and w.weight_quantization == "fp8" and w.precision != "fp8":
+        errors.append(
+            (
+                "$.workload.weight_quantization",
+                "an fp8 frozen base feeds Transformer Engine's fp8 GEMMs: set precision fp8",
+            )
+        )
+    elif (
+        w.mode not in ("finetune_qlora", "finetune_lora", "inference")
+        and w.weight_quantization != "none"
+    ):
+        errors.append(
+            (
+                "$.workload.weight_quantization",
+                "quantized weights apply to inference, finetune_qlora and (fp8) finetune_lora",
             )
         )
     if w.mode == "finetune_qlora" and w.weight_quantization not in ("none", "nf4", "fp4"):

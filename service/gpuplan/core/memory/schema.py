@@ -392,11 +392,16 @@ class Workload(Record):
     """Adapters for ``finetune_lora``/``finetune_qlora`` (default: rank 16 on q_proj, v_proj)."""
 
     weight_quantization: Quantization = "none"
-    """Stored format of the linear layers' weights, for inference and ``finetune_qlora``
-    (whose default, ``none``, means ``nf4``). ``nf4``/``fp4``: bitsandbytes 4-bit, blocks
-    of 64 weights with an fp32 absmax each; ``int4``: GPTQ/AWQ-style groups of 128 with
-    fp16 scales and 4-bit zeros; ``int8``: LLM.int8 with an fp32 scale per row; ``fp8``:
-    one byte per weight. Embeddings and norms stay in the compute dtype."""
+    """Stored format of the linear layers' weights, for inference, ``finetune_qlora``
+    (whose default, ``none``, means ``nf4``) and ``finetune_lora``'s frozen base (``fp8``
+    only, with ``precision: fp8``: Transformer Engine's fp8 parameters, NeMo's
+    ``fp8_params``, as MLPerf's Llama 2 70B LoRA runs keep them). ``nf4``/``fp4``:
+    bitsandbytes 4-bit, blocks of 64 weights with an fp32 absmax each; ``int4``:
+    GPTQ/AWQ-style groups of 128 with fp16 scales and 4-bit zeros; ``int8``: LLM.int8
+    with an fp32 scale per row; ``fp8``: one byte per weight (the fp8 transposes a
+    backward's GEMMs read are made as they are needed: Transformer Engine fills its
+    transpose cache only when asked to). Embeddings and norms stay in the compute
+    dtype."""
 
     double_quantization: bool = False
     """bitsandbytes ``bnb_4bit_use_double_quant`` (off by default in transformers'

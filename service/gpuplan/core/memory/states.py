@@ -75,6 +75,8 @@ def quantization_of(w: Workload) -> str:
     """The stored format of the linear layers' weights (``none``: the compute dtype)."""
     if w.mode == "finetune_qlora":
         return "nf4" if w.weight_quantization == "none" else w.weight_quantization
+    if w.mode == "finetune_lora":  # the frozen base in fp8 (TE's fp8 parameters) or not
+        return w.weight_quantization
     return w.weight_quantization if w.mode == "inference" else "none"
 
 
