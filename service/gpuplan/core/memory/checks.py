@@ -126,6 +126,7 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
                 "flash-attention's fused GPT kernels: training a GPT-2 model, without compile",
             )
         )
+    errors.extend(_check_fp8_activation_store(w))
     if w.checkpoint_every_n_layers > 1 and w.gradient_checkpointing not in ("full", "selective_op"):
         errors.append(
             (
@@ -180,6 +181,21 @@ def _check_techniques(arch: Architecture | None, w: Workload) -> list[tuple[str,
             )
         )
     return errors
+
+
+def _check_fp8_activation_store(w: Workload) -> list[tuple[str, str]]:
+    """Megatron-core's fp8 input store is its fused activation's: training under it."""
+    if w.activation_func_fp8_input_store and (
+        w.parallelism.framework not in (None, "megatron") or w.mode == "inference"
+    ):
+        return [
+            (
+                "$.workload.activation_func_fp8_input_store",
+                "Megatron-core's fused activation keeps its input in fp8: training under "
+                "framework megatron",
+            )
+        ]
+    return []
 
 
 def _check_gradient_reduce(w: Workload) -> list[tuple[str, str]]:

@@ -188,6 +188,7 @@ def _layer_costs(
         fused_norms=framework_of(w) == "megatron",
         fused_activation=framework_of(w) == "megatron",
         fused_qkv=framework_of(w) == "megatron",
+        activation_input_bytes=1.0 if w.activation_func_fp8_input_store else 0.0,
         sharded_linear_inputs=framework_of(w) == "megatron"
         and w.parallelism.sequence_parallel
         and w.parallelism.tensor > 1,

@@ -177,7 +177,7 @@ def _plain_mlp(arch: Architecture, d_ffn: float, m: int) -> float:
 
 
 def _moe(
-    arch: Architecture, d: Dims, num: Numerics, *, grouped_mlp: bool = False
+    arch: Architecture, d: Dims, num: Numerics, *, grouped_mlp: bool = False, act: float = 0.0
 ) -> tuple[float, float, float]:
     """Routed experts with grouped matmuls: (saved, backward extra, forward peak).
 
@@ -189,7 +189,8 @@ def _moe(
     ``permuted_probs``), so no expert output is kept for their gradient. What stays, per
     routed (token, expert) pair: fc1's input as Transformer Engine's ``GroupedLinear``
     saves it (an fp8 copy under an fp8 recipe), fc1's output for the SwiGLU's backward,
-    the pair's fp32 probability, and fc2's input (fp8 likewise)."""
+    the pair's fp32 probability, and fc2's input (fp8 likewise). ``act``: bytes per
+    element the fused SwiGLU keeps of its input (0: the matmul dtype's)."""
     moe = arch.moe
     assert moe is not None
     m = num.matmul
@@ -200,7 +201,7 @@ def _moe(
     if grouped_mlp:
         kept = num.saved_linear_input
         fc1_out = 2.0 if arch.mlp_gated else 1.0
-        saved = router + kept * (pair_h + pair_f) + m * fc1_out * pair_f + FP32 * pairs
+        saved = router + kept * (pair_h + pair_f) + (act or m) * fc1_out * pair_f + FP32 * pairs
     else:
         # Gathered tokens, gate_up output (kept whole through the gate view), act, act*up,
         # and the expert output kept by its routing-weight scale.
@@ -211,7 +212,7 @@ def _moe(
             # Megatron's shared expert is a plain MLP of Transformer Engine linears and a
             # fused SwiGLU: fc1's own (fp8) copy of its input, the SwiGLU's input, fc2's.
             kept = num.saved_linear_input
-            saved += kept * (d.hidden_full + shared) + 2 * m * shared
+            saved += kept * (d.hidden_full + shared) + 2 * (act or m) * shared
         else:
             saved += 4 * m * shared
         saved += m * d.hidden_full if moe.shared_expert_gate else 0.0
@@ -226,7 +227,8 @@ def _moe_half(
     if step.fused_activation and step.trainable.full:
         # Megatron-core's experts; the router's gating linear, a matmul of its own
         # (megatron/core/transformer/moe/router.py), keeps the MLP input in 16 bits.
-        return (*_moe(arch, d, num, grouped_mlp=True), num.matmul * ef)
+        experts = _moe(arch, d, num, grouped_mlp=True, act=step.activation_input_bytes)
+        return (*experts, num.matmul * ef)
     # Forward: the gathered tokens and the experts' temporaries; the router and the
     # gathered copies read the input.
     return (*_moe(arch, d, num), _inputs(ef, num, 1))
@@ -251,15 +253,16 @@ def _attention_inputs(ef: float, num: Numerics, step: Step, *, fused: bool) -> t
     return _inputs(ef, num, readers), qkv_adapters
 
 
-def _nemo_lora_mlp(d: Dims, m: int, ef: float, t: Trainable) -> tuple[float, float, float, float]:
+def _nemo_lora_mlp(d: Dims, m: int, ef: float, step: Step) -> tuple[float, float, float, float]:
     """(kept, input kept, backward peak, forward peak) of a gated MLP under Megatron
     with a frozen base (the peaks as in full training's fused MLP): the fused
     SwiGLU keeps fc1's output all the same (its backward reads its input); the frozen
     fc1 and fc2 keep no input, their adapters (one on ``linear_fc1`` for gate or up, one
     on ``linear_fc2``) keep theirs and their rank-wide outputs."""
+    t = step.trainable
     fc1_adapters = min(t.adapters("gate_proj", "up_proj", "gate_up_proj"), 1)
     fc2_adapters = t.adapters("down_proj")
-    kept = 2 * m * d.ffn + m * d.ffn * fc2_adapters
+    kept = 2 * (step.activation_input_bytes or m) * d.ffn + m * d.ffn * fc2_adapters
     kept += t.lora_rank * d.tokens * m * (fc1_adapters + fc2_adapters)
     return kept, m * ef * fc1_adapters, 2 * m * d.ffn, 3 * m * d.ffn
 
@@ -297,12 +300,12 @@ def llama_layer(
         mlp, mlp_bw, mlp_fw, mlp_in = _moe_half(arch, d, num, step, ef)
     elif step.fused_activation and t.full:
         # Megatron's one fc1 (gate and up) keeps its input; its output is kept by the
-        # fused SwiGLU, whose product fc2 keeps.
-        mlp = 2 * m * d.ffn + num.saved_linear_input * d.ffn
+        # fused SwiGLU (in fp8 with its fp8 input store), whose product fc2 keeps.
+        mlp = 2 * (step.activation_input_bytes or m) * d.ffn + num.saved_linear_input * d.ffn
         mlp_in = _inputs(ef, num, 1)
         mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn
     elif step.fused_activation and not t.upcast:
-        mlp, mlp_in, mlp_bw, mlp_fw = _nemo_lora_mlp(d, m, ef, t)
+        mlp, mlp_in, mlp_bw, mlp_fw = _nemo_lora_mlp(d, m, ef, step)
     else:
         mlp = _gated_mlp(d.ffn, m, t.saves("down_proj") and not t.upcast)
         mlp += (

@@ -90,6 +90,10 @@ class Step(Record, kw_only=True):
     LayerNorm, fused dense and fused MLP kernels, FlashAttention on the packed qkv (see
     :func:`_fused_gpt_halves`)."""
 
+    activation_input_bytes: float = 0.0
+    """Bytes per element the fused activation keeps of its input: 1 with Megatron's
+    ``activation_func_fp8_input_store``; 0, the matmul dtype's."""
+
     fused_qkv: bool = False
     """Megatron-core's one ``linear_qkv`` and one ``linear_fc1`` (gate and up): an adapter
     on q, k or v is one adapter on the fused projection, and one on gate or up one on

@@ -23,7 +23,7 @@ from gpuplan.core.memory.schema import (
     Fit,
     Workload,
 )
-from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS, gradient_reduce_dtype
+from gpuplan.core.memory.states import REDUCE_DTYPE_FRAMEWORKS, framework_of, gradient_reduce_dtype
 from gpuplan.core.memory.states_records import ModelStates
 
 HEADROOM = 0.20
@@ -97,6 +97,11 @@ def describe(w: Workload, runtime: str) -> list[str]:
     if w.precision.startswith("amp_"):
         notes.append(
             "autocast: fp32 weights; each linear keeps its own half-precision copy of an fp32 input"
+        )
+    if w.activation_func_fp8_input_store and framework_of(w) != "megatron":
+        notes.append(
+            "activation_func_fp8_input_store counts under framework megatron only, the "
+            f"fused activation's; this estimate's framework is {framework_of(w)}"
         )
     if runtime == "cpu":
         notes.append(
