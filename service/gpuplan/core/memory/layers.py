@@ -198,6 +198,7 @@ def _moe(
     pair_h = pairs * arch.hidden_size
     pair_f = pairs * moe.expert_intermediate_size
     router = FP32 * d.tokens * moe.num_experts  # fp32 softmax of the router logits
+    act = act if arch.mlp_gated else 0.0  # the fused GELU has no fp8 input store
     if grouped_mlp:
         kept = num.saved_linear_input
         fc1_out = 2.0 if arch.mlp_gated else 1.0

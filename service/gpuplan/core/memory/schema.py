@@ -365,11 +365,11 @@ class Workload(Record):
 
     activation_func_fp8_input_store: bool = False
     """Megatron-core's ``activation_func_fp8_input_store`` (NeMo's
-    ``fp8_activation_input_store``; MLPerf's ``FP8_ACTIVATION``): the fused SwiGLU and
-    GELU keep their input for the backward in fp8, a byte per element instead of two
+    ``fp8_activation_input_store``; MLPerf's ``FP8_ACTIVATION``): the fused SwiGLU of a
+    gated MLP keeps its input for the backward in fp8, a byte per element instead of two
     (megatron/core/fusions/fused_bias_swiglu.py: ``input.to(torch.float8_e4m3fn) if
-    fp8_input_store``), in the dense MLP, the routed experts and the shared expert.
-    Training only, and a framework named other than ``megatron`` refuses it: it counts
+    fp8_input_store``; its fused GELU has no such store), in the dense MLP, the routed
+    experts and the shared expert. Training only, and a framework named other than ``megatron`` refuses it: it counts
     where the framework is Megatron's, given or chosen for a layout by a recommendation's
     search (an estimate says when it did not count)."""
 
