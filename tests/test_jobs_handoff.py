@@ -13,7 +13,13 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from gpuplan.jobs.handoff import DOORBELL_LENGTH, HandoffQueue, doorbell_key, taken_key
+from gpuplan.jobs.handoff import (
+    DOORBELL_LENGTH,
+    MAINTENANCE_LOCK_SECONDS,
+    HandoffQueue,
+    doorbell_key,
+    taken_key,
+)
 from gpuplan.jobs.queue import JobQueue, Priority, queue_names
 from gpuplan.jobs.worker import TraceWorker
 from tests.helpers import drop_jobs
@@ -165,3 +171,21 @@ def test_a_registered_job_whose_child_died_is_queued_once(jobs: JobQueue) -> Non
     worker.handle_job_failure(job, queue, exc_string="Work-horse terminated unexpectedly")
     sweep(jobs, lost_after=0)
     assert ids(jobs.redis, queue.key) == [job_id]
+
+
+def test_a_maintenance_lock_left_by_a_lost_cleaner_lapses_in_half_a_minute(
+    jobs: JobQueue,
+) -> None:
+    """A Redis that stops while a worker cleans a queue, and keeps its keys (AOF), comes
+    back with that worker's maintenance lock held: RQ's lasts 899 s, in which no worker
+    requeues a lost job. Ours lasts MAINTENANCE_LOCK_SECONDS, and a second worker is kept
+    out only for as long."""
+    first, second = queues(jobs)[0], queues(jobs)[0]
+    assert first.acquire_maintenance_lock()  # the cleaner, lost before it released it
+    ttl = jobs.redis.ttl(first.registry_cleaning_key)
+    assert 0 < ttl <= MAINTENANCE_LOCK_SECONDS
+    assert not second.acquire_maintenance_lock()
+    jobs.redis.expire(first.registry_cleaning_key, 1)  # half a minute on, in a second
+    time.sleep(1.2)
+    assert second.acquire_maintenance_lock()
+    second.release_maintenance_lock()
