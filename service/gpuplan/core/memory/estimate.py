@@ -179,17 +179,18 @@ def estimate(request: EstimateRequest, catalog: Catalog) -> EstimateResponse:
 def _layer_costs(
     arch: Architecture, counts: ParameterCount, d: Dims, num: Numerics, w: Workload
 ) -> list[LayerCost]:
+    megatron = framework_of(w) == "megatron"
     step = Step(
         eager=keeps_attention_weights(arch, w, num),
         training=w.mode != "inference",
         selective=w.gradient_checkpointing == "selective",
         trainable=_trainable(arch, w),
         compiled=w.compile,
-        fused_norms=framework_of(w) == "megatron",
-        fused_activation=framework_of(w) == "megatron",
-        fused_qkv=framework_of(w) == "megatron",
+        fused_norms=megatron,
+        fused_activation=megatron,
+        fused_qkv=megatron,
         activation_input_bytes=1.0 if w.activation_func_fp8_input_store else 0.0,
-        sharded_linear_inputs=framework_of(w) == "megatron"
+        sharded_linear_inputs=megatron
         and w.parallelism.sequence_parallel
         and w.parallelism.tensor > 1,
         fused_gpt=w.fused_kernels,

@@ -254,18 +254,27 @@ def _attention_inputs(ef: float, num: Numerics, step: Step, *, fused: bool) -> t
     return _inputs(ef, num, readers), qkv_adapters
 
 
-def _nemo_lora_mlp(d: Dims, m: int, ef: float, step: Step) -> tuple[float, float, float, float]:
-    """(kept, input kept, backward peak, forward peak) of a gated MLP under Megatron
-    with a frozen base (the peaks as in full training's fused MLP): the fused
-    SwiGLU keeps fc1's output all the same (its backward reads its input); the frozen
-    fc1 and fc2 keep no input, their adapters (one on ``linear_fc1`` for gate or up, one
-    on ``linear_fc2``) keep theirs and their rank-wide outputs."""
-    t = step.trainable
-    fc1_adapters = min(t.adapters("gate_proj", "up_proj", "gate_up_proj"), 1)
-    fc2_adapters = t.adapters("down_proj")
-    kept = 2 * (step.activation_input_bytes or m) * d.ffn + m * d.ffn * fc2_adapters
-    kept += t.lora_rank * d.tokens * m * (fc1_adapters + fc2_adapters)
-    return kept, m * ef * fc1_adapters, 2 * m * d.ffn, 3 * m * d.ffn
+def _megatron_mlp(
+    d: Dims, num: Numerics, ef: float, step: Step
+) -> tuple[float, float, float, float]:
+    """(kept, input kept, backward peak, forward peak) of a gated MLP under Megatron:
+    the fused SwiGLU keeps fc1's output (in fp8 with its fp8 input store) whether or not
+    the weights train (its backward reads its input). In full training fc1 keeps its
+    input and fc2 the SwiGLU's product, each as its linear saves it; with a frozen base
+    they keep none, and their adapters (one on ``linear_fc1`` for gate or up, one on
+    ``linear_fc2``) keep theirs in the model's dtype and their rank-wide outputs."""
+    t, m = step.trainable, num.matmul
+    kept = 2 * (step.activation_input_bytes or m) * d.ffn
+    if t.full:
+        kept += num.saved_linear_input * d.ffn
+        kept_in = _inputs(ef, num, 1)
+    else:
+        fc1_adapters = min(t.adapters("gate_proj", "up_proj", "gate_up_proj"), 1)
+        fc2_adapters = t.adapters("down_proj")
+        kept += m * d.ffn * fc2_adapters
+        kept += t.lora_rank * d.tokens * m * (fc1_adapters + fc2_adapters)
+        kept_in = m * ef * fc1_adapters
+    return kept, kept_in, 2 * m * d.ffn, 3 * m * d.ffn
 
 
 def llama_layer(
@@ -299,14 +308,8 @@ def llama_layer(
     )
     if moe_layer:
         mlp, mlp_bw, mlp_fw, mlp_in = _moe_half(arch, d, num, step, ef)
-    elif step.fused_activation and t.full:
-        # Megatron's one fc1 (gate and up) keeps its input; its output is kept by the
-        # fused SwiGLU (in fp8 with its fp8 input store), whose product fc2 keeps.
-        mlp = 2 * (step.activation_input_bytes or m) * d.ffn + num.saved_linear_input * d.ffn
-        mlp_in = _inputs(ef, num, 1)
-        mlp_bw, mlp_fw = 2 * m * d.ffn, 3 * m * d.ffn
-    elif step.fused_activation and not t.upcast:
-        mlp, mlp_in, mlp_bw, mlp_fw = _nemo_lora_mlp(d, m, ef, step)
+    elif step.fused_activation and not t.upcast:  # Megatron's one fc1 and fused SwiGLU
+        mlp, mlp_in, mlp_bw, mlp_fw = _megatron_mlp(d, num, ef, step)
     else:
         mlp = _gated_mlp(d.ffn, m, t.saves("down_proj") and not t.upcast)
         mlp += (

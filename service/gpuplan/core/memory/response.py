@@ -98,10 +98,11 @@ def describe(w: Workload, runtime: str) -> list[str]:
         notes.append(
             "autocast: fp32 weights; each linear keeps its own half-precision copy of an fp32 input"
         )
-    if w.activation_func_fp8_input_store and framework_of(w) != "megatron":
+    framework = framework_of(w)
+    if w.activation_func_fp8_input_store and framework != "megatron":
         notes.append(
             "activation_func_fp8_input_store counts under framework megatron only, the "
-            f"fused activation's; this estimate's framework is {framework_of(w)}"
+            f"fused activation's; this estimate's framework is {framework}"
         )
     if runtime == "cpu":
         notes.append(
