@@ -334,11 +334,12 @@ def test_the_cli_takes_framework_fsdp1() -> None:
 
 @pytest.mark.slow
 @pytest.mark.torch
-@pytest.mark.parametrize(
-    "name", ["llama lora fsdp1 bf16 ckpt in layers", "llama states fsdp1 amp accum2 no_sync"]
-)
+@pytest.mark.parametrize("name", ["llama states fsdp1 amp accum2 no_sync"])
 def test_a_real_fsdp1_step_on_this_cpu(name: str) -> None:
-    """Rank 0 of a real FSDP1 step (bench/accuracy/fsdp1.py) against the estimate."""
+    """Rank 0 of a real FSDP1 step (bench/accuracy/fsdp1.py) against the estimate. The
+    LoRA case with adapters inside their layers' units is held to the same 2% by
+    tests/test_memory_accuracy.py's fast grid (it is a fast case): one real run of it, not
+    two (a bf16 step on a CPU without bf16 instructions takes minutes)."""
     pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from bench.accuracy.cases import GRID
@@ -368,6 +369,7 @@ def test_a_real_fsdp1_step_after_a_trace_in_the_same_process() -> None:
     torch.set_num_threads(1)
     fake_mesh(4, 1, "cpu")
     assert dist.is_initialized()
-    (case,) = [c for c in GRID if c.name == "llama lora fsdp1 bf16 ckpt in layers"]
+    # The cheapest FSDP1 case: what is checked is the process group, not the count.
+    (case,) = [c for c in GRID if c.name == "llama states fsdp1 amp accum2 no_sync"]
     assert run_case(case).peak_bytes > 0
     assert not dist.is_initialized()  # the step's group is torn down after it

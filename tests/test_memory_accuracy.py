@@ -36,7 +36,10 @@ def test_fast_case_within_target(case: Case) -> None:
     if not case.framework:  # an FSDP1 rank's parameters are the views into its shards
         assert estimated.parameters + adapters == measured.parameters
     error = (estimated.peak_bytes - measured.peak_bytes) / measured.peak_bytes
-    assert abs(error) <= 0.05, f"{case}: {error:+.2%}"
+    # An FSDP1 rank's peak is a count of its shards, gathered units and flat gradients,
+    # the allocator's own blocks aside: held to 2% (tests/test_fsdp1.py's bound).
+    bound = 0.02 if case.framework == "fsdp1" else 0.05
+    assert abs(error) <= bound, f"{case}: {error:+.2%}"
 
 
 def test_committed_grid_meets_the_targets() -> None:
