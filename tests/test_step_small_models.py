@@ -137,6 +137,45 @@ def test_a_measured_card_replaces_its_generations_planning_assumptions() -> None
     assert a40.gemm_efficiency == 0.65
 
 
+def test_amds_measured_gemm_plateaus_set_the_mi300x_below_the_mi325x() -> None:
+    """The two share the CDNA 3 die and the datasheet's peak; AMD's max-achievable FLOPs
+    (rocm-blogs, 'Measuring Max-Achievable FLOPs - Part 2') measure 708 and 843 TFLOP/s of
+    bf16 and 1273 and 1519 of fp8 under their 750 W and 1,000 W limits. The cards carry
+    the fp8 rate, and no copy bandwidth: the generation's stands."""
+    catalog = builtin_catalog()
+    cdna = efficiency_data().generations
+    (planned,) = [g for g in cdna if g.name == "cdna-instinct"]
+    for gpu_id, bf16, fp8 in (("mi300x-192gb", 708e12, 1273e12), ("mi325x-256gb", 843e12, 1519e12)):
+        gpu = catalog.get(gpu_id)
+        gen = generation(gpu)
+        assert gen.measured_plateau
+        assert gen.gemm_efficiency == pytest.approx(bf16 / gpu.peak_flops["bf16"])
+        assert gen.fp8_gemm_efficiency == pytest.approx(fp8 / gpu.peak_flops["fp8"])
+        assert gen.bandwidth_efficiency == planned.bandwidth_efficiency
+        assert gen.attention_efficiency == planned.attention_efficiency
+    # the MI355X has no measurement: CDNA's planning assumption
+    assert not generation(catalog.get("mi355x-288gb")).measured_plateau
+
+
+def test_the_mi325x_trains_faster_than_the_mi300x_by_its_measured_clock() -> None:
+    """MLPerf Training's Llama 2 70B LoRA layout of the MI325X submission, fp8, on both
+    parts (AMD's v5.0 submissions measured 2,795 tokens/s per GPU on the MI325X and
+    2,077 on the MI300X, which also recomputes 21 of its 80 layers;
+    bench/published/runs.toml). With one planning assumption for both the model put
+    them 1.004x apart (6.0 against 5.3 TB/s hardly moves a GEMM-bound step); the
+    measured plateaus are 1.19x apart, of which the step, not all GEMMs, keeps 1.15x."""
+    from bench.published.runs import load, predict
+
+    runs = {r["id"]: r for r in load()}
+    mi325x = runs["mlperf50-amd-llama2-70b-lora-mi325x8-fp8"]
+    mi300x = msgspec.json.decode(msgspec.json.encode(mi325x))
+    mi300x["request"]["constraints"]["include"] = ["mi300x-192gb"]
+    faster, slower = predict(mi325x), predict(mi300x)
+    assert faster is not None
+    assert slower is not None
+    assert 1.10 < faster / slower < 1.19
+
+
 def test_every_measured_card_is_a_catalog_gpu_measured_in_a_precision_it_has() -> None:
     """A card's measurement applies by catalog id: a misspelt id, or a precision the
     GPU's datasheet does not list, would be silently ignored by generation()."""
@@ -147,6 +186,8 @@ def test_every_measured_card_is_a_catalog_gpu_measured_in_a_precision_it_has() -
     for card in cards:
         gpu = catalog.get(card.gpu)
         assert gpu.peak_flops.get(card.dtype), card.gpu
+        if card.fp8_matmul_flops is not None:
+            assert gpu.peak_flops.get("fp8"), card.gpu
         assert generation(gpu).measured_plateau, card.gpu
         assert card.quote.strip(), card.gpu
         assert card.source.strip(), card.gpu

@@ -145,8 +145,9 @@ class Framework(Record, kw_only=True):
 
 
 class Card(Record, kw_only=True):
-    """One GPU's measured 16-bit matmul rate and copy bandwidth: they replace its
-    generation's ``gemm_efficiency`` and ``bandwidth_efficiency`` (:func:`generation`)."""
+    """One GPU's measured 16-bit matmul rate, and where measured its fp8 matmul rate and
+    copy bandwidth: they replace its generation's ``gemm_efficiency``,
+    ``fp8_gemm_efficiency`` and ``bandwidth_efficiency`` (:func:`generation`)."""
 
     gpu: str
     """Catalog id."""
@@ -155,10 +156,15 @@ class Card(Record, kw_only=True):
     """The precision the matmul rate was measured in."""
 
     matmul_flops: Annotated[float, msgspec.Meta(gt=0)]
-    """The best rate of large square matmuls, FLOP/s."""
+    """The best rate of large matmuls, FLOP/s."""
 
-    copy_bytes_per_s: Annotated[float, msgspec.Meta(gt=0)]
-    """A large device-to-device copy, bytes read and written per second."""
+    fp8_matmul_flops: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """The same in fp8, where measured; without it the fp8 plateau is the generation's
+    ratio of fp8 to 16-bit plateau on the measured 16-bit share."""
+
+    copy_bytes_per_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    """A large device-to-device copy, bytes read and written per second, where
+    measured; without it the generation's ``bandwidth_efficiency`` stands."""
 
     source: str
     quote: str
@@ -262,16 +268,25 @@ def _measured(gen: Generation, gpu: GpuSpec) -> Generation:
     if card is None or not peak:
         return gen
     share = min(1.0, card.matmul_flops / peak)
+    fp8_peak = gpu.peak_flops.get("fp8")
+    if card.fp8_matmul_flops is not None and fp8_peak:
+        fp8_share = min(1.0, card.fp8_matmul_flops / fp8_peak)
+    else:
+        # fp8 not measured: the generation's fp8 plateau as a share of its 16-bit one
+        # (how bench/published/fit parameterizes it), on the measured 16-bit share
+        fp8_share = min(1.0, share * gen.fp8_gemm_efficiency / gen.gemm_efficiency)
+    bandwidth = gen.bandwidth_efficiency
+    if card.copy_bytes_per_s is not None:
+        bandwidth = min(1.0, card.copy_bytes_per_s / gpu.memory_bandwidth_bytes_per_s)
     return msgspec.structs.replace(
         gen,
         gemm_efficiency=share,
-        # fp8 is not measured: the generation's fp8 plateau as a share of its 16-bit one
-        # (how bench/published/fit parameterizes it), on the measured 16-bit share
-        fp8_gemm_efficiency=min(1.0, share * gen.fp8_gemm_efficiency / gen.gemm_efficiency),
-        bandwidth_efficiency=min(1.0, card.copy_bytes_per_s / gpu.memory_bandwidth_bytes_per_s),
+        fp8_gemm_efficiency=fp8_share,
+        bandwidth_efficiency=bandwidth,
         measured_plateau=True,
         source=(
-            f"{gpu.id} GEMM plateau and bandwidth measured ({card.source}: {card.quote!r}); "
+            f"{gpu.id} GEMM plateau{'' if card.copy_bytes_per_s is None else ' and bandwidth'} "
+            f"measured ({card.source}: {card.quote!r}); "
             f"the rest: {gen.source}"
         ),
     )
