@@ -2,9 +2,12 @@
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
+from click.testing import CliRunner, Result
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis.asyncio import Redis
@@ -156,6 +159,15 @@ def bf16_rates(gpu: str, table: str | None = None) -> Rates:
         kernels=efficiency_data().kernels,
         kernel_table=table,
     )
+
+
+def run_plan_file(tmp_path: Path, doc: dict[str, Any], name: str = "plan.yaml") -> Result:
+    """``gpuplan plan`` on ``doc`` written as a YAML plan file under ``tmp_path``."""
+    from gpuplan.cli import main
+
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return CliRunner().invoke(main, ["plan", str(path)])
 
 
 def seeded_model(config: dict[str, Any]) -> Any:

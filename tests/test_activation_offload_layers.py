@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
@@ -17,6 +16,7 @@ from gpuplan.cli import main
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
+from tests.helpers import run_plan_file
 
 CATALOG = builtin_catalog()
 
@@ -113,15 +113,11 @@ def test_a_plan_file_fits_the_gpu_with_enough_layers_offloaded(tmp_path: Path) -
 
     def plan(layers: int) -> int:
         doc = {**_job(layers), "targets": {"fits": {"gpu": "h100-sxm5-80gb"}}}
-        path = tmp_path / f"offload-{layers}.yaml"
-        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-        return CliRunner().invoke(main, ["plan", str(path)]).exit_code
+        return run_plan_file(tmp_path, doc, f"offload-{layers}.yaml").exit_code
 
     assert plan(16) == 0
     assert plan(8) == 1
     doc = {**_job(-1), "targets": {"fits": {"gpu": "h100-sxm5-80gb"}}}
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    refused = CliRunner().invoke(main, ["plan", str(path)])
+    refused = run_plan_file(tmp_path, doc, "bad.yaml")
     assert refused.exit_code == 2
     assert "$.workload.activation_offload_layers" in refused.output

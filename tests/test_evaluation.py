@@ -8,7 +8,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from bench.published.runs import load_all, predict
 from click.testing import CliRunner
 from litestar.testing import TestClient
@@ -16,6 +15,7 @@ from litestar.testing import TestClient
 from gpuplan.cli import main
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.recommend import RecommendRequest, recommend
+from tests.helpers import run_plan_file
 
 CATALOG = builtin_catalog()
 
@@ -132,9 +132,7 @@ def test_a_plan_file_checks_the_time_with_its_evaluations(tmp_path: Path) -> Non
     def plan(evaluation: dict[str, int] | None) -> int:
         doc = {**_job(evaluation), "targets": {"max_time_hours": target}}
         doc["targets"]["fits"] = {"gpu": "h100-sxm5-80gb", "count": 8}
-        path = tmp_path / "plan.yaml"
-        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-        return CliRunner().invoke(main, ["plan", str(path)]).exit_code
+        return run_plan_file(tmp_path, doc).exit_code
 
     assert plan(None) == 0
     assert plan({"tokens": 100_000_000, "count": 4}) == 1

@@ -14,7 +14,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
@@ -23,6 +22,7 @@ from gpuplan.core.memory.schema import Parallelism
 from gpuplan.core.perf.link import Link
 from gpuplan.core.perf.step import _expert_exchange_seconds, routed_miss
 from gpuplan.core.perf.step_records import StepLinks
+from tests.helpers import run_plan_file
 from tests.test_step_experts_adapters import _moe
 
 NET = Link(kind="network", bytes_per_s=50e9, latency_s=0.0)
@@ -139,18 +139,14 @@ def test_a_plan_file_with_the_dispatcher_checks_its_time(tmp_path: Path) -> None
         doc = _skill_job(dispatcher)
         doc.pop("limit")
         doc["targets"] = {"max_time_hours": 2.0}
-        path = tmp_path / f"{dispatcher}.yaml"
-        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-        return CliRunner().invoke(main, ["plan", str(path)]).exit_code
+        return run_plan_file(tmp_path, doc, f"{dispatcher}.yaml").exit_code
 
     assert plan("hybridep") == 0
     assert plan("alltoall") == 1
     doc = _skill_job("nccl")
     doc.pop("limit")
     doc["targets"] = {"max_time_hours": 2.0}
-    path = tmp_path / "bad.yaml"
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    refused = CliRunner().invoke(main, ["plan", str(path)])
+    refused = run_plan_file(tmp_path, doc, "bad.yaml")
     assert refused.exit_code == 2
     assert "$.workload.parallelism.expert_dispatcher" in refused.output
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from bench.published.runs import load_all
 from click.testing import CliRunner
 from litestar.testing import TestClient
@@ -20,6 +19,7 @@ from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.recommend import RecommendRequest, recommend
+from tests.helpers import run_plan_file
 
 CATALOG = builtin_catalog()
 
@@ -110,9 +110,7 @@ def test_the_api_the_cli_and_a_plan_file_take_the_store(
         "targets": {"fits": {"gpu": "h100-sxm5-80gb", "count": 8}},
     }
     bad["workload"]["parallelism"] = {"framework": "ddp"}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(bad), encoding="utf-8")
-    refused = CliRunner().invoke(main, ["plan", str(path)])
+    refused = run_plan_file(tmp_path, bad)
     assert refused.exit_code == 2
     assert "$.workload.activation_func_fp8_input_store" in refused.output
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from click.testing import CliRunner
 from litestar import Litestar
 from litestar.testing import TestClient
@@ -18,7 +17,7 @@ from gpuplan.core.errors import DataError
 from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.batch import batch_defaults, parse_defaults, sequences_of
 from gpuplan.core.recommend.schema import Candidate, RecommendResponse
-from tests.helpers import problem_at, request_body
+from tests.helpers import problem_at, request_body, run_plan_file
 
 CATALOG = builtin_catalog()
 H100 = "h100-sxm5-80gb"
@@ -234,9 +233,7 @@ def test_the_cli_refuses_both_with_exit_2(tmp_path: Path) -> None:
     assert "$.training.global_batch_size" in result.output
     assert "$.training.global_batch_tokens" in result.output
     plan = {**llama70b(4096, global_batch_tokens=0), "targets": {"fits": {"gpu": H100}}}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(plan))
-    result = CliRunner().invoke(main, ["plan", str(path)])
+    result = run_plan_file(tmp_path, plan)
     assert result.exit_code == 2, result.output
     assert "$.training.global_batch_tokens" in result.output
 
