@@ -25,11 +25,18 @@ from gpuplan.core.catalog import builtin_catalog  # noqa: E402
 from gpuplan.core.memory.estimate import estimate  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "accuracy.json"
+FSDP1_LIVE_SEQ = 128
+"""The sequence an FSDP1 case steps at here: two processes each step the model, and on a
+host without bf16 matmul in hardware (AVX2 only) the fast FSDP1 case's bf16 step took 86 s
+at the grid's 256 tokens and 41 s at 128 (2026-12-07; -0.07% from the estimate at 128).
+The grid's own figures, at 256, are checked from the committed results below."""
 
 
 @pytest.mark.parametrize("case", FAST, ids=[c.name for c in FAST])
 def test_fast_case_within_target(case: Case) -> None:
     torch.set_num_threads(1)
+    if case.framework == "fsdp1":
+        case = dataclasses.replace(case, seq=min(case.seq, FSDP1_LIVE_SEQ))
     measured = run_case(case)
     estimated = estimate(request_for(case), builtin_catalog())
     adapters = estimated.trainable_parameters if case.mode == "finetune_lora" else 0
