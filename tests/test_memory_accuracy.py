@@ -28,7 +28,7 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results" / "accura
 FSDP1_LIVE_SEQ = 128
 """The sequence an FSDP1 case steps at here: two processes each step the model, and on a
 host without bf16 matmul in hardware (AVX2 only) the fast FSDP1 case's bf16 step took 86 s
-at the grid's 256 tokens and 41 s at 128 (2026-12-07; -0.07% from the estimate at 128).
+at the grid's 256 tokens and 45 s at 128 (2026-12-07; -0.07% from the estimate at 128).
 The grid's own figures, at 256, are checked from the committed results below."""
 
 
