@@ -161,13 +161,16 @@ def bf16_rates(gpu: str, table: str | None = None) -> Rates:
     )
 
 
-def run_plan_file(tmp_path: Path, doc: dict[str, Any], name: str = "plan.yaml") -> Result:
-    """``gpuplan plan`` on ``doc`` written as a YAML plan file under ``tmp_path``."""
+def run_plan_file(
+    tmp_path: Path, doc: dict[str, Any], name: str = "plan.yaml", options: tuple[str, ...] = ()
+) -> Result:
+    """``gpuplan plan`` on ``doc`` written as a YAML plan file under ``tmp_path``, with
+    the command's ``options`` (``("--format", "json")``)."""
     from gpuplan.cli import main
 
     path = tmp_path / name
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return CliRunner().invoke(main, ["plan", str(path)])
+    return CliRunner().invoke(main, ["plan", str(path), *options])
 
 
 def seeded_model(config: dict[str, Any]) -> Any:

@@ -6,12 +6,9 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
-from click.testing import CliRunner
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from gpuplan.cli import main
 from gpuplan.cli.render.candidates import advice_text
 from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
@@ -19,7 +16,7 @@ from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.recommend import RecommendRequest, recommend
 from gpuplan.core.recommend.advice import rank_advice
 from gpuplan.core.recommend.schema import Advice, RecommendResponse
-from tests.helpers import problem_at, request_body
+from tests.helpers import problem_at, request_body, run_plan_file
 
 CATALOG = builtin_catalog()
 GiB = 1 << 30
@@ -79,9 +76,7 @@ def test_the_preferred_gpu_is_the_one_advised_and_said(client: TestClient[Litest
 
 def test_a_plan_files_fits_gpu_is_advised(tmp_path: Path) -> None:
     plan = {**llama70b(), "targets": {"fits": {"gpu": "NVIDIA A100-SXM4-80GB", "count": 8}}}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(plan))
-    result = CliRunner().invoke(main, ["plan", str(path), "--format", "json"])
+    result = run_plan_file(tmp_path, plan, options=("--format", "json"))
     assert result.exit_code in (0, 1), result.output
     report = msgspec.json.decode(result.output)
     assert report["advice_gpu"] == "a100-sxm4-80gb"

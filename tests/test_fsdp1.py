@@ -338,8 +338,9 @@ def test_the_cli_takes_framework_fsdp1() -> None:
 def test_a_real_fsdp1_step_on_this_cpu(name: str) -> None:
     """Rank 0 of a real FSDP1 step (bench/accuracy/fsdp1.py) against the estimate. The
     LoRA case with adapters inside their layers' units is held to the same 2% by
-    tests/test_memory_accuracy.py's fast grid (it is a fast case): one real run of it, not
-    two (a bf16 step on a CPU without bf16 instructions takes minutes)."""
+    tests/test_memory_accuracy.py's fast grid (it is a fast case, stepped there at 128
+    tokens): one real run of it, not two (a bf16 step on a CPU without bf16 instructions
+    takes minutes)."""
     pytest.importorskip("transformers")
     torch = pytest.importorskip("torch")
     from bench.accuracy.cases import GRID

@@ -10,7 +10,6 @@ from typing import Any
 
 import msgspec
 import pytest
-import yaml
 from bench.published.runs import load_all
 from click.testing import CliRunner
 from litestar.testing import TestClient
@@ -20,6 +19,7 @@ from gpuplan.core.catalog import builtin_catalog
 from gpuplan.core.memory.estimate import estimate
 from gpuplan.core.memory.schema import EstimateRequest
 from gpuplan.core.recommend import RecommendRequest, recommend
+from tests.helpers import run_plan_file
 
 CATALOG = builtin_catalog()
 
@@ -110,9 +110,7 @@ def test_a_plan_file_takes_the_fp8_base(tmp_path: Path) -> None:
             "layout": "given",
             "targets": {"fits": {"gpu": "mi325x-256gb", "count": 8}},
         }
-        path = tmp_path / "plan.yaml"
-        path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-        return CliRunner().invoke(main, ["plan", str(path), "--format", "json"])
+        return run_plan_file(tmp_path, doc, options=("--format", "json"))
 
     fp8, bf16 = plan("fp8"), plan("none")
     assert fp8.exit_code == bf16.exit_code == 0, fp8.output
